@@ -1,0 +1,3 @@
+module github.com/vbcache/vbcache
+
+go 1.26

@@ -1,0 +1,51 @@
+package server
+
+import (
+	"time"
+
+	"github.com/vbcache/vbcache/internal/store"
+)
+
+// Protocol selects which protocols a listener accepts (-B).
+type Protocol uint8
+
+// Protocols, as memcached's -B.
+const (
+	ProtoAuto Protocol = iota
+	ProtoASCII
+	ProtoBinary
+)
+
+// Config is a node's configuration. Zero values mean memcached's defaults;
+// cmd/vbcache turns memcached's command-line flags into this struct and does
+// nothing else. Validate reports invalid combinations with the wording
+// memcached uses at start-up.
+type Config struct {
+	Port           int           // -p TCP port (11211); 0 disables TCP; -1 picks an ephemeral port
+	PortSet        bool          // -p was given (0 then really means off)
+	UDPPort        int           // -U UDP port (0: off)
+	Listen         []string      // -l addresses (all interfaces)
+	UnixSocket     string        // -s path; disables TCP and UDP
+	UnixMask       uint32        // -a permissions of the unix socket (0700)
+	MaxConns       int           // -c (1024)
+	Threads        int           // -t (4); reported in stats, sizes the store's shards
+	ReqsPerEvent   int           // -R (20)
+	Backlog        int           // -b (1024)
+	Protocol       Protocol      // -B
+	Verbose        int           // -v count
+	EnableShutdown bool          // -A
+	DisableFlush   bool          // -F
+	DisableDumps   bool          // -X: no cachedump, metadump, stats detail
+	DisableWatch   bool          // -W
+	PrefixDelim    byte          // -D (':'); setting it enables stats detail
+	DetailEnabled  bool          // stats detail on at start (set by -D)
+	IdleTimeout    time.Duration // -o idle_timeout (0: never)
+	MaxConnsFast   bool          // reject extra connections with "ERROR Too many open connections" (default on)
+	LRUCrawler     bool          // -o lru_crawler (on) / no_lru_crawler
+	SlabReassign   bool          // reported in stats settings
+	TrackSizes     bool          // -o track_sizes
+	PortFile       string        // MEMCACHED_PORT_FILENAME: write "TCP INET: <port>" lines here
+	Version        string        // reported by "version" (build version)
+
+	Store store.Config
+}

@@ -1,0 +1,4 @@
+package store
+
+type txState struct{}
+type storeState struct{}
