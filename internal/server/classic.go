@@ -1,0 +1,776 @@
+package server
+
+import (
+	"bytes"
+
+	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/store"
+)
+
+// Storage command kinds, as memcached's NREAD_* values.
+type storeCmd uint8
+
+const (
+	cmdSet storeCmd = iota
+	cmdAdd
+	cmdReplace
+	cmdAppend
+	cmdPrepend
+	cmdCAS
+)
+
+// storeResult is memcached's enum store_item_type.
+type storeResult uint8
+
+const (
+	resStored storeResult = iota
+	resNotStored
+	resExists
+	resNotFound
+	resNoMemory
+)
+
+// realtimeMaxDelta is memcached's REALTIME_MAXDELTA: exptimes up to 30 days
+// are relative, larger ones absolute.
+const realtimeMaxDelta = 60 * 60 * 24 * 30
+
+// relTime converts a protocol exptime to store time the way memcached's
+// realtime(EXPTIME_TO_POSITIVE_TIME(x)) does: a negative value becomes an
+// absolute time long past, i.e. already expired.
+func (s *Server) relTime(exptime int32) uint32 {
+	e := int64(exptime)
+	if e < 0 {
+		e = realtimeMaxDelta + 1
+	}
+	return s.store.RelTime(e)
+}
+
+// itemSize is memcached's ITEM_ntotal for an item with this key, flags and
+// value: the 48-byte item header, the key and its NUL, the flags when not
+// zero, the value with its CRLF, and the CAS when enabled. The size limit
+// (-I) and "stats items" mem_requested are in these units so that the limits
+// fall exactly where memcached's do.
+func (s *Server) itemSize(nkey int, flags uint32, nbytes int) int {
+	n := 48 + nkey + 1 + nbytes + 2
+	if flags != 0 {
+		n += 4
+	}
+	if !s.cfg.Store.DisableCAS {
+		n += 8
+	}
+	return n
+}
+
+func (s *Server) tooLarge(nkey int, flags uint32, nbytes int) bool {
+	return s.itemSize(nkey, flags, nbytes) > s.cfg.Store.ItemSizeMax
+}
+
+// dispatch runs one command line. rest holds the bytes after the line. It
+// returns how many bytes of rest the command consumed, or, when the command
+// needs data that has not arrived yet, more > 0 with how many bytes of rest
+// it needs (and nothing was done).
+func (c *conn) dispatch(line, rest []byte) (used, more int) {
+	t := &c.toks
+	protocol.Tokenize(line, t)
+	if t.N < 2 || len(t.T[0]) < 2 {
+		c.reply("ERROR")
+		return 0, 0
+	}
+	cmd := t.T[0]
+	n := t.N
+	if cmd[0] == 'm' && len(cmd) == 2 {
+		switch cmd[1] {
+		case 'g':
+			c.metaGet()
+		case 's':
+			return c.metaSet(rest)
+		case 'd':
+			c.metaDelete()
+		case 'a':
+			c.metaArithmetic()
+		case 'n':
+			c.reply("MN")
+			c.mark = len(c.out)
+		case 'e':
+			c.metaDebug()
+		default:
+			c.reply("ERROR")
+		}
+		return 0, 0
+	}
+	switch cmd[0] {
+	case 'g':
+		if n < 3 {
+			c.reply("ERROR")
+			return 0, 0
+		}
+		switch string(cmd) {
+		case "get":
+			c.get(false, false)
+		case "gets":
+			c.get(true, false)
+		case "gat":
+			c.get(false, true)
+		case "gats":
+			c.get(true, true)
+		default:
+			c.reply("ERROR")
+		}
+		return 0, 0
+	case 's':
+		switch string(cmd) {
+		case "set":
+			if n != 6 && n != 7 {
+				break
+			}
+			return c.update(cmdSet, rest)
+		case "stats":
+			c.stats()
+			return 0, 0
+		case "shutdown":
+			c.shutdown()
+			return 0, 0
+		case "slabs":
+			c.slabs()
+			return 0, 0
+		}
+		c.reply("ERROR")
+		return 0, 0
+	case 'a':
+		var sc storeCmd
+		switch string(cmd) {
+		case "add":
+			sc = cmdAdd
+		case "append":
+			sc = cmdAppend
+		default:
+			c.reply("ERROR")
+			return 0, 0
+		}
+		if n != 6 && n != 7 {
+			c.reply("ERROR")
+			return 0, 0
+		}
+		return c.update(sc, rest)
+	case 'c':
+		switch string(cmd) {
+		case "cas":
+			if n != 7 && n != 8 {
+				break
+			}
+			return c.update(cmdCAS, rest)
+		case "cache_memlimit":
+			if n != 3 && n != 4 {
+				break
+			}
+			c.memlimit()
+			return 0, 0
+		}
+		c.reply("ERROR")
+		return 0, 0
+	case 'i':
+		if string(cmd) == "incr" && (n == 4 || n == 5) {
+			c.arithmetic(true)
+			return 0, 0
+		}
+		c.reply("ERROR")
+		return 0, 0
+	case 'd':
+		switch string(cmd) {
+		case "delete":
+			if n < 3 || n > 5 {
+				break
+			}
+			c.delete()
+			return 0, 0
+		case "decr":
+			if n != 4 && n != 5 {
+				break
+			}
+			c.arithmetic(false)
+			return 0, 0
+		}
+		c.reply("ERROR")
+		return 0, 0
+	case 't':
+		if string(cmd) == "touch" && (n == 4 || n == 5) {
+			c.touch()
+			return 0, 0
+		}
+		c.reply("ERROR")
+		return 0, 0
+	}
+	switch string(cmd) {
+	case "replace", "prepend":
+		if n != 6 && n != 7 {
+			c.reply("ERROR")
+			return 0, 0
+		}
+		if cmd[0] == 'r' {
+			return c.update(cmdReplace, rest)
+		}
+		return c.update(cmdPrepend, rest)
+	case "bget":
+		if n < 3 {
+			c.reply("ERROR")
+			return 0, 0
+		}
+		c.get(false, false)
+	case "flush_all":
+		if n < 2 || n > 4 {
+			c.reply("ERROR")
+			return 0, 0
+		}
+		c.flushAll()
+	case "version":
+		c.reply("VERSION " + c.s.cfg.Version)
+	case "quit":
+		c.close = true
+	case "lru_crawler":
+		c.lruCrawler()
+	case "watch":
+		c.watch()
+	case "verbosity":
+		if n != 3 && n != 4 {
+			c.reply("ERROR")
+			return 0, 0
+		}
+		c.setNoreply()
+		lvl, ok := protocol.ParseUint32(t.T[1])
+		if !ok {
+			c.reply("CLIENT_ERROR bad command line format")
+			return 0, 0
+		}
+		c.s.verbosity.Store(int32(min(lvl, 2)))
+		c.reply("OK")
+	case "lru":
+		if n < 3 {
+			c.reply("ERROR")
+			return 0, 0
+		}
+		c.lru()
+	default:
+		// memcached drops connections that look like HTTP requests.
+		if bytes.HasPrefix(t.T[n-2], []byte("HTTP/")) {
+			c.close = true
+			return 0, 0
+		}
+		c.reply("ERROR")
+	}
+	return 0, 0
+}
+
+// get serves get, gets, gat and gats (memcached's process_get_command).
+func (c *conn) get(returnCAS, touch bool) {
+	t := &c.toks
+	s := c.s
+	var exptime uint32
+	first := 1
+	if touch {
+		e, ok := protocol.ParseInt32(t.T[1])
+		if !ok {
+			c.reply("CLIENT_ERROR invalid exptime argument")
+			return
+		}
+		exptime = s.relTime(e)
+		first = 2
+	}
+	detail := s.detailEnabled.Load()
+	for {
+		for i := first; i < t.N-1; i++ {
+			key := t.T[i]
+			if len(key) > protocol.KeyMaxLength {
+				// memcached culls every reply it has not sent yet.
+				c.out = c.out[:c.mark]
+				c.reply("CLIENT_ERROR bad command line format")
+				return
+			}
+			oc := s.store.Begin(&c.tx, key)
+			hit := oc == store.Hit
+			if detail {
+				s.detail.recordGet(key, hit)
+			}
+			if hit {
+				if touch {
+					c.tx.Touch(exptime)
+				}
+				c.tx.Bump()
+				v := c.tx.Value()
+				c.out = append(c.out, "VALUE "...)
+				c.out = append(c.out, key...)
+				c.out = append(c.out, ' ')
+				c.out = protocol.AppendUint(c.out, uint64(c.tx.Flags()))
+				c.out = append(c.out, ' ')
+				c.out = protocol.AppendUint(c.out, uint64(len(v)))
+				if returnCAS {
+					c.out = append(c.out, ' ')
+					c.out = protocol.AppendUint(c.out, c.tx.CAS())
+				}
+				c.out = append(c.out, '\r', '\n')
+				c.out = append(c.out, v...)
+				c.out = append(c.out, '\r', '\n')
+				cls := classIdx(c.tx.ClassID())
+				c.tx.End()
+				if touch {
+					c.ctr.cmdTouch.Add(1)
+					c.ctr.class[cls].touchHits.Add(1)
+				} else {
+					c.ctr.lruHits[cls].Add(1)
+					c.ctr.cmdGet.Add(1)
+				}
+			} else {
+				c.tx.End()
+				c.countMiss(oc, touch)
+			}
+		}
+		if t.Rest == nil {
+			break
+		}
+		protocol.Tokenize(t.Rest, t)
+		first = 0
+		// A rest made only of spaces yields just the terminal token.
+	}
+	c.out = append(c.out, "END\r\n"...)
+	c.mark = len(c.out)
+}
+
+func (c *conn) countMiss(oc store.Outcome, touch bool) {
+	switch oc {
+	case store.Expired:
+		c.ctr.getExpired.Add(1)
+	case store.Flushed:
+		c.ctr.getFlushed.Add(1)
+	}
+	if touch {
+		c.ctr.cmdTouch.Add(1)
+		c.ctr.touchMisses.Add(1)
+	} else {
+		c.ctr.getMisses.Add(1)
+		c.ctr.cmdGet.Add(1)
+	}
+}
+
+// update parses a storage command (memcached's process_update_command)
+// and, once its data has arrived, completes it (complete_nread_ascii).
+func (c *conn) update(sc storeCmd, rest []byte) (used, more int) {
+	t := &c.toks
+	s := c.s
+	c.setNoreply()
+	key := t.T[1]
+	if len(key) > protocol.KeyMaxLength {
+		c.reply("CLIENT_ERROR bad command line format")
+		return 0, 0
+	}
+	flags, ok1 := protocol.ParseUint32(t.T[2])
+	exp, ok2 := protocol.ParseInt32(t.T[3])
+	vlen, ok3 := protocol.ParseInt32(t.T[4])
+	if !ok1 || !ok2 || !ok3 {
+		c.reply("CLIENT_ERROR bad command line format")
+		return 0, 0
+	}
+	var reqCAS uint64
+	if sc == cmdCAS {
+		v, ok := protocol.ParseUint64(t.T[5])
+		if !ok {
+			c.reply("CLIENT_ERROR bad command line format")
+			return 0, 0
+		}
+		reqCAS = v
+	}
+	if vlen < 0 || vlen > 1<<31-1-2 {
+		c.reply("CLIENT_ERROR bad command line format")
+		return 0, 0
+	}
+	n := int(vlen) + 2
+	if s.tooLarge(len(key), flags, int(vlen)) {
+		if s.detailEnabled.Load() {
+			s.detail.recordSet(key)
+		}
+		c.ctr.storeTooLarge.Add(1)
+		c.reply("SERVER_ERROR object too large for cache")
+		c.swallowData(n, rest)
+		// memcached will not leave an old value behind a failed set.
+		if sc == cmdSet {
+			if s.store.Begin(&c.tx, key) == store.Hit {
+				c.tx.Delete()
+			}
+			c.tx.End()
+		}
+		return min(n, len(rest)), 0
+	}
+	if len(rest) < n {
+		return 0, n
+	}
+	if s.detailEnabled.Load() {
+		s.detail.recordSet(key)
+	}
+	data := rest[:n]
+	cls := classIdx(s.store.ClassFor(len(key), int(vlen)))
+	c.ctr.class[cls].cmdSet.Add(1)
+	if data[n-2] != '\r' || data[n-1] != '\n' {
+		c.reply("CLIENT_ERROR bad data chunk")
+		return n, 0
+	}
+	res, _ := c.storeItem(sc, key, flags, s.relTime(exp), data[:n-2], reqCAS, false, false)
+	switch res {
+	case resStored:
+		c.reply("STORED")
+	case resExists:
+		c.reply("EXISTS")
+	case resNotFound:
+		c.reply("NOT_FOUND")
+	case resNotStored:
+		c.reply("NOT_STORED")
+	case resNoMemory:
+		c.reply("SERVER_ERROR out of memory storing object")
+	}
+	return n, 0
+}
+
+// swallowData discards n bytes of rejected data: what is buffered now and
+// the remainder as it arrives.
+func (c *conn) swallowData(n int, rest []byte) {
+	if n > len(rest) {
+		c.swallow = n - len(rest)
+	}
+}
+
+// storeItem is memcached's do_store_item: it applies a storage command to
+// the store under one shard lock and returns the outcome and the new CAS.
+func (c *conn) storeItem(sc storeCmd, key []byte, flags, exptime uint32, data []byte, reqCAS uint64, setStale, keyBinary bool) (storeResult, uint64) {
+	s := c.s
+	tx := &c.tx
+	s.store.Begin(tx, key)
+	defer tx.End()
+	if !tx.Found() {
+		switch sc {
+		case cmdAdd, cmdSet:
+			return c.link(sc, flags, exptime, data, nil, keyBinary)
+		case cmdCAS:
+			c.ctr.casMisses.Add(1)
+			return resNotFound, 0
+		}
+		return resNotStored, 0
+	}
+	oldCAS := tx.CAS()
+	const (
+		casNone = iota
+		casMatch
+		casStale
+		casBad
+	)
+	casRes := casNone
+	switch {
+	case reqCAS == 0:
+	case reqCAS == oldCAS:
+		casRes = casMatch
+	case setStale && reqCAS < oldCAS:
+		casRes = casStale
+	default:
+		casRes = casBad
+	}
+	cls := classIdx(tx.ClassID())
+	switch sc {
+	case cmdAdd:
+		tx.Bump()
+		return resNotStored, 0
+	case cmdCAS:
+		switch casRes {
+		case casMatch:
+			c.ctr.class[cls].casHits.Add(1)
+			return c.link(sc, flags, exptime, data, nil, keyBinary)
+		case casStale:
+			c.ctr.class[cls].casHits.Add(1)
+			ttl := tx.TTL()
+			tokenSent := tx.TokenSent()
+			exp := uint32(0)
+			if ttl >= 0 {
+				now, _ := s.store.Now()
+				exp = now + uint32(ttl)
+			}
+			res, cas := c.link(sc, flags, exp, data, nil, keyBinary)
+			if res == resStored {
+				tx.SetStale(true)
+				tx.SetTokenSent(tokenSent)
+			}
+			return res, cas
+		}
+		c.ctr.class[cls].casBadval.Add(1)
+		return resExists, 0
+	case cmdAppend, cmdPrepend:
+		if casRes != casNone && casRes != casMatch {
+			return resExists, 0
+		}
+		old := tx.Value()
+		oflags := tx.Flags()
+		if s.tooLarge(len(key), oflags, len(old)+len(data)) {
+			return resNotStored, 0
+		}
+		ttl := tx.TTL()
+		exp := uint32(0)
+		if ttl >= 0 {
+			now, _ := s.store.Now()
+			exp = now + uint32(ttl)
+		}
+		a, b := old, data
+		if sc == cmdPrepend {
+			a, b = data, old
+		}
+		res, cas := c.link(sc, oflags, exp, a, b, keyBinary)
+		if res == resNoMemory {
+			return resNotStored, 0
+		}
+		return res, cas
+	}
+	// set, replace
+	return c.link(sc, flags, exptime, data, nil, keyBinary)
+}
+
+// link stores a+b as the transaction's new item.
+func (c *conn) link(sc storeCmd, flags, exptime uint32, a, b []byte, keyBinary bool) (storeResult, uint64) {
+	err := c.tx.Store(flags, exptime, 0, a, b)
+	if err != nil {
+		c.ctr.storeNoMemory.Add(1)
+		if sc == cmdSet {
+			// As for too large: no stale value survives a failed set.
+			if c.tx.Found() {
+				c.tx.Delete()
+			}
+		}
+		return resNoMemory, 0
+	}
+	if keyBinary {
+		c.tx.SetKeyBinary(true)
+	}
+	return resStored, c.tx.CAS()
+}
+
+// arithmetic serves incr and decr (memcached's process_arithmetic_command).
+func (c *conn) arithmetic(incr bool) {
+	t := &c.toks
+	c.setNoreply()
+	key := t.T[1]
+	if len(key) > protocol.KeyMaxLength {
+		c.reply("CLIENT_ERROR bad command line format")
+		return
+	}
+	delta, ok := protocol.ParseUint64(t.T[2])
+	if !ok {
+		c.reply("CLIENT_ERROR invalid numeric delta argument")
+		return
+	}
+	c.s.store.Begin(&c.tx, key)
+	res, digits := c.addDelta(incr, delta, 0)
+	c.tx.End()
+	switch res {
+	case deltaOK:
+		if !c.noreply {
+			c.out = append(c.out, digits...)
+			c.out = append(c.out, '\r', '\n')
+		}
+	case deltaNonNumeric:
+		c.reply("CLIENT_ERROR cannot increment or decrement non-numeric value")
+	case deltaNoMemory:
+		c.reply("SERVER_ERROR out of memory")
+	case deltaNotFound:
+		if incr {
+			c.ctr.incrMisses.Add(1)
+		} else {
+			c.ctr.decrMisses.Add(1)
+		}
+		c.reply("NOT_FOUND")
+	}
+}
+
+type deltaResult uint8
+
+const (
+	deltaOK deltaResult = iota
+	deltaNonNumeric
+	deltaNoMemory
+	deltaNotFound
+	deltaCASMismatch
+)
+
+// addDelta is memcached's do_add_delta on the item held by c.tx. The new
+// value's digits are returned in c.num (valid until the next command). A
+// result that fits in the old value's length is written in place and padded
+// with spaces, keeping the length, exactly as memcached does.
+func (c *conn) addDelta(incr bool, delta, reqCAS uint64) (deltaResult, []byte) {
+	tx := &c.tx
+	if !tx.Found() {
+		return deltaNotFound, nil
+	}
+	v := tx.Value()
+	if len(v) == 0 {
+		return deltaNonNumeric, nil
+	}
+	if reqCAS != 0 && tx.CAS() != reqCAS {
+		return deltaCASMismatch, nil
+	}
+	val, ok := protocol.ParseUint64(v)
+	if !ok {
+		return deltaNonNumeric, nil
+	}
+	if incr {
+		val += delta
+	} else if delta > val {
+		val = 0
+	} else {
+		val -= delta
+	}
+	cls := classIdx(tx.ClassID())
+	if incr {
+		c.ctr.class[cls].incrHits.Add(1)
+	} else {
+		c.ctr.class[cls].decrHits.Add(1)
+	}
+	digits := protocol.AppendUint(c.num[:0], val)
+	if len(digits) <= len(v) && tx.Overwrite(digits) {
+		tx.Bump()
+		return deltaOK, digits
+	}
+	ttl := tx.TTL()
+	exp := uint32(0)
+	if ttl >= 0 {
+		now, _ := c.s.store.Now()
+		exp = now + uint32(ttl)
+	}
+	if err := tx.Store(tx.Flags(), exp, 0, digits, nil); err != nil {
+		return deltaNoMemory, nil
+	}
+	return deltaOK, digits
+}
+
+// touch is memcached's process_touch_command.
+func (c *conn) touch() {
+	t := &c.toks
+	c.setNoreply()
+	key := t.T[1]
+	if len(key) > protocol.KeyMaxLength {
+		c.reply("CLIENT_ERROR bad command line format")
+		return
+	}
+	e, ok := protocol.ParseInt32(t.T[2])
+	if !ok {
+		c.reply("CLIENT_ERROR invalid exptime argument")
+		return
+	}
+	exp := c.s.relTime(e)
+	oc := c.s.store.Begin(&c.tx, key)
+	c.ctr.cmdTouch.Add(1)
+	if oc == store.Hit {
+		c.tx.Touch(exp)
+		c.tx.Bump()
+		c.ctr.class[classIdx(c.tx.ClassID())].touchHits.Add(1)
+		c.tx.End()
+		c.reply("TOUCHED")
+		return
+	}
+	c.tx.End()
+	switch oc {
+	case store.Expired:
+		c.ctr.getExpired.Add(1)
+	case store.Flushed:
+		c.ctr.getFlushed.Add(1)
+	}
+	c.ctr.touchMisses.Add(1)
+	c.reply("NOT_FOUND")
+}
+
+// delete is memcached's process_delete_command, with 1.6.18's rules for
+// the legacy "delete <key> 0" form.
+func (c *conn) delete() {
+	t := &c.toks
+	if t.N > 3 {
+		holdIsZero := string(t.T[2]) == "0"
+		setsNoreply := c.setNoreply()
+		valid := (t.N == 4 && (holdIsZero || setsNoreply)) || (t.N == 5 && holdIsZero && setsNoreply)
+		if !valid {
+			c.reply("CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]")
+			return
+		}
+	}
+	key := t.T[1]
+	if len(key) > protocol.KeyMaxLength {
+		c.reply("CLIENT_ERROR bad command line format")
+		return
+	}
+	if c.s.detailEnabled.Load() {
+		c.s.detail.recordDelete(key)
+	}
+	if c.s.store.Begin(&c.tx, key) == store.Hit {
+		c.ctr.class[classIdx(c.tx.ClassID())].deleteHits.Add(1)
+		c.tx.Delete()
+		c.tx.End()
+		c.reply("DELETED")
+		return
+	}
+	c.tx.End()
+	c.ctr.deleteMisses.Add(1)
+	c.reply("NOT_FOUND")
+}
+
+// flushAll is memcached's process_flush_all_command.
+func (c *conn) flushAll() {
+	t := &c.toks
+	c.setNoreply()
+	c.ctr.cmdFlush.Add(1)
+	if c.s.cfg.DisableFlush {
+		c.reply("CLIENT_ERROR flush_all not allowed")
+		return
+	}
+	var exptime int32
+	want := 2
+	if c.noreply {
+		want = 3
+	}
+	if t.N != want {
+		e, ok := protocol.ParseInt32(t.T[1])
+		if !ok {
+			c.reply("CLIENT_ERROR invalid exptime argument")
+			return
+		}
+		exptime = e
+	}
+	if exptime < 0 {
+		exptime = 0
+	}
+	c.s.store.Flush(int64(exptime))
+	c.reply("OK")
+}
+
+func (c *conn) shutdown() {
+	t := &c.toks
+	if !c.s.cfg.EnableShutdown {
+		c.reply("ERROR: shutdown not enabled")
+		return
+	}
+	if t.N == 2 || (t.N == 3 && string(t.T[1]) == "graceful") {
+		c.close = true
+		c.s.requestShutdown()
+		return
+	}
+	c.reply("CLIENT_ERROR invalid shutdown mode")
+}
+
+func (c *conn) memlimit() {
+	t := &c.toks
+	c.setNoreply()
+	mb, ok := protocol.ParseUint32(t.T[1])
+	switch {
+	case !ok:
+		c.reply("ERROR")
+	case mb < 8:
+		c.reply("MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m")
+	case mb > 1000000000:
+		c.reply("MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes")
+	default:
+		if err := c.s.store.SetMemLimit(int64(mb) << 20); err != nil {
+			c.reply("MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust")
+			return
+		}
+		c.s.limitMaxbytes.Store(int64(mb) << 20)
+		c.reply("OK")
+	}
+}

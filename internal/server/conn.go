@@ -1,0 +1,263 @@
+package server
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/store"
+)
+
+const (
+	readBufSize = 16 << 10 // memcached's READ_BUFFER_SIZE
+	// maxGetLine bounds a multi-get line. memcached grows its buffer
+	// without a limit; we stop at 64 MiB (over 250,000 maximal keys) and
+	// close the connection, so one hostile line cannot take the node's
+	// memory.
+	maxGetLine = 64 << 20
+	// flushAt is the output size at which replies are written even
+	// though more pipelined commands wait.
+	flushAt = 256 << 10
+)
+
+// connState names mirror memcached's for "stats conns".
+type connState int32
+
+const (
+	stateNewCmd connState = iota
+	stateRead
+	stateParse
+	stateWrite
+	stateSwallow
+	stateClosing
+)
+
+func (s connState) String() string {
+	switch s {
+	case stateRead:
+		return "conn_read"
+	case stateParse:
+		return "conn_parse_cmd"
+	case stateWrite:
+		return "conn_mwrite"
+	case stateSwallow:
+		return "conn_swallow"
+	case stateClosing:
+		return "conn_closing"
+	}
+	return "conn_new_cmd"
+}
+
+// conn is one client connection. All fields but state and lastCmd are
+// owned by the connection's goroutine.
+type conn struct {
+	s      *Server
+	nc     net.Conn
+	listen net.Addr
+	id     uint64
+	fd     int // memcached-style descriptor number (see Server.allocFD)
+	ctr    *counters
+
+	rbuf []byte // input; unread bytes are rbuf[r:w]
+	r, w int
+	out  []byte // replies not yet written
+	// mark is the length of out at the last point where memcached would
+	// already have written its replies; a failed multi-get drops what
+	// came after it (memcached's conn_release_items culls unsent replies).
+	mark int
+
+	swallow int  // bytes of rejected data still to discard
+	noreply bool // the current command asked for no reply
+	close   bool // close once out is written
+
+	tx      store.Tx
+	toks    protocol.Tokens
+	keyBuf  [512]byte // decoded meta keys
+	num     [24]byte  // digits for incr/decr
+	scratch []byte    // meta reply flags, append/prepend staging
+
+	state   atomic.Int32 // connState, read by "stats conns"
+	lastCmd atomic.Int64 // unix seconds of the last command
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	c := &conn{s: s, nc: nc}
+	if nc != nil {
+		c.rbuf = make([]byte, readBufSize)
+	}
+	c.lastCmd.Store(time.Now().Unix())
+	return c
+}
+
+var errClose = errors.New("close connection")
+
+func (c *conn) serve() {
+	defer c.s.wg.Done()
+	defer c.s.dropConn(c)
+	defer c.nc.Close()
+	idle := c.s.cfg.IdleTimeout
+	for {
+		c.state.Store(int32(stateParse))
+		need := c.processInput()
+		if err := c.flush(); err != nil || c.close {
+			return
+		}
+		if c.s.closing.Load() {
+			return
+		}
+		// Make room: compact, then grow when a line or value needs it.
+		if c.r == c.w {
+			c.r, c.w = 0, 0
+			if cap(c.rbuf) > 4*readBufSize {
+				c.rbuf = make([]byte, readBufSize)
+			}
+		}
+		if need > len(c.rbuf)-c.r {
+			if c.r > 0 {
+				c.w = copy(c.rbuf, c.rbuf[c.r:c.w])
+				c.r = 0
+			}
+			if need > len(c.rbuf) {
+				nb := make([]byte, max(need, 2*len(c.rbuf)))
+				copy(nb, c.rbuf[:c.w])
+				c.rbuf = nb
+			}
+		} else if c.w == len(c.rbuf) && c.r > 0 {
+			c.w = copy(c.rbuf, c.rbuf[c.r:c.w])
+			c.r = 0
+		}
+		c.state.Store(int32(stateRead))
+		if idle > 0 {
+			c.nc.SetReadDeadline(time.Now().Add(idle))
+		}
+		n, err := c.nc.Read(c.rbuf[c.w:])
+		if n > 0 {
+			c.w += n
+			c.ctr.bytesRead.Add(uint64(n))
+		}
+		if err != nil {
+			if idle > 0 && errors.Is(err, os.ErrDeadlineExceeded) && !c.s.closing.Load() {
+				c.s.idleKicks.Add(1)
+			}
+			return
+		}
+	}
+}
+
+func (c *conn) flush() error {
+	if len(c.out) == 0 || c.nc == nil { // nil: a UDP reply, sent by serveUDP
+		return nil
+	}
+	c.state.Store(int32(stateWrite))
+	n, err := c.nc.Write(c.out)
+	c.ctr.bytesWritten.Add(uint64(n))
+	if cap(c.out) > 4<<20 {
+		c.out = nil
+	} else {
+		c.out = c.out[:0]
+	}
+	c.mark = 0
+	return err
+}
+
+// processInput runs every complete command in the input buffer. It returns
+// how many buffered bytes (from c.r) the next command needs when that is
+// more than a plain read would bring in, or 0.
+func (c *conn) processInput() (need int) {
+	reqs := 0
+	for !c.close {
+		if c.swallow > 0 {
+			n := min(c.swallow, c.w-c.r)
+			c.r += n
+			c.swallow -= n
+			if c.swallow > 0 {
+				c.state.Store(int32(stateSwallow))
+				return 0
+			}
+		}
+		data := c.rbuf[c.r:c.w]
+		if len(data) == 0 {
+			return 0
+		}
+		if c.s.cfg.Protocol == ProtoBinary {
+			// Binary-only node: text is refused as memcached does (the
+			// first byte fails the magic check and the connection closes).
+			c.close = true
+			return 0
+		}
+		nl := bytes.IndexByte(data, '\n')
+		if nl < 0 {
+			if len(data) > protocol.LineMaxNoNewline {
+				p := 0
+				for p < len(data) && data[p] == ' ' {
+					p++
+				}
+				if p > 100 || !(bytes.HasPrefix(data[p:], []byte("get ")) || bytes.HasPrefix(data[p:], []byte("gets "))) {
+					c.close = true
+					c.out = c.out[:c.mark]
+					return 0
+				}
+				if len(data) >= maxGetLine {
+					c.close = true
+					return 0
+				}
+				return len(data) + readBufSize
+			}
+			return 0
+		}
+		line := protocol.TrimLine(data[:nl])
+		rest := data[nl+1:]
+		c.noreply = false
+		c.lastCmd.Store(time.Now().Unix())
+		used, more := c.dispatch(line, rest)
+		if more > 0 {
+			// A storage command waits for its data; nothing was consumed.
+			return nl + 1 + more
+		}
+		c.r += nl + 1 + used
+		reqs++
+		if reqs >= c.s.cfg.ReqsPerEvent {
+			// memcached yields the worker thread here and writes what it has.
+			c.ctr.connYields.Add(1)
+			c.mark = len(c.out)
+			reqs = 0
+		}
+		if len(c.out) >= flushAt {
+			if c.flush() != nil {
+				c.close = true
+				return 0
+			}
+		}
+	}
+	return 0
+}
+
+// reply appends a line and CRLF unless the command asked for no reply
+// (memcached's out_string, which noreply silences, errors included).
+func (c *conn) reply(s string) {
+	if c.noreply {
+		return
+	}
+	c.out = append(c.out, s...)
+	c.out = append(c.out, '\r', '\n')
+}
+
+// replyErr always replies (memcached's out_errstring).
+func (c *conn) replyErr(s string) {
+	c.noreply = false
+	c.reply(s)
+}
+
+// setNoreply is memcached's set_noreply_maybe: the token before the
+// terminal token decides.
+func (c *conn) setNoreply() bool {
+	t := &c.toks
+	if t.N >= 2 && string(t.T[t.N-2]) == "noreply" {
+		c.noreply = true
+	}
+	return c.noreply
+}

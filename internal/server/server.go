@@ -1,0 +1,432 @@
+// Package server is a vbcache cache node: listeners, the connection loop,
+// command dispatch for memcached's text protocol (classic and meta), and
+// stats.
+//
+// # Data flow
+//
+// One goroutine per connection (the Go runtime's netpoller plays the role of
+// memcached's libevent worker threads). A connection reads into its own
+// buffer, cuts complete lines out of it, parses them with package protocol
+// into tokens that alias the buffer, and runs each command against the
+// store through a store.Tx that lives in the connection, so a GET allocates
+// nothing: the value is copied from slab memory straight into the
+// connection's output buffer under the store's shard lock. Replies to
+// pipelined commands accumulate in the output buffer and are written with
+// one write when the input buffer holds no further complete command
+// (memcached's conn_mwrite), so a pipeline of N gets costs one read and one
+// write.
+//
+// A storage command whose data has not fully arrived is not consumed: the
+// connection reads more (growing the buffer up to the item size limit) and
+// parses the line again. Data for an item that is too large is discarded as
+// it arrives (memcached's conn_swallow) and never buffered.
+//
+// # Ownership
+//
+// Serve owns the accept loops and every connection goroutine: it waits for
+// all of them before it returns. Counters are sharded atomics (counters.go).
+// Everything memcached keeps in globals hangs off *Server, so several nodes
+// can live in one process (tests run three).
+//
+// # Compatibility
+//
+// Replies are byte-for-byte those of memcached 1.6.18 (Debian 12), which the
+// differential suite in test/compat checks. Where memcached's behaviour is a
+// quirk (noreply also silencing most errors, an in-place decr padding with
+// spaces, a failed multi-get dropping replies not yet sent) the quirk is
+// reproduced and commented at the place that does it.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vbcache/vbcache/internal/store"
+)
+
+// reservedFDs is what memcached reports as reserved_fds; together with the
+// three standard descriptors and the listening sockets it positions the
+// connection limit where memcached's file-descriptor based check puts it
+// (memcached rejects a connection whose fd >= maxconns-1).
+const reservedFDs = 20
+
+// MemcachedVersion is the memcached release whose text protocol this node
+// reproduces byte for byte.
+const MemcachedVersion = "1.6.18"
+
+// Server is one cache node.
+type Server struct {
+	cfg   Config
+	store *store.Store
+	log   *log.Logger
+
+	started time.Time // wall time at New, for uptime
+
+	counters [counterShards]counters
+
+	// connection bookkeeping
+	mu        sync.Mutex // protects conns, listeners, nextID
+	conns     map[uint64]*conn
+	listeners []net.Listener
+	udp       []net.PacketConn
+	nextID    uint64
+
+	currConns      atomic.Int64
+	totalConns     atomic.Uint64
+	rejectedConns  atomic.Uint64
+	connStructures atomic.Uint64
+	totalConnsBase uint64 // stats reset does not touch curr_connections
+
+	idleKicks     atomic.Uint64
+	limitMaxbytes atomic.Int64 // -m, changed by cache_memlimit
+	crawlerStarts atomic.Uint64
+	hashpowerInit int
+	fds           []bool // protected by mu: memcached-style descriptor slots in use, see allocFD
+	tun           tunables
+
+	verbosity     atomic.Int32
+	detailEnabled atomic.Bool
+	detail        prefixStats
+	crawlerOn     atomic.Bool
+	oldestLive    atomic.Int64 // stats settings "oldest"
+
+	shutdownCh   chan struct{} // closed by the shutdown command
+	shutdownOnce sync.Once
+	ready        chan struct{} // closed when listeners are open
+	listenOnce   sync.Once
+	listenErr    error
+	wg           sync.WaitGroup // accept loops and connections
+	closing      atomic.Bool
+}
+
+// New builds a node from cfg. It validates the configuration and creates
+// the store; listeners open in Listen or Serve.
+func New(cfg Config) (*Server, error) {
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	st, err := store.New(cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:        cfg,
+		store:      st,
+		log:        log.New(os.Stderr, "", 0),
+		started:    time.Now(),
+		conns:      make(map[uint64]*conn),
+		shutdownCh: make(chan struct{}),
+		ready:      make(chan struct{}),
+	}
+	// The protocol-visible version leads with the memcached release whose
+	// behaviour we reproduce, so that clients which gate features on the
+	// server version (libmemcached parses major.minor.micro) treat us as
+	// that release.
+	v := cfg.Version
+	if v == "" {
+		v = "devel"
+	}
+	s.cfg.Version = MemcachedVersion + "-vbcache-" + v
+	s.limitMaxbytes.Store(cfg.Store.MaxBytes)
+	s.hashpowerInit = cfg.Store.HashPower
+	s.tun = tunables{
+		slabAutomove: 1, automoveRatio: 0.8, automoveWindow: 30,
+		hotPct: cfg.Store.HotLRUPct, warmPct: cfg.Store.WarmLRUPct,
+		hotFactor: 0.2, warmFactor: 2.0, segmented: !cfg.Store.FlatLRU,
+		tempTTL: 61, crawlerSleep: 100,
+	}
+	if !cfg.SlabReassign {
+		s.tun.slabAutomove = 0
+	}
+	s.verbosity.Store(int32(cfg.Verbose))
+	s.detailEnabled.Store(cfg.DetailEnabled)
+	s.crawlerOn.Store(cfg.LRUCrawler)
+	st.SetCrawler(cfg.LRUCrawler)
+	s.detail.init()
+	return s, nil
+}
+
+// Store returns the node's item store (for tests and the stats of
+// embedding programs).
+func (s *Server) Store() *store.Store { return s.store }
+
+// Listen opens the configured listeners. Serve calls it if it has not been
+// called; calling it first lets a caller learn the bound addresses.
+func (s *Server) Listen() error {
+	s.listenOnce.Do(func() {
+		s.listenErr = s.listen()
+		if s.listenErr == nil {
+			close(s.ready)
+		}
+	})
+	return s.listenErr
+}
+
+func (s *Server) listen() error {
+	cfg := &s.cfg
+	var lns []net.Listener
+	var pcs []net.PacketConn
+	fail := func(err error) error {
+		for _, l := range lns {
+			l.Close()
+		}
+		for _, p := range pcs {
+			p.Close()
+		}
+		return err
+	}
+	if cfg.UnixSocket != "" {
+		os.Remove(cfg.UnixSocket)
+		l, err := net.Listen("unix", cfg.UnixSocket)
+		if err != nil {
+			return fail(fmt.Errorf("failed to listen on UNIX socket \"%s\": %w", cfg.UnixSocket, err))
+		}
+		mask := cfg.UnixMask
+		if mask == 0 {
+			mask = 0o700
+		}
+		os.Chmod(cfg.UnixSocket, os.FileMode(mask))
+		lns = append(lns, l)
+	} else {
+		addrs := cfg.Listen
+		if len(addrs) == 0 {
+			addrs = []string{""}
+		}
+		tcpPort := cfg.Port
+		for _, a := range addrs {
+			host, port := "", ""
+			if a != "" {
+				spec, err := ParseListenSpec(a)
+				if err != nil {
+					return fail(err)
+				}
+				host = spec.Host
+				if spec.HasPort {
+					port = strconv.Itoa(max(spec.Port, 0))
+				}
+			}
+			if tcpPort != 0 || port != "" {
+				if port == "" {
+					port = strconv.Itoa(max(tcpPort, 0))
+				}
+				l, err := net.Listen("tcp", net.JoinHostPort(host, port))
+				if err != nil {
+					return fail(fmt.Errorf("failed to listen on TCP port %s: %w", port, err))
+				}
+				lns = append(lns, l)
+			}
+			if cfg.UDPPort != 0 {
+				p := cfg.UDPPort
+				if p < 0 {
+					p = 0
+				}
+				pc, err := net.ListenPacket("udp", net.JoinHostPort(host, strconv.Itoa(p)))
+				if err != nil {
+					return fail(fmt.Errorf("failed to listen on UDP port %d: %w", p, err))
+				}
+				pcs = append(pcs, pc)
+			}
+		}
+	}
+	s.mu.Lock()
+	s.listeners = lns
+	s.udp = pcs
+	s.mu.Unlock()
+	if cfg.PortFile != "" {
+		if err := s.writePortFile(cfg.PortFile); err != nil {
+			return fail(err)
+		}
+	}
+	return nil
+}
+
+// writePortFile writes memcached's MEMCACHED_PORT_FILENAME format through a
+// temporary file and a rename, so readers never see a partial file.
+func (s *Server) writePortFile(name string) error {
+	var b strings.Builder
+	for _, l := range s.listeners {
+		if a, ok := l.Addr().(*net.TCPAddr); ok {
+			fmt.Fprintf(&b, "TCP INET: %d\n", a.Port)
+		}
+	}
+	for _, p := range s.udp {
+		if a, ok := p.LocalAddr().(*net.UDPAddr); ok {
+			fmt.Fprintf(&b, "UDP INET: %d\n", a.Port)
+		}
+	}
+	tmp := name + ".lck"
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, name)
+}
+
+// Addrs returns the addresses the node listens on (after Listen).
+func (s *Server) Addrs() []net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []net.Addr
+	for _, l := range s.listeners {
+		out = append(out, l.Addr())
+	}
+	for _, p := range s.udp {
+		out = append(out, p.LocalAddr())
+	}
+	return out
+}
+
+// ShutdownRequested is closed when a client sent "shutdown" (with -A).
+func (s *Server) ShutdownRequested() <-chan struct{} { return s.shutdownCh }
+
+// Serve opens the listeners (unless Listen already did), serves until ctx is
+// done or a client sends "shutdown", then closes the listeners and every
+// connection, waits for all goroutines it started, stops the store and
+// returns. A shutdown by command or context returns nil.
+func (s *Server) Serve(ctx context.Context) error {
+	if err := s.Listen(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	lns := s.listeners
+	pcs := s.udp
+	s.mu.Unlock()
+	for _, l := range lns {
+		s.wg.Add(1)
+		go s.acceptLoop(l)
+	}
+	for _, p := range pcs {
+		s.wg.Add(1)
+		go s.serveUDP(p)
+	}
+	select {
+	case <-ctx.Done():
+	case <-s.shutdownCh:
+	}
+	s.closing.Store(true)
+	for _, l := range lns {
+		l.Close()
+	}
+	for _, p := range pcs {
+		p.Close()
+	}
+	s.mu.Lock()
+	for _, c := range s.conns {
+		c.nc.SetReadDeadline(time.Unix(1, 0))
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	s.store.Close()
+	if s.cfg.UnixSocket != "" {
+		os.Remove(s.cfg.UnixSocket)
+	}
+	return nil
+}
+
+func (s *Server) requestShutdown() {
+	s.shutdownOnce.Do(func() { close(s.shutdownCh) })
+}
+
+func (s *Server) acceptLoop(l net.Listener) {
+	defer s.wg.Done()
+	var backoff time.Duration
+	for {
+		nc, err := l.Accept()
+		if err != nil {
+			if s.closing.Load() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of descriptors or a transient error: back off like
+			// net/http does instead of spinning.
+			if backoff == 0 {
+				backoff = 5 * time.Millisecond
+			} else if backoff *= 2; backoff > time.Second {
+				backoff = time.Second
+			}
+			if s.verbosity.Load() > 0 {
+				s.log.Printf("accept: %v; retrying in %v", err, backoff)
+			}
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		s.totalConns.Add(1)
+		fd := s.allocFD()
+		if s.cfg.MaxConnsFast && fd >= s.cfg.MaxConns-1 {
+			s.freeFD(fd)
+			s.rejectedConns.Add(1)
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				nc.SetWriteDeadline(time.Now().Add(time.Second))
+				io.WriteString(nc, "ERROR Too many open connections\r\n")
+				nc.Close()
+			}()
+			continue
+		}
+		c := s.newConn(nc, l.Addr(), fd)
+		s.wg.Add(1)
+		go c.serve()
+	}
+}
+
+// allocFD hands out the lowest free descriptor number, as the kernel does
+// for memcached. The numbers start where memcached's first client
+// descriptor lands with one listener (3 standard descriptors, then
+// reservedFDs, then the listeners), so "-c N" admits the same number of
+// clients as memcached and "stats conns" shows familiar numbers.
+func (s *Server) allocFD() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	base := 3 + reservedFDs + len(s.listeners) + len(s.udp)
+	for i, used := range s.fds {
+		if !used {
+			s.fds[i] = true
+			return base + i
+		}
+	}
+	s.fds = append(s.fds, true)
+	return base + len(s.fds) - 1
+}
+
+func (s *Server) freeFD(fd int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	base := 3 + reservedFDs + len(s.listeners) + len(s.udp)
+	if i := fd - base; i >= 0 && i < len(s.fds) {
+		s.fds[i] = false
+	}
+}
+
+func (s *Server) newConn(nc net.Conn, listen net.Addr, fd int) *conn {
+	c := newConn(s, nc)
+	c.listen = listen
+	c.fd = fd
+	s.mu.Lock()
+	s.nextID++
+	c.id = s.nextID
+	s.conns[c.id] = c
+	s.mu.Unlock()
+	c.ctr = &s.counters[c.id%counterShards]
+	s.currConns.Add(1)
+	s.connStructures.Store(max(s.connStructures.Load(), uint64(s.currConns.Load())))
+	return c
+}
+
+func (s *Server) dropConn(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c.id)
+	s.mu.Unlock()
+	s.freeFD(c.fd)
+	s.currConns.Add(-1)
+}

@@ -1,0 +1,148 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vbcache/vbcache/internal/clock"
+	"github.com/vbcache/vbcache/internal/store"
+)
+
+// startServer runs an in-process node on a loopback port for the test.
+func startServer(t testing.TB, mutate func(*Config)) (*Server, string) {
+	t.Helper()
+	cfg := Config{Port: -1, PortSet: true, Listen: []string{"127.0.0.1"}, MaxConnsFast: true, LRUCrawler: true, SlabReassign: true, Version: "test"}
+	cfg.Store.Clock = clock.NewFake(time.Unix(1700000000, 0))
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return s, s.Addrs()[0].String()
+}
+
+// roundTrip sends req and reads until the reply ends with want's length of
+// bytes or the connection closes.
+func roundTrip(t testing.TB, addr, req string, wantLen int) string {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if _, err := io.WriteString(nc, req); err != nil {
+		t.Fatal(err)
+	}
+	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, wantLen)
+	n, _ := io.ReadFull(nc, buf)
+	return string(buf[:n])
+}
+
+func TestTextBasics(t *testing.T) {
+	_, addr := startServer(t, nil)
+	cases := []struct{ req, want string }{
+		{"set a 0 0 1\r\nx\r\nget a b\r\n", "STORED\r\nVALUE a 0 1\r\nx\r\nEND\r\n"},
+		{"set n 5 0 3\r\n100\r\ndecr n 1\r\nget n\r\n", "STORED\r\n99\r\nVALUE n 5 3\r\n99 \r\nEND\r\n"},
+		{"incr nope 1\r\n", "NOT_FOUND\r\n"},
+		{"set big 0 0 2\r\nab\r\nincr big 1\r\n", "STORED\r\nCLIENT_ERROR cannot increment or decrement non-numeric value\r\n"},
+		{"set w 0 0 20\r\n18446744073709551615\r\nincr w 2\r\n", "STORED\r\n1\r\n"},
+		{"add a 0 0 1\r\ny\r\nreplace zz 0 0 1\r\ny\r\n", "NOT_STORED\r\nNOT_STORED\r\n"},
+		{"set k 0 0 3\r\nabcde\r\n", "CLIENT_ERROR bad data chunk\r\nERROR\r\n"},
+		{"delete k 1\r\n", "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n"},
+		{"get " + strings.Repeat("a", 251) + "\r\n", "CLIENT_ERROR bad command line format\r\n"},
+		{"set q 0 0 1 noreply\r\nz\r\nget q\r\n", "VALUE q 0 1\r\nz\r\nEND\r\n"},
+		{"mn\r\n", "MN\r\n"},
+		{"bogus\r\n", "ERROR\r\n"},
+	}
+	for _, c := range cases {
+		if got := roundTrip(t, addr, c.req, len(c.want)); got != c.want {
+			t.Errorf("%q:\n got %q\nwant %q", c.req, got, c.want)
+		}
+	}
+}
+
+func TestLineTooLongCloses(t *testing.T) {
+	_, addr := startServer(t, nil)
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	io.WriteString(nc, "set "+strings.Repeat("x", 3000))
+	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := bufio.NewReader(nc).ReadByte(); err != io.EOF {
+		t.Fatalf("want EOF after an over-long line, got %v", err)
+	}
+}
+
+func TestShutdownCommand(t *testing.T) {
+	s, addr := startServer(t, func(c *Config) { c.EnableShutdown = true })
+	roundTrip(t, addr, "shutdown\r\n", 1)
+	select {
+	case <-s.ShutdownRequested():
+	case <-time.After(5 * time.Second):
+		t.Fatal("shutdown was not requested")
+	}
+}
+
+// FuzzConn feeds arbitrary bytes to a connection's command loop (with a
+// real store, no socket): no input may panic it or make it hang, and the
+// connection must never hold the store's lock afterwards.
+func FuzzConn(f *testing.F) {
+	for _, s := range []string{
+		"set a 0 0 1\r\nx\r\nget a b\r\n", "gets a\r\ngat 10 a\r\nincr a 1\r\n",
+		"ms k 2 T0 F5 c k O1\r\nhi\r\nmg k v c f t s k h l O2 q\r\nmn\r\n",
+		"ma k N0 J5 D2 v\r\nma k MD v t c\r\nmd k I T30\r\nmg k v\r\nme k\r\n",
+		"mg Zm9v b k v N30\r\nms Zm9v 3 b MA\r\nabc\r\n", "cas a 0 0 1 99\r\nz\r\n",
+		"flush_all 10\r\nstats\r\nstats settings\r\nstats items\r\nstats slabs\r\nstats detail dump\r\n",
+		"lru_crawler metadump all\r\nstats cachedump 1 0\r\nverbosity 1\r\nversion\r\n",
+		"set k 0 0 4294967295\r\n", "get " + strings.Repeat("k ", 30) + "\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	s, err := New(Config{Port: -1, PortSet: true, MaxConnsFast: true, Version: "fuzz",
+		Store: storeCfgForFuzz()})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(s.store.Close)
+	f.Fuzz(func(t *testing.T, in []byte) {
+		c := newConn(s, nil)
+		c.ctr = &s.counters[0]
+		c.rbuf = append([]byte(nil), in...)
+		c.r, c.w = 0, len(in)
+		c.processInput()
+		// The lock must be free: a fresh transaction on any key succeeds.
+		var c2 conn
+		c2.s = s
+		s.store.Begin(&c2.tx, []byte("probe"))
+		c2.tx.End()
+	})
+}
+
+func storeCfgForFuzz() (sc store.Config) {
+	sc.MaxBytes = 8 << 20
+	sc.ItemSizeMax = 64 << 10
+	sc.SlabPageSize = 64 << 10
+	return sc
+}
