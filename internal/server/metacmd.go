@@ -67,11 +67,10 @@ func (c *conn) metaGet() {
 	}
 	created := false
 	if oc != store.Hit && f.Vivify {
+		// memcached does not mark a vivified item's key as binary, so a
+		// later k flag returns it raw.
 		if tx.Store(0, 0, 0, nil, nil) == nil {
 			created = true
-			if f.KeyBinary {
-				tx.SetKeyBinary(true)
-			}
 		}
 	}
 	start := len(c.out)

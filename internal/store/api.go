@@ -1,8 +1,8 @@
 package store
 
 // This file is the contract between the store and its callers (the server's
-// protocol handlers). Bodies marked "unimplemented" are filled in by the
-// store implementation; signatures and documented semantics are fixed.
+// protocol handlers). Signatures and documented semantics are fixed; the
+// bodies delegate to the implementation in the other files (see doc.go).
 
 import (
 	"errors"
@@ -71,88 +71,165 @@ type Tx struct {
 
 // Begin starts a transaction on key and looks it up. The key bytes must stay
 // unchanged until End. Expired or flushed items are unlinked by the lookup.
-func (s *Store) Begin(tx *Tx, key []byte) Outcome { panic("unimplemented") }
+func (s *Store) Begin(tx *Tx, key []byte) Outcome {
+	return s.begin(tx, key)
+}
 
 // End releases the shard lock. The Tx may then be reused for another Begin.
-func (tx *Tx) End() { panic("unimplemented") }
+func (tx *Tx) End() {
+	tx.end()
+}
 
 // Found reports whether the transaction currently holds a live item (after
 // Begin's lookup, and after any Store or Delete made through the Tx).
-func (tx *Tx) Found() bool { panic("unimplemented") }
+func (tx *Tx) Found() bool {
+	return tx.cur != 0
+}
 
 // Value returns the held item's data (valid until End or a mutation).
-func (tx *Tx) Value() []byte { panic("unimplemented") }
+func (tx *Tx) Value() []byte {
+	if tx.it == nil {
+		return nil
+	}
+	return tx.it.value()
+}
 
 // Flags returns the held item's 32-bit client flags.
-func (tx *Tx) Flags() uint32 { panic("unimplemented") }
+func (tx *Tx) Flags() uint32 {
+	if tx.it == nil {
+		return 0
+	}
+	return tx.it.flags
+}
 
 // CAS returns the held item's CAS unique (0 when CAS is disabled).
-func (tx *Tx) CAS() uint64 { panic("unimplemented") }
+func (tx *Tx) CAS() uint64 {
+	if tx.it == nil || tx.s.cfg.DisableCAS {
+		return 0
+	}
+	return tx.it.cas
+}
 
 // TTL returns the seconds left before the held item expires, or -1 when it
 // never expires.
-func (tx *Tx) TTL() int64 { panic("unimplemented") }
+func (tx *Tx) TTL() int64 {
+	if tx.it == nil || tx.it.exptime == 0 {
+		return -1
+	}
+	return int64(tx.it.exptime) - int64(tx.now)
+}
 
 // LastAccess returns the seconds since the held item was last accessed
 // (stored, fetched or touched).
-func (tx *Tx) LastAccess() int64 { panic("unimplemented") }
+func (tx *Tx) LastAccess() int64 {
+	if tx.it == nil {
+		return 0
+	}
+	return int64(tx.now) - int64(tx.it.atime.Load())
+}
 
 // Fetched reports whether the held item was fetched since it was stored.
-func (tx *Tx) Fetched() bool { panic("unimplemented") }
+func (tx *Tx) Fetched() bool {
+	return tx.it != nil && tx.it.has(stFetched)
+}
 
 // ClassID returns the slab class id of the held item (for me / metadump).
-func (tx *Tx) ClassID() int { panic("unimplemented") }
+func (tx *Tx) ClassID() int {
+	if tx.it == nil {
+		return 0
+	}
+	return int(tx.it.class)
+}
 
 // Size returns the total bytes the held item occupies (header + key + value),
 // as memcached's "size=" in me/metadump.
-func (tx *Tx) Size() int { panic("unimplemented") }
+func (tx *Tx) Size() int {
+	if tx.it == nil {
+		return 0
+	}
+	return tx.it.size()
+}
 
 // Bump records an access: it sets the fetched and active bits and the last
 // access time (what a get does unless meta's u flag asks not to).
-func (tx *Tx) Bump() { panic("unimplemented") }
+func (tx *Tx) Bump() {
+	tx.bump()
+}
 
 // Touch sets the held item's expiry to exptime, a relative store time as
 // returned by Store.RelTime.
-func (tx *Tx) Touch(exptime uint32) { panic("unimplemented") }
+func (tx *Tx) Touch(exptime uint32) {
+	if tx.it != nil {
+		tx.it.exptime = exptime
+		tx.it.atime.Store(tx.now)
+	}
+}
 
 // Stale and TokenSent are the meta protocol's invalidation bits (X/W/Z).
-func (tx *Tx) Stale() bool { panic("unimplemented") }
+func (tx *Tx) Stale() bool {
+	return tx.it != nil && tx.it.has(stStale)
+}
 
 // TokenSent reports whether a recache token (W) was already handed out.
-func (tx *Tx) TokenSent() bool { panic("unimplemented") }
+func (tx *Tx) TokenSent() bool {
+	return tx.it != nil && tx.it.has(stToken)
+}
 
 // SetStale sets the stale bit (meta I).
-func (tx *Tx) SetStale(v bool) { panic("unimplemented") }
+func (tx *Tx) SetStale(v bool) {
+	if tx.it != nil {
+		tx.it.setBit(stStale, v)
+	}
+}
 
 // SetTokenSent sets the win-token bit.
-func (tx *Tx) SetTokenSent(v bool) { panic("unimplemented") }
+func (tx *Tx) SetTokenSent(v bool) {
+	if tx.it != nil {
+		tx.it.setBit(stToken, v)
+	}
+}
 
 // SetCAS overwrites the held item's CAS (meta E, and "md I" bumping the CAS
 // uses NextCAS).
-func (tx *Tx) SetCAS(cas uint64) { panic("unimplemented") }
+func (tx *Tx) SetCAS(cas uint64) {
+	if tx.it != nil && !tx.s.cfg.DisableCAS {
+		tx.it.cas = cas
+	}
+}
 
 // NextCAS returns a fresh CAS unique from the store's counter (0 when CAS is
 // disabled).
-func (tx *Tx) NextCAS() uint64 { panic("unimplemented") }
+func (tx *Tx) NextCAS() uint64 {
+	return tx.s.nextCAS()
+}
 
 // Store links a new item for the transaction's key, replacing the held item
 // if any. The value is the concatenation of a and b (b may be nil; append and
 // prepend pass the old and new data in the right order, incr passes the new
 // digits). cas 0 means "take a fresh CAS from the counter". After a
-// successful Store the Tx holds the new item. On ErrTooLarge and ErrNoMemory
+// successful Store the Tx holds the new item. a and b may alias the held
+// item's Value (they are copied before it is freed); they may be reused
+// after the call. Keys longer than 255 bytes give ErrTooLarge (the server
+// checks memcached's 250 first). On ErrTooLarge and ErrNoMemory
 // nothing changes (the caller deletes the old item itself where memcached
 // does).
 func (tx *Tx) Store(flags uint32, exptime uint32, cas uint64, a, b []byte) error {
-	panic("unimplemented")
+	return tx.store(flags, exptime, cas, a, b)
 }
 
 // Overwrite replaces the held item's value in place with v, which must not
 // be longer than the current value, and gives it a fresh CAS (memcached's
-// in-place incr/decr). It returns false when it cannot (then use Store).
-func (tx *Tx) Overwrite(v []byte) bool { panic("unimplemented") }
+// in-place incr/decr). A shorter v is padded with spaces up to the old
+// length, so the value length never changes (as memcached's incr does).
+// It returns false when it cannot (then use Store).
+func (tx *Tx) Overwrite(v []byte) bool {
+	return tx.overwrite(v)
+}
 
 // Delete unlinks the held item. Afterwards Found is false.
-func (tx *Tx) Delete() { panic("unimplemented") }
+func (tx *Tx) Delete() {
+	tx.delete()
+}
 
 // Store is the item store.
 type Store struct {
@@ -160,28 +237,41 @@ type Store struct {
 }
 
 // New returns a store for cfg (after applying defaults and validating).
-func New(cfg Config) (*Store, error) { panic("unimplemented") }
+func New(cfg Config) (*Store, error) {
+	return newStore(cfg)
+}
 
 // Close stops the store's background goroutines (the LRU crawler) and waits
 // for them to exit.
-func (s *Store) Close() { panic("unimplemented") }
+func (s *Store) Close() {
+	s.close()
+}
 
 // RelTime converts a protocol exptime (memcached's rules: 0 never; up to 30
 // days relative; larger is absolute unix time; negative is already expired)
 // to store time. 0 means never.
-func (s *Store) RelTime(exptime int64) uint32 { panic("unimplemented") }
+func (s *Store) RelTime(exptime int64) uint32 {
+	return s.relTime(exptime)
+}
 
 // Now returns the current store time (seconds since the store started, as
 // memcached's current_time) and the matching unix time.
-func (s *Store) Now() (rel uint32, unix int64) { panic("unimplemented") }
+func (s *Store) Now() (rel uint32, unix int64) {
+	rel = s.now()
+	return rel, s.base + int64(rel)
+}
 
 // Flush makes every item stored before the given moment invisible
 // (flush_all). exptime uses RelTime's rules; 0 means now.
-func (s *Store) Flush(exptime int64) { panic("unimplemented") }
+func (s *Store) Flush(exptime int64) {
+	s.flush(exptime)
+}
 
 // SetMemLimit changes the memory limit (cache_memlimit). Lowering it below
 // what is in use evicts lazily as new items arrive.
-func (s *Store) SetMemLimit(bytes int64) error { panic("unimplemented") }
+func (s *Store) SetMemLimit(bytes int64) error {
+	return s.setMemLimit(bytes)
+}
 
 // Stats are the store-wide counters, named after memcached's "stats" keys.
 type Stats struct {
@@ -212,14 +302,20 @@ type ClassStats struct {
 }
 
 // ReadStats fills st with the current counters.
-func (s *Store) ReadStats(st *Stats) { panic("unimplemented") }
+func (s *Store) ReadStats(st *Stats) {
+	s.readStats(st)
+}
 
 // ReadClassStats calls fn for each slab class that has ever held a page, in
 // class id order.
-func (s *Store) ReadClassStats(fn func(*ClassStats)) { panic("unimplemented") }
+func (s *Store) ReadClassStats(fn func(*ClassStats)) {
+	s.readClassStats(fn)
+}
 
 // ResetStats zeroes the resettable counters (stats reset).
-func (s *Store) ResetStats() { panic("unimplemented") }
+func (s *Store) ResetStats() {
+	s.resetStats()
+}
 
 // DumpItem describes one item for cachedump, metadump and me.
 type DumpItem struct {
@@ -234,18 +330,31 @@ type DumpItem struct {
 }
 
 // CacheDump calls fn for up to limit items of class id (0 = no limit),
-// most recently used first (stats cachedump).
-func (s *Store) CacheDump(classID, limit int, fn func(*DumpItem)) { panic("unimplemented") }
+// most recently used first (stats cachedump): HOT, then WARM, then COLD.
+// fn runs under a shard lock and must not call into the store.
+func (s *Store) CacheDump(classID, limit int, fn func(*DumpItem)) {
+	s.cacheDump(classID, limit, fn)
+}
 
-// MetaDump calls fn for every live item (lru_crawler metadump all).
-func (s *Store) MetaDump(fn func(*DumpItem)) { panic("unimplemented") }
+// MetaDump calls fn for every live item (lru_crawler metadump all), in no
+// particular order. fn runs under a shard lock and must not call into the
+// store.
+func (s *Store) MetaDump(fn func(*DumpItem)) {
+	s.metaDump(fn)
+}
 
 // Crawl reclaims the expired items of all classes now (lru_crawler crawl).
-func (s *Store) Crawl() { panic("unimplemented") }
+func (s *Store) Crawl() {
+	s.crawl()
+}
 
 // SetCrawler enables or disables the background crawler.
-func (s *Store) SetCrawler(on bool) { panic("unimplemented") }
+func (s *Store) SetCrawler(on bool) {
+	s.crawlerOn.Store(on)
+}
 
 // ClassFor returns the slab class id an item of this key and value length
 // would use, or 0 when it is too large.
-func (s *Store) ClassFor(nkey, nbytes int) int { panic("unimplemented") }
+func (s *Store) ClassFor(nkey, nbytes int) int {
+	return s.classForSize(nkey, nbytes)
+}

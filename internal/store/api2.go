@@ -1,0 +1,37 @@
+package store
+
+// Additions to the contract in api.go, made by the server's author after
+// the first draft.
+
+import "errors"
+
+// Errors returned by Reassign, worded after memcached's "slabs reassign"
+// answers.
+var (
+	ErrBadClass  = errors.New("store: invalid src or dst class id")
+	ErrSameClass = errors.New("store: src and dst class are identical")
+	ErrNoSpare   = errors.New("store: source class has no spare pages")
+)
+
+// KeyBinary reports whether the held item's key was stored base64-encoded
+// by a meta command (its "b" flag), so that meta replies re-encode it.
+func (tx *Tx) KeyBinary() bool { return tx.it != nil && tx.it.has(stBinary) }
+
+// SetKeyBinary sets the held item's binary-key bit.
+func (tx *Tx) SetKeyBinary(v bool) {
+	if tx.it != nil {
+		tx.it.setBit(stBinary, v)
+	}
+}
+
+// Reassign moves one page from class src to class dst ("slabs reassign";
+// src -1 means any class with a page to spare), evicting the items on it.
+func (s *Store) Reassign(src, dst int) error { return s.reassign(src, dst) }
+
+// SetLRU changes the LRU split at run time ("lru tune" and "lru mode"):
+// the HOT and WARM percentages and whether the LRU is flat.
+func (s *Store) SetLRU(hotPct, warmPct int, flat bool) {
+	s.hotPct.Store(int32(hotPct))
+	s.warmPct.Store(int32(warmPct))
+	s.flat.Store(flat)
+}

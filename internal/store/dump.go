@@ -1,0 +1,88 @@
+package store
+
+// fillDump describes a linked item. Caller holds its shard lock.
+func (s *Store) fillDump(d *DumpItem, it *hdr) {
+	*d = DumpItem{
+		Key:        it.key(),
+		Exptime:    -1,
+		LastAccess: s.base + int64(it.atime.Load()),
+		CAS:        it.cas,
+		Fetched:    it.has(stFetched),
+		ClassID:    int(it.class),
+		Size:       it.size(),
+		Nbytes:     int(it.nbytes),
+	}
+	if it.exptime != 0 {
+		d.Exptime = s.base + int64(it.exptime)
+	}
+	if s.cfg.DisableCAS {
+		d.CAS = 0
+	}
+}
+
+// cacheDump implements CacheDump. It collects the class's handles in LRU
+// order under the class lock (reading only fields that are immutable while
+// linked), then revisits each under its shard lock, skipping items that were
+// unlinked meanwhile.
+func (s *Store) cacheDump(classID, limit int, fn func(*DumpItem)) {
+	if classID < 1 || classID >= len(s.classes) {
+		return
+	}
+	c := &s.classes[classID]
+	type ref struct {
+		h         uint32
+		hash, seq uint64
+	}
+	var refs []ref
+	c.mu.Lock()
+	for _, seg := range [...]int{segHot, segWarm, segCold} {
+		for h := c.head[seg]; h != 0 && (limit <= 0 || len(refs) < limit); h = s.hdr(h).next {
+			it := s.hdr(h)
+			refs = append(refs, ref{h, it.hash, it.seq})
+		}
+	}
+	c.mu.Unlock()
+	now := s.now()
+	var d DumpItem
+	for _, r := range refs {
+		sh := s.shardOf(r.hash)
+		sh.mu.Lock()
+		for h := sh.table[bucket(sh, r.hash)]; h != 0; h = s.hdr(h).hnext {
+			if it := s.hdr(h); h == r.h && it.seq == r.seq {
+				if s.deadLocked(it, now) == Hit {
+					s.fillDump(&d, it)
+					fn(&d)
+				}
+				break
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// metaDump implements MetaDump: shard by shard, under each shard lock.
+func (s *Store) metaDump(fn func(*DumpItem)) {
+	now := s.now()
+	var d DumpItem
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for _, h := range sh.table {
+			for ; h != 0; h = s.hdr(h).hnext {
+				if it := s.hdr(h); s.deadLocked(it, now) == Hit {
+					s.fillDump(&d, it)
+					fn(&d)
+				}
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+func (s *Store) classForSize(nkey, nbytes int) int {
+	total := hdrSize + nkey + nbytes
+	if nkey < 0 || nbytes < 0 || total > s.cfg.ItemSizeMax || nkey > 255 {
+		return 0
+	}
+	return s.classFor(total)
+}

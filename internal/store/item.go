@@ -1,0 +1,114 @@
+package store
+
+import (
+	"sync/atomic"
+	"unsafe"
+)
+
+// hdrSize is the size of an item header; the key follows it, then the value.
+const hdrSize = 64
+
+// hdr is the item header at the start of every chunk. It is overlaid on slab
+// memory and contains no Go pointers. Which lock protects each field is
+// noted; "immutable" means written once before the item is linked (under the
+// allocating Tx's shard lock, then published by the class lock taken to link
+// it) and never changed while it is linked.
+type hdr struct {
+	prev    uint32        // LRU (or free list) previous handle: class lock
+	next    uint32        // LRU (or free list) next handle: class lock
+	hnext   uint32        // hash chain: shard lock
+	exptime uint32        // store time of expiry, 0 never: shard lock
+	atime   atomic.Uint32 // store time of last access: atomic
+	state   atomic.Uint32 // st* bits and LRU segment: atomic
+	utime   uint32        // store time of the Store that made it: immutable
+	flags   uint32        // client flags: immutable
+	nbytes  uint32        // value length: immutable
+	nkey    uint8         // key length: immutable
+	class   uint8         // slab class id: immutable
+	vbucket uint16        // reserved for per-vbucket iteration (always 0 today)
+	cas     uint64        // CAS unique: shard lock
+	seq     uint64        // store sequence, for flush_all: immutable
+	hash    uint64        // maphash of the key: immutable
+}
+
+// Compile-time check that hdr is exactly hdrSize bytes.
+var _ [hdrSize - unsafe.Sizeof(hdr{})]struct{}
+var _ [unsafe.Sizeof(hdr{}) - hdrSize]struct{}
+
+// state bits.
+const (
+	stLinked  = 1 << 0 // in the index and an LRU list
+	stFree    = 1 << 1 // on the class free list (or free in a draining page)
+	stFetched = 1 << 2
+	stActive  = 1 << 3
+	stStale   = 1 << 4
+	stToken   = 1 << 5
+	stBinary  = 1 << 6 // key was base64 in a meta command
+	segShift  = 8
+	segMask   = 3 << segShift
+)
+
+// LRU segments.
+const (
+	segHot = iota
+	segWarm
+	segCold
+	nSegs
+)
+
+func (it *hdr) seg() int { return int(it.state.Load()&segMask) >> segShift }
+
+func (it *hdr) setSeg(seg int) {
+	for {
+		old := it.state.Load()
+		n := old&^segMask | uint32(seg)<<segShift
+		if it.state.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+func (it *hdr) has(bit uint32) bool { return it.state.Load()&bit != 0 }
+
+func (it *hdr) setBit(bit uint32, v bool) {
+	if v {
+		it.state.Or(bit)
+	} else {
+		it.state.And(^bit)
+	}
+}
+
+func (it *hdr) key() []byte {
+	return unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(it), hdrSize)), int(it.nkey))
+}
+
+func (it *hdr) value() []byte {
+	return unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(it), hdrSize+uintptr(it.nkey))), int(it.nbytes))
+}
+
+func (it *hdr) size() int { return hdrSize + int(it.nkey) + int(it.nbytes) }
+
+// pageSlot describes one slab page.
+type pageSlot struct {
+	base     unsafe.Pointer // &buf[0]
+	buf      []byte         // keeps the page alive; nil when released
+	csize    uint32         // chunk size of the owning class
+	class    uint8          // owning class id
+	draining bool           // being emptied for another class (owning class lock)
+}
+
+const (
+	groupBits = 10
+	groupMask = 1<<groupBits - 1
+)
+
+type pageGroup [1 << groupBits]pageSlot
+
+func (s *Store) slot(p uint32) *pageSlot { return &s.dir[p>>groupBits][p&groupMask] }
+
+// hdr returns the header of the chunk at handle h.
+func (s *Store) hdr(h uint32) *hdr {
+	p := h >> s.chunkBits
+	sl := &s.dir[p>>groupBits][p&groupMask]
+	return (*hdr)(unsafe.Add(sl.base, uintptr(h&s.chunkMask)*uintptr(sl.csize)))
+}
