@@ -681,9 +681,9 @@ func (o *serverOptions) applySubopt(item, key, val string, hasVal bool) error {
 			return fail(exitFailure, "lru_crawler_tocrawl takes a numeric 32bit value")
 		}
 	case "lru_maintainer":
-		o.lruMaintain, s.FlatLRU = true, false
+		o.lruMaintain, s.FlatLRU, c.NoLRUMaintainer = true, false, false
 	case "no_lru_maintainer":
-		o.lruMaintain, s.FlatLRU = false, true
+		o.lruMaintain, s.FlatLRU, c.NoLRUMaintainer = false, true, true
 	case "hot_lru_pct", "warm_lru_pct":
 		if err := missing("Missing %s argument"); err != nil {
 			return err
@@ -773,7 +773,7 @@ func (o *serverOptions) applySubopt(item, key, val string, hasVal bool) error {
 		}
 		c.SlabReassign, s.NoSlabReassign = false, true
 		c.MaxConnsFast = false
-		s.FlatLRU, o.lruMaintain = true, false
+		s.FlatLRU, o.lruMaintain, c.NoLRUMaintainer = true, false, true
 		c.LRUCrawler = false
 		o.hashAlgo = "jenkins"
 	case "sock_cookie_id":

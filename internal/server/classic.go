@@ -405,13 +405,18 @@ func (c *conn) update(sc storeCmd, rest []byte) (used, more int) {
 		s.detail.recordSet(key)
 	}
 	data := rest[:n]
-	cls := classIdx(s.store.ClassFor(len(key), int(vlen)))
-	c.ctr.class[cls].cmdSet.Add(1)
+	// memcached counts a set once it has allocated the item, so a set
+	// refused for memory is not counted (the class is the new data's).
+	setCtr := &c.ctr.class[classIdx(s.store.ClassFor(len(key), int(vlen)))].cmdSet
 	if data[n-2] != '\r' || data[n-1] != '\n' {
+		setCtr.Add(1)
 		c.reply("CLIENT_ERROR bad data chunk")
 		return n, 0
 	}
 	res, _ := c.storeItem(sc, key, flags, s.relTime(exp), data[:n-2], reqCAS, false, false)
+	if res != resNoMemory {
+		setCtr.Add(1)
+	}
 	switch res {
 	case resStored:
 		c.reply("STORED")

@@ -42,10 +42,13 @@ type Config struct {
 	IdleTimeout    time.Duration // -o idle_timeout (0: never)
 	MaxConnsFast   bool          // reject extra connections with "ERROR Too many open connections" (default on)
 	LRUCrawler     bool          // -o lru_crawler (on) / no_lru_crawler
-	SlabReassign   bool          // reported in stats settings
-	TrackSizes     bool          // -o track_sizes
-	PortFile       string        // MEMCACHED_PORT_FILENAME: write "TCP INET: <port>" lines here
-	Version        string        // reported by "version" (build version)
+	// NoLRUMaintainer is -o no_lru_maintainer (or no_modern): memcached
+	// then has a flat LRU and leaves the segment statistics out of stats.
+	NoLRUMaintainer bool
+	SlabReassign    bool   // reported in stats settings
+	TrackSizes      bool   // -o track_sizes
+	PortFile        string // MEMCACHED_PORT_FILENAME: write "TCP INET: <port>" lines here
+	Version         string // reported by "version" (build version)
 
 	Store store.Config
 }

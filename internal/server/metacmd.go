@@ -270,9 +270,9 @@ func (c *conn) metaSet(rest []byte) (used, more int) {
 	}
 	c.noreply = f.NoReply
 	data := rest[:n]
-	cls := classIdx(s.store.ClassFor(len(key), int(vlen)))
-	c.ctr.class[cls].cmdSet.Add(1)
+	setCtr := &c.ctr.class[classIdx(s.store.ClassFor(len(key), int(vlen)))].cmdSet
 	if data[n-2] != '\r' || data[n-1] != '\n' {
+		setCtr.Add(1)
 		c.replyErr("CLIENT_ERROR bad data chunk")
 		return n, 0
 	}
@@ -281,6 +281,9 @@ func (c *conn) metaSet(rest []byte) (used, more int) {
 		exptime = s.relTime(f.Exptime)
 	}
 	res, cas := c.storeItem(sc, key, f.ClientFlags, exptime, data[:n-2], f.CAS, f.SetStale && sc == cmdCAS, f.KeyBinary)
+	if res != resNoMemory {
+		setCtr.Add(1)
+	}
 	var code string
 	switch res {
 	case resStored:
@@ -516,7 +519,6 @@ func (c *conn) metaArithmetic() {
 func (c *conn) metaDebug() {
 	t := &c.toks
 	s := c.s
-	c.ctr.cmdMeta.Add(1)
 	if t.N < 3 || len(t.T[1]) > protocol.KeyMaxLength {
 		c.reply(protocol.ErrBadFormat)
 		return
@@ -531,6 +533,7 @@ func (c *conn) metaDebug() {
 		key = k
 	}
 	tx := &c.tx
+	c.ctr.cmdMeta.Add(1)
 	if s.store.Begin(tx, key) != store.Hit {
 		tx.End()
 		c.reply("EN")

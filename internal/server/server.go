@@ -60,6 +60,11 @@ import (
 // (memcached rejects a connection whose fd >= maxconns-1).
 const reservedFDs = 20
 
+// storeHeaderSlack is how much larger the store's item header (64 bytes)
+// is than memcached's item overhead without CAS and flags (48-byte header,
+// the key's NUL and the value's CRLF: 51 bytes), rounded up.
+const storeHeaderSlack = 16
+
 // MemcachedVersion is the memcached release whose text protocol this node
 // reproduces byte for byte.
 const MemcachedVersion = "1.6.18"
@@ -116,7 +121,13 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	st, err := store.New(cfg.Store)
+	// The item size limit (-I) is enforced here, in memcached's units (see
+	// itemSize). The store's own item header is up to storeHeaderSlack
+	// bytes larger than memcached's smallest, so it gets that much room
+	// to hold every item memcached would hold.
+	sc := cfg.Store
+	sc.ItemSizeMax += storeHeaderSlack
+	st, err := store.New(sc)
 	if err != nil {
 		return nil, err
 	}
@@ -381,14 +392,15 @@ func (s *Server) acceptLoop(l net.Listener) {
 }
 
 // allocFD hands out the lowest free descriptor number, as the kernel does
-// for memcached. The numbers start where memcached's first client
-// descriptor lands with one listener (3 standard descriptors, then
-// reservedFDs, then the listeners), so "-c N" admits the same number of
-// clients as memcached and "stats conns" shows familiar numbers.
+// for memcached. Numbers start where memcached's land: after the standard
+// descriptors and each worker thread's four (see firstListenFD), one per
+// TCP listener and one per thread for each UDP port. So "-c N" admits the
+// same number of clients as memcached's descriptor check
+// (fd >= maxconns-1 is refused) and "stats conns" shows familiar numbers.
 func (s *Server) allocFD() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	base := 3 + reservedFDs + len(s.listeners) + len(s.udp)
+	base := s.clientFDBaseLocked()
 	for i, used := range s.fds {
 		if !used {
 			s.fds[i] = true
@@ -402,10 +414,17 @@ func (s *Server) allocFD() int {
 func (s *Server) freeFD(fd int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	base := 3 + reservedFDs + len(s.listeners) + len(s.udp)
-	if i := fd - base; i >= 0 && i < len(s.fds) {
+	if i := fd - s.clientFDBaseLocked(); i >= 0 && i < len(s.fds) {
 		s.fds[i] = false
 	}
+}
+
+// firstListenFD is the descriptor memcached 1.6.18 gives its first
+// listening socket: 7 + 4 per worker thread (measured for -t 1, 2, 4, 8).
+func (s *Server) firstListenFD() int { return 7 + 4*s.cfg.Threads }
+
+func (s *Server) clientFDBaseLocked() int {
+	return s.firstListenFD() + len(s.listeners) + len(s.udp)*s.cfg.Threads
 }
 
 func (s *Server) newConn(nc net.Conn, listen net.Addr, fd int) *conn {

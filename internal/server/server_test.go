@@ -146,3 +146,70 @@ func storeCfgForFuzz() (sc store.Config) {
 	sc.SlabPageSize = 64 << 10
 	return sc
 }
+
+// newTestConn returns a socketless connection whose input is in and whose
+// replies collect in c.out.
+func newTestConn(s *Server, in string) *conn {
+	c := newConn(s, nil)
+	c.ctr = &s.counters[0]
+	c.rbuf = []byte(in)
+	c.r, c.w = 0, len(in)
+	return c
+}
+
+func TestHotPathDoesNotAllocate(t *testing.T) {
+	s, err := New(Config{Port: -1, PortSet: true, Version: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.store.Close()
+	c := newTestConn(s, "set key:1 0 0 10\r\n0123456789\r\n")
+	c.processInput()
+	if string(c.out) != "STORED\r\n" {
+		t.Fatalf("set: %q", c.out)
+	}
+	for _, req := range []string{
+		"get key:1\r\n",
+		"gets key:1 key:2\r\n",
+		"set key:1 0 0 10\r\n0123456789\r\n",
+		"mg key:1 v c f t\r\n",
+		"ms key:1 10 T0\r\n0123456789\r\n",
+		"delete key:2\r\n",
+	} {
+		in := []byte(req)
+		c.out = make([]byte, 0, 4096)
+		allocs := testing.AllocsPerRun(200, func() {
+			c.rbuf = in
+			c.r, c.w = 0, len(in)
+			c.out = c.out[:0]
+			c.processInput()
+		})
+		if allocs != 0 {
+			t.Errorf("%q allocates %.1f times per request", req, allocs)
+		}
+	}
+}
+
+func BenchmarkGetPipelined(b *testing.B) {
+	s, err := New(Config{Port: -1, PortSet: true, Version: "t"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.store.Close()
+	c := newTestConn(s, "set key:1 0 0 100\r\n"+strings.Repeat("v", 100)+"\r\n")
+	c.processInput()
+	in := []byte(strings.Repeat("get key:1\r\n", 16))
+	c.out = make([]byte, 0, 64<<10)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(in)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c.rbuf = in
+		c.r, c.w = 0, len(in)
+		c.out = c.out[:0]
+		c.processInput()
+	}
+	if len(c.out) == 0 {
+		b.Fatal("no replies")
+	}
+}

@@ -218,7 +218,10 @@ func (c *conn) generalStats() {
 		c.statUint("lru_crawler_running", 0)
 		c.statUint("lru_crawler_starts", s.crawlerStarts.Load())
 	}
-	c.statUint("lru_maintainer_juggles", 0)
+	maint := !s.cfg.NoLRUMaintainer
+	if maint {
+		c.statUint("lru_maintainer_juggles", 0)
+	}
 	c.statUint("malloc_fails", st.MallocFails)
 	c.statUint("log_worker_dropped", 0)
 	c.statUint("log_worker_written", 0)
@@ -233,17 +236,21 @@ func (c *conn) generalStats() {
 	c.statUint("slab_global_page_pool", st.SlabGlobalPagePool)
 	c.statUint("expired_unfetched", st.ExpiredUnfetched)
 	c.statUint("evicted_unfetched", st.EvictedUnfetched)
-	c.statUint("evicted_active", st.EvictedActive)
+	if maint {
+		c.statUint("evicted_active", st.EvictedActive)
+	}
 	c.statUint("evictions", st.Evictions)
 	c.statUint("reclaimed", st.Reclaimed)
 	c.statUint("crawler_reclaimed", st.CrawlerReclaimed)
 	c.statUint("crawler_items_checked", st.CrawlerItemsChecked)
 	c.statUint("lrutail_reflocked", st.LRUTailRefLocked)
-	c.statUint("moves_to_cold", st.MovesToCold)
-	c.statUint("moves_to_warm", st.MovesToWarm)
-	c.statUint("moves_within_lru", st.MovesWithinLRU)
-	c.statUint("direct_reclaims", st.DirectReclaims)
-	c.statUint("lru_bumps_dropped", 0)
+	if maint {
+		c.statUint("moves_to_cold", st.MovesToCold)
+		c.statUint("moves_to_warm", st.MovesToWarm)
+		c.statUint("moves_within_lru", st.MovesWithinLRU)
+		c.statUint("direct_reclaims", st.DirectReclaims)
+		c.statUint("lru_bumps_dropped", 0)
+	}
 }
 
 func protoName(p Protocol) string {
@@ -323,7 +330,7 @@ func (c *conn) settingsStats() {
 	c.statLine("flush_enabled", yesNo(!cfg.DisableFlush))
 	c.statLine("dump_enabled", yesNo(!cfg.DisableDumps))
 	c.statLine("hash_algorithm", "maphash")
-	c.statLine("lru_maintainer_thread", "yes")
+	c.statLine("lru_maintainer_thread", yesNo(!cfg.NoLRUMaintainer))
 	c.statLine("lru_segmented", yesNo(tu.segmented))
 	c.statLine("hot_lru_pct", strconv.Itoa(tu.hotPct))
 	c.statLine("warm_lru_pct", strconv.Itoa(tu.warmPct))
@@ -365,20 +372,19 @@ func (c *conn) settingsStats() {
 
 func (c *conn) itemStats() {
 	s := c.s
-	var tot totals
-	s.sumCounters(&tot)
 	s.store.ReadClassStats(func(cs *store.ClassStats) {
-		if cs.Number == 0 && cs.Evicted == 0 && cs.OutOfMemory == 0 {
+		if cs.Number == 0 {
 			return
 		}
 		p := "items:" + strconv.Itoa(cs.ID) + ":"
-		cls := classIdx(cs.ID)
 		c.statUint(p+"number", cs.Number)
-		c.statUint(p+"number_hot", cs.NumberHot)
-		c.statUint(p+"number_warm", cs.NumberWarm)
-		c.statUint(p+"number_cold", cs.NumberCold)
-		c.statUint(p+"age_hot", cs.AgeHot)
-		c.statUint(p+"age_warm", cs.AgeWarm)
+		if !s.cfg.NoLRUMaintainer {
+			c.statUint(p+"number_hot", cs.NumberHot)
+			c.statUint(p+"number_warm", cs.NumberWarm)
+			c.statUint(p+"number_cold", cs.NumberCold)
+			c.statUint(p+"age_hot", cs.AgeHot)
+			c.statUint(p+"age_warm", cs.AgeWarm)
+		}
 		c.statUint(p+"age", cs.Age)
 		c.statUint(p+"mem_requested", cs.MemRequested)
 		c.statUint(p+"evicted", cs.Evicted)
@@ -401,7 +407,6 @@ func (c *conn) itemStats() {
 		c.statUint(p+"hits_to_warm", cs.HitsToWarm)
 		c.statUint(p+"hits_to_cold", cs.HitsToCold)
 		c.statUint(p+"hits_to_temp", 0)
-		_ = tot.class[cls]
 	})
 }
 
@@ -457,17 +462,29 @@ func (c *conn) connStats() {
 	now := time.Now().Unix()
 	s.mu.Lock()
 	lns := s.listeners
+	udp := s.udp
 	conns := make([]*conn, 0, len(s.conns))
 	for _, x := range s.conns {
 		conns = append(conns, x)
 	}
 	s.mu.Unlock()
 	sort.Slice(conns, func(i, j int) bool { return conns[i].fd < conns[j].fd })
-	for i, l := range lns {
-		p := strconv.Itoa(3+reservedFDs+i) + ":"
+	fd := s.firstListenFD()
+	for _, l := range lns {
+		p := strconv.Itoa(fd) + ":"
+		fd++
 		c.statLine(p+"addr", addrString(l.Addr()))
 		c.statLine(p+"state", "conn_listening")
 		c.statLine(p+"secs_since_last_cmd", "0")
+	}
+	for _, u := range udp {
+		for range s.cfg.Threads { // memcached has one UDP socket per thread
+			p := strconv.Itoa(fd) + ":"
+			fd++
+			c.statLine(p+"addr", addrString(u.LocalAddr()))
+			c.statLine(p+"state", "conn_read")
+			c.statLine(p+"secs_since_last_cmd", "0")
+		}
 	}
 	for _, x := range conns {
 		p := strconv.Itoa(x.fd) + ":"
@@ -799,7 +816,7 @@ func (c *conn) lru() {
 			s.store.SetLRU(int(hot), int(warm), !tu.segmented)
 			c.reply("OK")
 		}
-	case sub == "mode" && t.N >= 4:
+	case sub == "mode" && t.N >= 4 && !s.cfg.NoLRUMaintainer:
 		switch string(t.T[2]) {
 		case "flat", "segmented":
 			tu.mu.Lock()
@@ -811,7 +828,7 @@ func (c *conn) lru() {
 		default:
 			c.reply("ERROR")
 		}
-	case sub == "temp_ttl" && t.N >= 4:
+	case sub == "temp_ttl" && t.N >= 4 && !s.cfg.NoLRUMaintainer:
 		v, ok := protocol.ParseInt32(t.T[2])
 		if !ok {
 			c.reply("ERROR")

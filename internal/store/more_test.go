@@ -394,13 +394,30 @@ func TestConfigValidation(t *testing.T) {
 		{GrowthFactor: 1},
 		{Shards: 3},
 		{HotLRUPct: 60, WarmLRUPct: 40},
-		{MaxBytes: 1 << 50},
 		{ItemSizeMax: 10},
 	} {
 		if s, err := New(cfg); err == nil {
 			s.Close()
 			t.Errorf("New(%+v) accepted", cfg)
 		}
+	}
+}
+
+// A limit beyond what page handles can address is capped, not refused:
+// memcached accepts any -m and cache_memlimit.
+func TestHugeLimitIsCapped(t *testing.T) {
+	s, err := New(Config{MaxBytes: 1 << 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var st Stats
+	s.ReadStats(&st)
+	if st.LimitMaxbytes == 0 || st.LimitMaxbytes >= 1<<50 {
+		t.Errorf("limit = %d, want a cap below 1<<50", st.LimitMaxbytes)
+	}
+	if err := s.SetMemLimit(1 << 40); err != nil {
+		t.Errorf("SetMemLimit(1 TiB): %v", err)
 	}
 }
 

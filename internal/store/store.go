@@ -2,7 +2,6 @@ package store
 
 import (
 	"errors"
-	"fmt"
 	"hash/maphash"
 	"math"
 	"math/bits"
@@ -142,10 +141,11 @@ func newStore(cfg Config) (*Store, error) {
 	s.maxPages = 1<<(32-s.chunkBits) - 1
 	s.dir = make([]*pageGroup, int(s.maxPages)>>groupBits+1)
 	s.nextPage = 1
-	if err := s.checkLimit(cfg.MaxBytes, minPage); err != nil {
+	limit, err := s.clampLimit(cfg.MaxBytes, minPage)
+	if err != nil {
 		return nil, err
 	}
-	s.limit = cfg.MaxBytes
+	s.limit = limit
 
 	s.shards = make([]shard, cfg.Shards)
 	s.shardMask = uint64(cfg.Shards - 1)
@@ -173,16 +173,18 @@ func newStore(cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// checkLimit reports whether a page budget of limit bytes fits in the
-// handle space (page numbers have 32-chunkBits bits).
-func (s *Store) checkLimit(limit int64, minPage int) error {
+// clampLimit checks a page budget and caps it at what the handle space
+// can address (page numbers have 32-chunkBits bits: 256 GiB of 1 MiB pages
+// with the default classes). memcached accepts any -m or cache_memlimit and
+// only allocates on demand; a cap the node can never reach changes nothing.
+func (s *Store) clampLimit(limit int64, minPage int) (int64, error) {
 	if limit <= 0 {
-		return errors.New("store: memory limit must be positive")
+		return 0, errors.New("store: memory limit must be positive")
 	}
-	if need := limit/int64(minPage) + int64(len(s.classes)) + 2; need > int64(s.maxPages) {
-		return fmt.Errorf("store: memory limit %d needs more than %d pages", limit, s.maxPages)
+	if max := (int64(s.maxPages) - int64(len(s.classes)) - 2) * int64(minPage); limit > max {
+		limit = max
 	}
-	return nil
+	return limit, nil
 }
 
 func (s *Store) minPageSize() int {
@@ -194,7 +196,8 @@ func (s *Store) minPageSize() int {
 }
 
 func (s *Store) setMemLimit(bytes int64) error {
-	if err := s.checkLimit(bytes, s.minPageSize()); err != nil {
+	bytes, err := s.clampLimit(bytes, s.minPageSize())
+	if err != nil {
 		return err
 	}
 	s.pageMu.Lock()
