@@ -49,7 +49,7 @@ type classCounters struct {
 const (
 	evictSearch  = 32 // tail items examined per eviction attempt
 	allocRetries = 4  // rounds of free list / page / evict / rescue
-	drainPasses  = 8  // passes over a page being emptied for another class
+	drainPasses  = 64 // passes over a page being emptied for another class
 )
 
 // pushFreeLocked puts chunk h on c's free list. Caller holds c.mu.
