@@ -3,8 +3,10 @@ package server
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -211,5 +213,164 @@ func BenchmarkGetPipelined(b *testing.B) {
 	}
 	if len(c.out) == 0 {
 		b.Fatal("no replies")
+	}
+}
+
+// TestThousandsOfConnections holds 1500 client connections open at once,
+// each storing and reading its own key, and checks every answer.
+func TestThousandsOfConnections(t *testing.T) {
+	const n = 1500
+	s, addr := startServer(t, func(c *Config) { c.MaxConns = 4096 })
+	conns := make([]net.Conn, n)
+	for i := range conns {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("dial %d: %v", i, err)
+		}
+		defer nc.Close()
+		conns[i] = nc
+	}
+	errs := make(chan error, n)
+	for i, nc := range conns {
+		go func() {
+			key := "conn:" + strconv.Itoa(i)
+			req := "set " + key + " 0 0 " + strconv.Itoa(len(key)) + "\r\n" + key + "\r\nget " + key + "\r\n"
+			want := "STORED\r\nVALUE " + key + " 0 " + strconv.Itoa(len(key)) + "\r\n" + key + "\r\nEND\r\n"
+			nc.SetDeadline(time.Now().Add(30 * time.Second))
+			if _, err := io.WriteString(nc, req); err != nil {
+				errs <- err
+				return
+			}
+			buf := make([]byte, len(want))
+			if _, err := io.ReadFull(nc, buf); err != nil {
+				errs <- err
+				return
+			}
+			if string(buf) != want {
+				errs <- fmt.Errorf("conn %d: got %q", i, buf)
+				return
+			}
+			errs <- nil
+		}()
+	}
+	for range conns {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := s.currConns.Load(); got != n {
+		t.Errorf("curr_connections = %d, want %d", got, n)
+	}
+}
+
+// TestMaxConnsRejects checks memcached's answer past -c.
+func TestMaxConnsRejects(t *testing.T) {
+	s, addr := startServer(t, func(c *Config) { c.MaxConns = 16; c.Threads = 1 })
+	// memcached admits clients while their descriptor is below maxconns-1;
+	// with -t 1 the first client descriptor is 12, so 3 fit.
+	var open []net.Conn
+	defer func() {
+		for _, c := range open {
+			c.Close()
+		}
+	}()
+	for i := 0; i < 3; i++ {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, nc)
+		if got := roundTripConn(t, nc, "version\r\n"); !strings.HasPrefix(got, "VERSION ") {
+			t.Fatalf("conn %d: %q", i, got)
+		}
+	}
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b, _ := io.ReadAll(nc)
+	if string(b) != "ERROR Too many open connections\r\n" {
+		t.Fatalf("4th connection got %q", b)
+	}
+	if s.rejectedConns.Load() != 1 {
+		t.Errorf("rejected_connections = %d", s.rejectedConns.Load())
+	}
+}
+
+func roundTripConn(t testing.TB, nc net.Conn, req string) string {
+	t.Helper()
+	io.WriteString(nc, req)
+	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	line, err := bufio.NewReader(nc).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	return line
+}
+
+// TestUDP speaks memcached's UDP framing: an 8-byte header on every
+// datagram, and a reply split into numbered datagrams.
+func TestUDP(t *testing.T) {
+	s, _ := startServer(t, func(c *Config) { c.UDPPort = -1 })
+	var uaddr string
+	for _, a := range s.Addrs() {
+		if a.Network() == "udp" {
+			uaddr = a.String()
+		}
+	}
+	if uaddr == "" {
+		t.Fatal("no UDP listener")
+	}
+	pc, err := net.Dial("udp", uaddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	send := func(id uint16, body string) {
+		hdr := []byte{byte(id >> 8), byte(id), 0, 0, 0, 1, 0, 0}
+		if _, err := pc.Write(append(hdr, body...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recv := func() (id, seq, total uint16, body string) {
+		pc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b := make([]byte, 2048)
+		n, err := pc.Read(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n < 8 {
+			t.Fatalf("short datagram %q", b[:n])
+		}
+		u := func(i int) uint16 { return uint16(b[i])<<8 | uint16(b[i+1]) }
+		return u(0), u(2), u(4), string(b[8:n])
+	}
+	value := strings.Repeat("v", 3000)
+	send(7, "set u 0 0 3000\r\n"+value+"\r\n")
+	if id, seq, total, body := recv(); id != 7 || seq != 0 || total != 1 || body != "STORED\r\n" {
+		t.Fatalf("set reply: id %d seq %d total %d %q", id, seq, total, body)
+	}
+	send(8, "get u\r\n")
+	want := "VALUE u 0 3000\r\n" + value + "\r\nEND\r\n"
+	got := make([]string, 0, 3)
+	var total uint16
+	for i := 0; ; i++ {
+		id, seq, tot, body := recv()
+		if id != 8 || int(seq) != i {
+			t.Fatalf("datagram %d: id %d seq %d", i, id, seq)
+		}
+		if len(body) > 1400-8 {
+			t.Fatalf("datagram %d carries %d bytes", i, len(body))
+		}
+		total = tot
+		got = append(got, body)
+		if i+1 == int(tot) {
+			break
+		}
+	}
+	if total != 3 || strings.Join(got, "") != want {
+		t.Fatalf("get over UDP: %d datagrams, %d bytes", total, len(strings.Join(got, "")))
 	}
 }
