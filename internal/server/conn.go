@@ -142,6 +142,12 @@ func (c *conn) serve() {
 		if err != nil {
 			if idle > 0 && errors.Is(err, os.ErrDeadlineExceeded) && !c.s.closing.Load() {
 				c.s.idleKicks.Add(1)
+				return
+			}
+			// A half-closed client still gets answers to what it sent.
+			if n > 0 {
+				c.processInput()
+				c.flush()
 			}
 			return
 		}

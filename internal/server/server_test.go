@@ -374,3 +374,40 @@ func TestUDP(t *testing.T) {
 		t.Fatalf("get over UDP: %d datagrams, %d bytes", total, len(strings.Join(got, "")))
 	}
 }
+
+// TestIdleTimeout: a connection silent for longer than idle_timeout is
+// closed and counted in idle_kicks. (Socket deadlines run on the real
+// clock; the timeout is short and the wait is bounded.)
+func TestIdleTimeout(t *testing.T) {
+	s, addr := startServer(t, func(c *Config) { c.IdleTimeout = 100 * time.Millisecond })
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := bufio.NewReader(nc).ReadByte(); err != io.EOF {
+		t.Fatalf("want EOF from an idle connection, got %v", err)
+	}
+	if s.idleKicks.Load() != 1 {
+		t.Errorf("idle_kicks = %d", s.idleKicks.Load())
+	}
+}
+
+// TestHalfClosedClientGetsAnswers: a client that sends its requests and
+// shuts its write side still receives every reply.
+func TestHalfClosedClientGetsAnswers(t *testing.T) {
+	_, addr := startServer(t, nil)
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	io.WriteString(nc, "set h 0 0 2\r\nhi\r\nget h\r\n")
+	nc.(*net.TCPConn).CloseWrite()
+	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	b, _ := io.ReadAll(nc)
+	if want := "STORED\r\nVALUE h 0 2\r\nhi\r\nEND\r\n"; string(b) != want {
+		t.Fatalf("got %q, want %q", b, want)
+	}
+}
