@@ -407,7 +407,7 @@ func (c *conn) update(sc storeCmd, rest []byte) (used, more int) {
 	data := rest[:n]
 	// memcached counts a set once it has allocated the item, so a set
 	// refused for memory is not counted (the class is the new data's).
-	setCtr := &c.ctr.class[classIdx(s.store.ClassFor(len(key), int(vlen)))].cmdSet
+	setCtr := &c.ctr.class[classIdx(s.store.ClassFor(len(key), flags, int(vlen)))].cmdSet
 	if data[n-2] != '\r' || data[n-1] != '\n' {
 		setCtr.Add(1)
 		c.reply("CLIENT_ERROR bad data chunk")

@@ -270,7 +270,7 @@ func (c *conn) metaSet(rest []byte) (used, more int) {
 	}
 	c.noreply = f.NoReply
 	data := rest[:n]
-	setCtr := &c.ctr.class[classIdx(s.store.ClassFor(len(key), int(vlen)))].cmdSet
+	setCtr := &c.ctr.class[classIdx(s.store.ClassFor(len(key), f.ClientFlags, int(vlen)))].cmdSet
 	if data[n-2] != '\r' || data[n-1] != '\n' {
 		setCtr.Add(1)
 		c.replyErr("CLIENT_ERROR bad data chunk")

@@ -125,6 +125,10 @@ func (c *conn) stats() {
 	case "slabs":
 		c.slabStats()
 		c.out = append(c.out, "END\r\n"...)
+	case "extstore":
+		// Debian's memcached is built with extstore and prints no extstore
+		// stats when none is configured; neither do we.
+		c.out = append(c.out, "END\r\n"...)
 	case "sizes":
 		c.statLine("sizes_status", "disabled")
 		c.out = append(c.out, "END\r\n"...)

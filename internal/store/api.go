@@ -147,7 +147,7 @@ func (tx *Tx) Size() int {
 	if tx.it == nil {
 		return 0
 	}
-	return tx.it.size()
+	return tx.it.size(tx.s.casBytes)
 }
 
 // Bump records an access: it sets the fetched and active bits and the last
@@ -355,6 +355,6 @@ func (s *Store) SetCrawler(on bool) {
 
 // ClassFor returns the slab class id an item of this key and value length
 // would use, or 0 when it is too large.
-func (s *Store) ClassFor(nkey, nbytes int) int {
-	return s.classForSize(nkey, nbytes)
+func (s *Store) ClassFor(nkey int, flags uint32, nbytes int) int {
+	return s.classForSize(nkey, flags, nbytes)
 }

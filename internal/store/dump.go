@@ -9,7 +9,7 @@ func (s *Store) fillDump(d *DumpItem, it *hdr) {
 		CAS:        it.cas,
 		Fetched:    it.has(stFetched),
 		ClassID:    int(it.class),
-		Size:       it.size(),
+		Size:       it.size(s.casBytes),
 		Nbytes:     int(it.nbytes),
 	}
 	if it.exptime != 0 {
@@ -31,14 +31,14 @@ func (s *Store) cacheDump(classID, limit int, fn func(*DumpItem)) {
 	c := &s.classes[classID]
 	type ref struct {
 		h         uint32
-		hash, seq uint64
+		hash, cas uint64
 	}
 	var refs []ref
 	c.mu.Lock()
 	for _, seg := range [...]int{segHot, segWarm, segCold} {
 		for h := c.head[seg]; h != 0 && (limit <= 0 || len(refs) < limit); h = s.hdr(h).next {
 			it := s.hdr(h)
-			refs = append(refs, ref{h, it.hash, it.seq})
+			refs = append(refs, ref{h, it.hash, it.cas})
 		}
 	}
 	c.mu.Unlock()
@@ -48,7 +48,7 @@ func (s *Store) cacheDump(classID, limit int, fn func(*DumpItem)) {
 		sh := s.shardOf(r.hash)
 		sh.mu.Lock()
 		for h := sh.table[bucket(sh, r.hash)]; h != 0; h = s.hdr(h).hnext {
-			if it := s.hdr(h); h == r.h && it.seq == r.seq {
+			if it := s.hdr(h); h == r.h && it.cas == r.cas {
 				if s.deadLocked(it, now) == Hit {
 					s.fillDump(&d, it)
 					fn(&d)
@@ -79,10 +79,9 @@ func (s *Store) metaDump(fn func(*DumpItem)) {
 	}
 }
 
-func (s *Store) classForSize(nkey, nbytes int) int {
-	total := hdrSize + nkey + nbytes
-	if nkey < 0 || nbytes < 0 || total > s.cfg.ItemSizeMax || nkey > 255 {
+func (s *Store) classForSize(nkey int, flags uint32, nbytes int) int {
+	if nkey < 0 || nbytes < 0 || hdrSize+nkey+nbytes > s.cfg.ItemSizeMax || nkey > 255 {
 		return 0
 	}
-	return s.classFor(total)
+	return s.classFor(footprint(nkey, flags, nbytes, s.casBytes, s.cfg.ItemSizeMax))
 }

@@ -6,7 +6,37 @@ import (
 )
 
 // hdrSize is the size of an item header; the key follows it, then the value.
-const hdrSize = 64
+const hdrSize = 56
+
+// mcItemHeader is sizeof(item) in memcached 1.6 on 64-bit machines. Slab
+// class sizes and item sizes are reckoned in memcached's units (mcSize) so
+// that class ids, chunk sizes, mem_requested and "bytes" read as
+// memcached's do; hdrSize is small enough that an item always fits in the
+// chunk memcached would give it (with CAS on; see footprint).
+const mcItemHeader = 48
+
+// mcSize is memcached's ITEM_ntotal: header, key and its NUL, the value
+// and its CRLF, 4 bytes of client flags when they are not zero, and the
+// CAS when it is enabled (casBytes 8, else 0).
+func mcSize(nkey int, flags uint32, nbytes, casBytes int) int {
+	n := mcItemHeader + nkey + 1 + nbytes + 2 + casBytes
+	if flags != 0 {
+		n += 4
+	}
+	return n
+}
+
+// footprint is the chunk size an item needs: its real size, or memcached's
+// if larger, so that it lands in the class memcached would pick. Near the
+// size limit memcached's size may pass ItemSizeMax while the real size
+// fits; the real size then decides (the largest class holds it).
+func footprint(nkey int, flags uint32, nbytes, casBytes, itemSizeMax int) int {
+	real := hdrSize + nkey + nbytes
+	if mc := mcSize(nkey, flags, nbytes, casBytes); mc > real && mc <= itemSizeMax {
+		return mc
+	}
+	return real
+}
 
 // hdr is the item header at the start of every chunk. It is overlaid on slab
 // memory and contains no Go pointers. Which lock protects each field is
@@ -26,8 +56,7 @@ type hdr struct {
 	nkey    uint8         // key length: immutable
 	class   uint8         // slab class id: immutable
 	vbucket uint16        // reserved for per-vbucket iteration (always 0 today)
-	cas     uint64        // CAS unique: shard lock
-	seq     uint64        // store sequence, for flush_all: immutable
+	cas     uint64        // CAS unique, also the store sequence for flush_all (kept when CAS is disabled): shard lock
 	hash    uint64        // maphash of the key: immutable
 }
 
@@ -86,7 +115,10 @@ func (it *hdr) value() []byte {
 	return unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(it), hdrSize+uintptr(it.nkey))), int(it.nbytes))
 }
 
-func (it *hdr) size() int { return hdrSize + int(it.nkey) + int(it.nbytes) }
+// size is the item's size in memcached's units (see mcSize).
+func (it *hdr) size(casBytes int) int {
+	return mcSize(int(it.nkey), it.flags, int(it.nbytes), casBytes)
+}
 
 // pageSlot describes one slab page.
 type pageSlot struct {

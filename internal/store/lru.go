@@ -42,7 +42,7 @@ func (s *Store) removeLRULocked(c *slabClass, h uint32, it *hdr) {
 func (s *Store) unlinkLRULocked(c *slabClass, h uint32, it *hdr) {
 	s.removeLRULocked(c, h, it)
 	it.state.And(^uint32(stLinked))
-	c.requested -= uint64(it.size())
+	c.requested -= uint64(it.size(s.casBytes))
 }
 
 // moveLocked moves item h to the head of segment seg.
@@ -165,7 +165,7 @@ func (s *Store) deadLocked(it *hdr, now uint32) Outcome {
 	if it.exptime != 0 && it.exptime <= now {
 		return Expired
 	}
-	if it.seq <= s.flushSeq.Load() {
+	if it.cas <= s.flushSeq.Load() {
 		return Flushed
 	}
 	if ol := s.oldestLive.Load(); ol != 0 && ol <= now && it.utime < ol {
@@ -185,7 +185,7 @@ func (s *Store) checkClassLocked(c *slabClass) {
 			if it.prev != prev || it.seg() != seg || !it.has(stLinked) || int(it.class) != int(c.id) {
 				panic("store: corrupt LRU list")
 			}
-			req += uint64(it.size())
+			req += uint64(it.size(s.casBytes))
 			prev = h
 			n++
 		}

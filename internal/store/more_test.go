@@ -141,7 +141,7 @@ func TestSegmentsAndDumps(t *testing.T) {
 	n := 0
 	s.CacheDump(c.ID, 10, func(d *DumpItem) {
 		n++
-		if d.Nbytes != 1 || d.Exptime != -1 || d.Size != hdrSize+len(d.Key)+1 {
+		if d.Nbytes != 1 || d.Exptime != -1 || d.Size != mcSize(len(d.Key), 0, 1, 8) {
 			t.Errorf("dump %+v", d)
 		}
 	})
@@ -166,7 +166,7 @@ func TestSegmentsAndDumps(t *testing.T) {
 		t.Fatal("bits not kept")
 	}
 	tx.End()
-	if s.ClassFor(1, 1) != 1 || s.ClassFor(250, 1<<20) != 0 {
+	if s.ClassFor(1, 0, 1) != 1 || s.ClassFor(250, 0, 1<<20) != 0 {
 		t.Fatal("ClassFor")
 	}
 }
@@ -423,12 +423,12 @@ func TestHugeLimitIsCapped(t *testing.T) {
 
 func TestReassignSetLRUKeyBinary(t *testing.T) {
 	s, _ := newTest(t, Config{MaxBytes: 4 << 20})
-	small := s.ClassFor(2, 10)
+	small := s.ClassFor(2, 0, 10)
 	for i := 0; i < 30000; i++ { // a few pages of class `small`
 		k := strconv.Itoa(i)
 		mustSet(t, s, k, k, 0)
 	}
-	big := s.ClassFor(2, 5000)
+	big := s.ClassFor(2, 0, 5000)
 	if err := s.Reassign(small, small); !errors.Is(err, ErrSameClass) {
 		t.Fatal(err)
 	}

@@ -21,8 +21,9 @@ type txState struct {
 
 // storeState is the part of a Store the caller cannot see.
 type storeState struct {
-	cfg  Config
-	seed maphash.Seed
+	casBytes int // 8, or 0 with DisableCAS: item sizes in memcached's units (mcSize)
+	cfg      Config
+	seed     maphash.Seed
 
 	// Index shards, picked by hash&shardMask. Each shard's mutex protects its
 	// table and the hnext/exptime/cas/value bytes of the items it indexes.

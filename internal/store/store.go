@@ -98,6 +98,9 @@ func newStore(cfg Config) (*Store, error) {
 	s := &Store{}
 	s.cfg = cfg
 	s.seed = maphash.MakeSeed()
+	if !cfg.DisableCAS {
+		s.casBytes = 8
+	}
 
 	// Slab classes: memcached's slabs_init.
 	s.classes = make([]slabClass, 1, 64)
@@ -113,8 +116,11 @@ func newStore(cfg Config) (*Store, error) {
 		c.perPage = uint32(pageSize / size)
 		s.sizes = append(s.sizes, uint32(size))
 	}
-	for size := roundUp8(hdrSize + cfg.ChunkSizeMin); len(s.classes) < maxClasses-8; {
-		if float64(chunkMax)/float64(size) < cfg.GrowthFactor {
+	// memcached's slabs_init: the first chunk is its item header plus -n,
+	// each next one the previous times -f (truncated, then aligned to 8),
+	// until the size reaches slab_chunk_max/f.
+	for size := roundUp8(mcItemHeader + cfg.ChunkSizeMin); len(s.classes) < maxClasses-8; {
+		if float64(size) >= float64(chunkMax)/cfg.GrowthFactor {
 			break
 		}
 		add(size, cfg.SlabPageSize)

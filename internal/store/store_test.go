@@ -286,11 +286,11 @@ func TestTooLarge(t *testing.T) {
 	}
 	var tx Tx
 	s.Begin(&tx, []byte(key))
-	if tx.Size() != 1<<20 || tx.ClassID() != s.ClassFor(len(key), max) {
+	if tx.Size() != mcSize(len(key), 0, max, 8) || tx.ClassID() != s.ClassFor(len(key), 0, max) {
 		t.Fatalf("size %d class %d", tx.Size(), tx.ClassID())
 	}
 	tx.End()
-	if s.ClassFor(len(key), max+1) != 0 {
+	if s.ClassFor(len(key), 0, max+1) != 0 {
 		t.Fatal("ClassFor too large")
 	}
 	// Sizes between SlabChunkMax and ItemSizeMax.

@@ -67,18 +67,16 @@ func (tx *Tx) store(flags uint32, exptime uint32, cas uint64, a, b []byte) error
 	if total > s.cfg.ItemSizeMax || len(tx.key) > math.MaxUint8 {
 		return ErrTooLarge
 	}
-	c := &s.classes[s.classFor(total)]
+	c := &s.classes[s.classFor(footprint(len(tx.key), flags, nbytes, s.casBytes, s.cfg.ItemSizeMax))]
 	h, err := s.alloc(c, tx.sh, tx.cur, tx.now)
 	if err != nil {
 		return err
 	}
 	it := s.hdr(h)
-	seq := s.casSeq.Add(1)
-	switch {
-	case s.cfg.DisableCAS:
-		cas = 0
-	case cas == 0:
-		cas = seq
+	if cas == 0 || s.cfg.DisableCAS {
+		// With CAS disabled the counter still orders items for flush_all;
+		// Tx.CAS reports 0.
+		cas = s.casSeq.Add(1)
 	}
 	it.hnext = 0
 	it.exptime = exptime
@@ -90,7 +88,6 @@ func (tx *Tx) store(flags uint32, exptime uint32, cas uint64, a, b []byte) error
 	it.class = c.id
 	it.vbucket = 0
 	it.cas = cas
-	it.seq = seq
 	it.hash = tx.hash
 	copy(it.key(), tx.key)
 	v := it.value()
@@ -110,7 +107,7 @@ func (tx *Tx) store(flags uint32, exptime uint32, cas uint64, a, b []byte) error
 	s.linkLRULocked(c, h, it, seg)
 	it.state.Or(stLinked)
 	c.st.totalItems++
-	c.requested += uint64(total)
+	c.requested += uint64(it.size(s.casBytes))
 	if !flat {
 		s.balanceLocked(c)
 	}
@@ -147,7 +144,7 @@ func (tx *Tx) overwrite(v []byte) bool {
 	for i := n; i < len(dst); i++ {
 		dst[i] = ' '
 	}
-	it.cas = tx.s.nextCAS()
+	it.cas = tx.s.casSeq.Add(1) // fresh even when CAS is disabled: it orders flush_all
 	return true
 }
 

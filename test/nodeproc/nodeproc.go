@@ -1,0 +1,290 @@
+// Package nodeproc starts cache-node processes for the black-box test suites
+// under test/: a real memcached (Debian's 1.6.18 is the reference) and the
+// vbcache binary built from this module.
+//
+// Each Node is one child process listening on 127.0.0.1 on a port picked
+// free at start. Start registers a t.Cleanup that stops the process, so a
+// test never leaks a server. Nothing here sleeps for long: waiting for a
+// server to accept is a bounded poll (10 ms steps, 10 s at most).
+//
+// Tools that a suite needs (memcached itself, client libraries) are looked
+// up with Need: when a tool is absent the test is skipped with a message,
+// except in CI (environment CI=true), where absence is a failure.
+package nodeproc
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Kind names a server implementation.
+type Kind string
+
+// The two implementations the suites compare.
+const (
+	Memcached Kind = "memcached"
+	Vbcache   Kind = "vbcache"
+)
+
+// InCI reports whether the tests run in CI (CI=true), where missing tools
+// fail instead of skipping.
+func InCI() bool {
+	v := strings.ToLower(os.Getenv("CI"))
+	return v == "true" || v == "1" || v == "yes"
+}
+
+// Need returns the path of the first of names found in PATH. If none is
+// found the test is skipped, or fails in CI.
+func Need(tb testing.TB, why string, names ...string) string {
+	tb.Helper()
+	for _, n := range names {
+		if p, err := exec.LookPath(n); err == nil {
+			return p
+		}
+	}
+	Absent(tb, fmt.Sprintf("%s not found in PATH (%s)", strings.Join(names, " or "), why))
+	return ""
+}
+
+// Absent skips the test because a tool is missing, or fails it in CI.
+func Absent(tb testing.TB, msg string) {
+	tb.Helper()
+	if InCI() {
+		tb.Fatalf("CI=true and a required tool is absent: %s", msg)
+	}
+	tb.Skipf("skipping: %s (install it, see .ci/run)", msg)
+}
+
+// ModuleRoot returns the directory holding this module's go.mod.
+func ModuleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("not inside a Go module")
+	}
+	return filepath.Dir(mod), nil
+}
+
+var buildMu sync.Mutex
+
+// BuildVbcache builds ./cmd/vbcache into dir and returns the binary's path.
+// The output of a failed build is part of the error.
+func BuildVbcache(dir string) (string, error) {
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	root, err := ModuleRoot()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "vbcache")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/vbcache")
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build ./cmd/vbcache: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// Node is a running server process.
+type Node struct {
+	Kind Kind
+	Addr string // 127.0.0.1:port
+	Port int
+	Args []string // full argv after the program name
+
+	cmd    *exec.Cmd
+	stderr *bytes.Buffer
+	done   chan struct{} // closed when the process has exited
+	mu     sync.Mutex
+	err    error // the process's exit status, after done
+}
+
+// Pid returns the process id.
+func (n *Node) Pid() int { return n.cmd.Process.Pid }
+
+// Exited reports whether the process has exited.
+func (n *Node) Exited() bool {
+	select {
+	case <-n.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Stderr returns what the process wrote to its stderr so far.
+func (n *Node) Stderr() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.stderr.String()
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.b.Len() < 1<<20 {
+		w.b.Write(p)
+	}
+	return len(p), nil
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Argv returns the command line that runs a server of kind on port with the
+// extra memcached-style flags. vbcacheBin is the vbcache binary (ignored for
+// memcached).
+func Argv(kind Kind, vbcacheBin string, port int, flags []string) (string, []string) {
+	base := []string{"-p", strconv.Itoa(port), "-l", "127.0.0.1"}
+	switch kind {
+	case Memcached:
+		args := append([]string{}, base...)
+		args = append(args, "-U", "0")
+		if os.Geteuid() == 0 {
+			args = append(args, "-u", "root") // memcached refuses to run as root otherwise
+		}
+		return "memcached", append(args, flags...)
+	default:
+		args := append([]string{"server"}, base...)
+		return vbcacheBin, append(args, flags...)
+	}
+}
+
+// Start starts a server and waits until it accepts connections. It tries a
+// few ports in case another process takes the one picked. The node is
+// stopped by t.Cleanup.
+func Start(tb testing.TB, kind Kind, vbcacheBin string, flags ...string) *Node {
+	tb.Helper()
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		n, err := StartNoCleanup(kind, vbcacheBin, flags...)
+		if err == nil {
+			tb.Cleanup(n.Stop)
+			return n
+		}
+		lastErr = err
+	}
+	tb.Fatalf("start %s %v: %v", kind, flags, lastErr)
+	return nil
+}
+
+// StartNoCleanup is Start for callers without a testing.TB (TestMain); the
+// caller must call Stop.
+func StartNoCleanup(kind Kind, vbcacheBin string, flags ...string) (*Node, error) {
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	prog, args := Argv(kind, vbcacheBin, port, flags)
+	n := &Node{Kind: kind, Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Args: args,
+		stderr: new(bytes.Buffer), done: make(chan struct{})}
+	n.cmd = exec.Command(prog, args...)
+	n.cmd.Stdout = lockedWriter{&n.mu, n.stderr}
+	n.cmd.Stderr = lockedWriter{&n.mu, n.stderr}
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := n.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("%s: %w", prog, err)
+	}
+	go func() {
+		err := n.cmd.Wait()
+		n.mu.Lock()
+		n.err = err
+		n.mu.Unlock()
+		close(n.done)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", n.Addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return n, nil
+		}
+		if n.Exited() {
+			return nil, fmt.Errorf("%s %s exited before accepting: %v\n%s", prog, strings.Join(args, " "), n.err, n.Stderr())
+		}
+		if time.Now().After(deadline) {
+			n.Stop()
+			return nil, fmt.Errorf("%s did not accept on %s within 10s\n%s", prog, n.Addr, n.Stderr())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Stop terminates the process (vbcache: SIGTERM, then SIGKILL after 3 s;
+// memcached: SIGKILL) and waits for it. Calling Stop twice is harmless.
+func (n *Node) Stop() {
+	if n.Exited() {
+		return
+	}
+	sig := syscall.SIGTERM // vbcache: exercise its graceful shutdown
+	if n.Kind == Memcached {
+		sig = syscall.SIGKILL // memcached waits for its 1 s clock tick on SIGTERM
+	}
+	_ = n.cmd.Process.Signal(sig)
+	select {
+	case <-n.done:
+	case <-time.After(3 * time.Second):
+		_ = n.cmd.Process.Kill()
+		<-n.done
+	}
+}
+
+// WaitExit waits up to d for the process to exit by itself and reports
+// whether it did.
+func (n *Node) WaitExit(d time.Duration) bool {
+	select {
+	case <-n.done:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// RSS returns the process's resident set size in bytes (VmRSS from
+// /proc/<pid>/status).
+func (n *Node) RSS() (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", n.Pid()))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(rest)
+			if len(f) >= 1 {
+				kb, err := strconv.ParseInt(f[0], 10, 64)
+				if err != nil {
+					return 0, err
+				}
+				return kb * 1024, nil
+			}
+		}
+	}
+	return 0, errors.New("no VmRSS in /proc status")
+}
