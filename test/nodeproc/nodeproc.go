@@ -127,6 +127,17 @@ func (n *Node) Exited() bool {
 	}
 }
 
+// ExitErr returns the process's exit status (nil for exit 0) once it has
+// exited.
+func (n *Node) ExitErr() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.err
+}
+
+// Signal sends sig to the process.
+func (n *Node) Signal(sig os.Signal) error { return n.cmd.Process.Signal(sig) }
+
 // Stderr returns what the process wrote to its stderr so far.
 func (n *Node) Stderr() string {
 	n.mu.Lock()
