@@ -36,26 +36,81 @@ func (c *conn) metaErr(f *protocol.MetaFlags) {
 	}
 }
 
+// metaStart is the common start of mg, md and ma: at least a key, a key of
+// at most 250 bytes, at most 20 tokens, and flags that pre-parse. memcached
+// words the last two errors differently per command (tooLong, badFlags; an
+// empty badFlags means "the pre-parser's own message"), and mg forces its
+// errors past noreply while md and ma do not for the first two (force).
+// It returns the key (decoded when b is given), or ok false after replying.
+func (c *conn) metaStart(f *protocol.MetaFlags, tooLong, badFlags string, force bool) (key []byte, ok bool) {
+	t := &c.toks
+	if t.N < 3 {
+		c.reply("ERROR")
+		return nil, false
+	}
+	say := c.reply
+	if force {
+		say = c.replyErr
+	}
+	if len(t.T[1]) > protocol.KeyMaxLength {
+		say(protocol.ErrBadFormat)
+		return nil, false
+	}
+	if t.N > protocol.MetaMaxTokens {
+		say(tooLong)
+		return nil, false
+	}
+	key, ok = protocol.ParseMetaFlags(t, 2, f, c.keyBuf[:])
+	if !ok {
+		if badFlags == "" {
+			c.metaErr(f)
+		} else {
+			c.replyErr(badFlags)
+		}
+		return nil, false
+	}
+	return key, true
+}
+
+// appendOpaqueKey appends the O and k return flags of tokens from..N-2 in
+// request order (what every meta reply without an item echoes). It reports
+// false, after replacing the reply from start with memcached's error, when
+// an opaque is too long.
+func (c *conn) appendOpaqueKey(from, start int, key []byte, binary bool) bool {
+	t := &c.toks
+	for i := from; i < t.N-1; i++ {
+		switch tok := t.T[i]; tok[0] {
+		case 'O':
+			if !c.appendOpaque(start, tok) {
+				return false
+			}
+		case 'k':
+			c.out = c.metaKey(c.out, key, binary)
+		}
+	}
+	return true
+}
+
+// appendOpaque appends " O<opaque>", or replaces the reply from start with
+// memcached's error when the opaque is over 32 bytes.
+func (c *conn) appendOpaque(start int, tok []byte) bool {
+	if len(tok) > protocol.MetaMaxOpaqueLen {
+		c.out = c.out[:start]
+		c.replyErr("CLIENT_ERROR opaque token too long")
+		return false
+	}
+	c.out = append(c.out, ' ')
+	c.out = append(c.out, tok...)
+	return true
+}
+
 // metaGet is mg (memcached's process_mget_command).
 func (c *conn) metaGet() {
 	t := &c.toks
 	s := c.s
-	if t.N < 3 {
-		c.reply("ERROR")
-		return
-	}
-	if len(t.T[1]) > protocol.KeyMaxLength {
-		c.replyErr(protocol.ErrBadFormat)
-		return
-	}
-	if t.N > protocol.MetaMaxTokens {
-		c.replyErr("CLIENT_ERROR options flags are too long")
-		return
-	}
 	var f protocol.MetaFlags
-	key, ok := protocol.ParseMetaFlags(t, 2, &f, c.keyBuf[:])
+	key, ok := c.metaStart(&f, "CLIENT_ERROR options flags are too long", "", true)
 	if !ok {
-		c.metaErr(&f)
 		return
 	}
 	c.noreply = f.NoReply
@@ -87,21 +142,9 @@ func (c *conn) metaGet() {
 			return
 		}
 		c.out = append(c.out, 'E', 'N')
-		for i := 2; i < t.N-1; i++ {
-			switch tok := t.T[i]; tok[0] {
-			case 'O':
-				if len(tok) > protocol.MetaMaxOpaqueLen {
-					c.out = c.out[:start]
-					c.replyErr("CLIENT_ERROR opaque token too long")
-					return
-				}
-				c.out = append(c.out, ' ')
-				c.out = append(c.out, tok...)
-			case 'k':
-				c.out = c.metaKey(c.out, key, f.KeyBinary)
-			}
+		if c.appendOpaqueKey(2, start, key, f.KeyBinary) {
+			c.out = append(c.out, '\r', '\n')
 		}
-		c.out = append(c.out, '\r', '\n')
 		return
 	}
 	v := tx.Value()
@@ -156,13 +199,9 @@ func (c *conn) metaGet() {
 				c.out = append(c.out, '0')
 			}
 		case 'O':
-			if len(tok) > protocol.MetaMaxOpaqueLen {
-				c.out = c.out[:start]
-				c.replyErr("CLIENT_ERROR opaque token too long")
+			if !c.appendOpaque(start, tok) {
 				return
 			}
-			c.out = append(c.out, ' ')
-			c.out = append(c.out, tok...)
 		case 'k':
 			c.out = c.metaKey(c.out, key, tx.KeyBinary())
 		}
@@ -320,42 +359,17 @@ func (c *conn) metaSet(rest []byte) (used, more int) {
 
 // metaDelete is md (memcached's process_mdelete_command).
 func (c *conn) metaDelete() {
-	t := &c.toks
 	s := c.s
-	if t.N < 3 {
-		c.reply("ERROR")
-		return
-	}
-	if len(t.T[1]) > protocol.KeyMaxLength {
-		c.reply(protocol.ErrBadFormat)
-		return
-	}
-	if t.N > protocol.MetaMaxTokens {
-		c.reply("CLIENT_ERROR options flags too long")
-		return
-	}
 	var f protocol.MetaFlags
-	key, ok := protocol.ParseMetaFlags(t, 2, &f, c.keyBuf[:])
+	key, ok := c.metaStart(&f, "CLIENT_ERROR options flags too long", "CLIENT_ERROR invalid or duplicate flag", false)
 	if !ok {
-		c.replyErr("CLIENT_ERROR invalid or duplicate flag")
 		return
 	}
 	c.noreply = f.NoReply
 	start := len(c.out)
 	c.out = append(c.out, "XX"...) // status, filled in below
-	for i := 2; i < t.N-1; i++ {
-		switch tok := t.T[i]; tok[0] {
-		case 'O':
-			if len(tok) > protocol.MetaMaxOpaqueLen {
-				c.out = c.out[:start]
-				c.replyErr("CLIENT_ERROR opaque token too long")
-				return
-			}
-			c.out = append(c.out, ' ')
-			c.out = append(c.out, tok...)
-		case 'k':
-			c.out = c.metaKey(c.out, key, f.KeyBinary)
-		}
+	if !c.appendOpaqueKey(2, start, key, f.KeyBinary) {
+		return
 	}
 	c.out = append(c.out, '\r', '\n')
 	tx := &c.tx
@@ -393,22 +407,9 @@ func (c *conn) metaDelete() {
 func (c *conn) metaArithmetic() {
 	t := &c.toks
 	s := c.s
-	if t.N < 3 {
-		c.reply("ERROR")
-		return
-	}
-	if len(t.T[1]) > protocol.KeyMaxLength {
-		c.reply(protocol.ErrBadFormat)
-		return
-	}
-	if t.N > protocol.MetaMaxTokens {
-		c.reply("CLIENT_ERROR options flags too long")
-		return
-	}
 	f := protocol.MetaFlags{Delta: 1}
-	key, ok := protocol.ParseMetaFlags(t, 2, &f, c.keyBuf[:])
+	key, ok := c.metaStart(&f, "CLIENT_ERROR options flags too long", "CLIENT_ERROR invalid or duplicate flag", false)
 	if !ok {
-		c.replyErr("CLIENT_ERROR invalid or duplicate flag")
 		return
 	}
 	c.noreply = f.NoReply
@@ -478,13 +479,9 @@ func (c *conn) metaArithmetic() {
 					tx.Touch(s.relTime(f.VivifyTTL))
 				}
 			case 'O':
-				if len(tok) > protocol.MetaMaxOpaqueLen {
-					c.out = c.out[:start]
-					c.replyErr("CLIENT_ERROR opaque token too long")
+				if !c.appendOpaque(start, tok) {
 					return
 				}
-				c.out = append(c.out, ' ')
-				c.out = append(c.out, tok...)
 			case 'k':
 				c.out = c.metaKey(c.out, key, f.KeyBinary)
 			}
@@ -493,21 +490,8 @@ func (c *conn) metaArithmetic() {
 			c.out = append(c.out, '\r', '\n')
 			c.out = append(c.out, digits...)
 		}
-	} else {
-		for i := 2; i < t.N-1; i++ {
-			switch tok := t.T[i]; tok[0] {
-			case 'O':
-				if len(tok) > protocol.MetaMaxOpaqueLen {
-					c.out = c.out[:start]
-					c.replyErr("CLIENT_ERROR opaque token too long")
-					return
-				}
-				c.out = append(c.out, ' ')
-				c.out = append(c.out, tok...)
-			case 'k':
-				c.out = c.metaKey(c.out, key, f.KeyBinary)
-			}
-		}
+	} else if !c.appendOpaqueKey(2, start, key, f.KeyBinary) {
+		return
 	}
 	c.out = append(c.out, '\r', '\n')
 	if skip {
