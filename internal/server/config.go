@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"time"
 
 	"github.com/vbcache/vbcache/internal/store"
@@ -49,6 +50,19 @@ type Config struct {
 	TrackSizes      bool   // -o track_sizes
 	PortFile        string // MEMCACHED_PORT_FILENAME: write "TCP INET: <port>" lines here
 	Version         string // reported by "version" (build version)
+
+	// SASL is -S: binary-protocol clients must authenticate with SASL
+	// (PLAIN, SCRAM-SHA-1/256/512) before any other command.
+	SASL bool
+	// SASLPasswords are the SASL credentials, user → password, loaded from
+	// the file MEMCACHED_SASL_PWDB names ("user:password" lines).
+	SASLPasswords map[string]string
+	// AuthTokens is -Y: text-protocol clients must first send
+	// "set <any> <f> <e> <n>" with "<user> <pass>" as data; user → password.
+	AuthTokens map[string]string
+	// TLS is -Z with memcached's ssl_* options: when set, every TCP
+	// listener speaks TLS (except -l entries marked notls:).
+	TLS *tls.Config
 
 	Store store.Config
 }
