@@ -70,6 +70,12 @@ type conn struct {
 	// came after it (memcached's conn_release_items culls unsent replies).
 	mark int
 
+	mode    connMode        // text or binary, decided by the first byte
+	bh      protocol.Header // the binary request being served
+	bquiet  bool            // it is a quiet variant
+	binStat bool            // stats go out as binary Stat packets
+	authed  bool            // passed SASL (-S) or the ascii token (-Y)
+
 	swallow int  // bytes of rejected data still to discard
 	noreply bool // the current command asked for no reply
 	close   bool // close once out is written
@@ -93,7 +99,15 @@ func newConn(s *Server, nc net.Conn) *conn {
 	return c
 }
 
-var errClose = errors.New("close connection")
+// connMode is the protocol a connection speaks; memcached decides it from
+// the first byte (0x80: binary) unless -B forces one.
+type connMode uint8
+
+const (
+	modeUnknown connMode = iota
+	modeText
+	modeBinary
+)
 
 func (c *conn) serve() {
 	defer c.s.wg.Done()
@@ -189,11 +203,35 @@ func (c *conn) processInput() (need int) {
 		if len(data) == 0 {
 			return 0
 		}
-		if c.s.cfg.Protocol == ProtoBinary {
-			// Binary-only node: text is refused as memcached does (the
-			// first byte fails the magic check and the connection closes).
-			c.close = true
-			return 0
+		if c.mode == modeUnknown {
+			switch {
+			case c.s.cfg.Protocol == ProtoASCII:
+				c.mode = modeText
+			case c.s.cfg.Protocol == ProtoBinary || data[0] == protocol.MagicRequest:
+				// A binary-only node refuses text: its first byte fails
+				// the magic check and the connection closes.
+				c.mode = modeBinary
+			default:
+				c.mode = modeText
+			}
+		}
+		if c.mode == modeBinary {
+			used, more := c.binaryPacket(data)
+			if more > 0 {
+				return more
+			}
+			if used == 0 {
+				return 0
+			}
+			c.lastCmd.Store(time.Now().Unix())
+			c.r += used
+			if len(c.out) >= flushAt {
+				if c.flush() != nil {
+					c.close = true
+					return 0
+				}
+			}
+			continue
 		}
 		nl := bytes.IndexByte(data, '\n')
 		if nl < 0 {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vbcache/vbcache/internal/clock"
+	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/store"
 )
 
@@ -122,6 +123,16 @@ func FuzzConn(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
+	// Binary pipelines: set, getq, getk, incr, stat, noop, and a bad header.
+	var bin []byte
+	bin = protocol.AppendRequest(bin, &protocol.Request{Header: protocol.Header{Opcode: protocol.OpSet}, Extras: make([]byte, 8), Key: []byte("k"), Value: []byte("v")})
+	bin = protocol.AppendRequest(bin, &protocol.Request{Header: protocol.Header{Opcode: protocol.OpGetQ}, Key: []byte("k")})
+	bin = protocol.AppendRequest(bin, &protocol.Request{Header: protocol.Header{Opcode: protocol.OpGetK}, Key: []byte("k")})
+	bin = protocol.AppendRequest(bin, &protocol.Request{Header: protocol.Header{Opcode: protocol.OpIncrement}, Extras: make([]byte, 20), Key: []byte("n")})
+	bin = protocol.AppendRequest(bin, &protocol.Request{Header: protocol.Header{Opcode: protocol.OpStat}, Key: []byte("settings")})
+	bin = protocol.AppendRequest(bin, &protocol.Request{Header: protocol.Header{Opcode: protocol.OpNoop}})
+	f.Add(bin)
+	f.Add(append(bin, 0x80, 0x00, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 1))
 	s, err := New(Config{Port: -1, PortSet: true, MaxConnsFast: true, Version: "fuzz",
 		Store: storeCfgForFuzz()})
 	if err != nil {
@@ -177,10 +188,13 @@ func TestHotPathDoesNotAllocate(t *testing.T) {
 		"mg key:1 v c f t\r\n",
 		"ms key:1 10 T0\r\n0123456789\r\n",
 		"delete key:2\r\n",
+		string(protocol.AppendRequest(nil, &protocol.Request{Header: protocol.Header{Opcode: protocol.OpGetK}, Key: []byte("key:1")})),
+		string(protocol.AppendRequest(nil, &protocol.Request{Header: protocol.Header{Opcode: protocol.OpSet}, Extras: make([]byte, 8), Key: []byte("key:1"), Value: []byte("0123456789")})),
 	} {
 		in := []byte(req)
 		c.out = make([]byte, 0, 4096)
 		allocs := testing.AllocsPerRun(200, func() {
+			c.mode = modeUnknown
 			c.rbuf = in
 			c.r, c.w = 0, len(in)
 			c.out = c.out[:0]
@@ -409,5 +423,55 @@ func TestHalfClosedClientGetsAnswers(t *testing.T) {
 	b, _ := io.ReadAll(nc)
 	if want := "STORED\r\nVALUE h 0 2\r\nhi\r\nEND\r\n"; string(b) != want {
 		t.Fatalf("got %q, want %q", b, want)
+	}
+}
+
+// TestBinaryBasics drives the binary protocol over a socket: a quiet
+// pipeline answered only where memcached answers, then Noop.
+func TestBinaryBasics(t *testing.T) {
+	_, addr := startServer(t, nil)
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	req := func(op protocol.Opcode, opaque uint32, extras, key, value []byte) []byte {
+		return protocol.AppendRequest(nil, &protocol.Request{Header: protocol.Header{Opcode: op, Opaque: opaque}, Extras: extras, Key: key, Value: value})
+	}
+	var b []byte
+	b = append(b, req(protocol.OpSetQ, 1, []byte{0, 0, 0, 7, 0, 0, 0, 0}, []byte("a"), []byte("alpha"))...)
+	b = append(b, req(protocol.OpGetQ, 2, nil, []byte("missing"), nil)...)
+	b = append(b, req(protocol.OpGetKQ, 3, nil, []byte("a"), nil)...)
+	b = append(b, req(protocol.OpAddQ, 4, make([]byte, 8), []byte("a"), []byte("x"))...)
+	b = append(b, req(protocol.OpNoop, 5, nil, nil, nil)...)
+	if _, err := nc.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	r := bufio.NewReader(nc)
+	read := func() (protocol.Header, []byte) {
+		hb := make([]byte, protocol.HeaderLen)
+		if _, err := io.ReadFull(r, hb); err != nil {
+			t.Fatal(err)
+		}
+		var h protocol.Header
+		protocol.ParseHeader(hb, &h)
+		body := make([]byte, h.BodyLen)
+		if _, err := io.ReadFull(r, body); err != nil {
+			t.Fatal(err)
+		}
+		return h, body
+	}
+	h, body := read()
+	if h.Opaque != 3 || h.Status != protocol.StatusOK || string(body) != "\x00\x00\x00\x07aalpha" || h.CAS == 0 {
+		t.Fatalf("GetKQ hit: %+v %q", h, body)
+	}
+	h, body = read()
+	if h.Opaque != 4 || h.Status != protocol.StatusKeyExists || string(body) != "Data exists for key." {
+		t.Fatalf("AddQ on an existing key: %+v %q", h, body)
+	}
+	h, _ = read()
+	if h.Opaque != 5 || h.Opcode != protocol.OpNoop {
+		t.Fatalf("Noop: %+v", h)
 	}
 }

@@ -36,6 +36,10 @@ type tunables struct {
 }
 
 func (c *conn) statLine(name string, value string) {
+	if c.binStat {
+		c.appendStatPacket(name, value)
+		return
+	}
 	c.out = append(c.out, "STAT "...)
 	c.out = append(c.out, name...)
 	c.out = append(c.out, ' ')
