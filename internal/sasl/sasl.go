@@ -132,7 +132,7 @@ type Authenticator struct {
 	keys map[keyID]keyPair // SCRAM keys of known users
 
 	// Test hooks; nil in production.
-	nonceHook func() string           // the server half of the nonce
+	nonceHook func() string            // the server half of the nonce
 	saltHook  func(user string) []byte // the salt
 }
 

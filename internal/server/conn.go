@@ -75,6 +75,8 @@ type conn struct {
 	bquiet  bool            // it is a quiet variant
 	binStat bool            // stats go out as binary Stat packets
 	authed  bool            // passed SASL (-S) or the ascii token (-Y)
+	// authMark is where the last unsent -Y answer starts, or -1.
+	authMark int
 
 	swallow int  // bytes of rejected data still to discard
 	noreply bool // the current command asked for no reply
@@ -91,7 +93,7 @@ type conn struct {
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
-	c := &conn{s: s, nc: nc}
+	c := &conn{s: s, nc: nc, authMark: -1}
 	if nc != nil {
 		c.rbuf = make([]byte, readBufSize)
 	}
@@ -181,6 +183,7 @@ func (c *conn) flush() error {
 		c.out = c.out[:0]
 	}
 	c.mark = 0
+	c.authMark = -1
 	return err
 }
 
@@ -231,6 +234,17 @@ func (c *conn) processInput() (need int) {
 					return 0
 				}
 			}
+			continue
+		}
+		if c.s.cfg.AuthTokens != nil && !c.authed {
+			used, more := c.asciiAuth(data)
+			if more > 0 {
+				return more
+			}
+			if used == 0 {
+				return 0
+			}
+			c.r += used
 			continue
 		}
 		nl := bytes.IndexByte(data, '\n')

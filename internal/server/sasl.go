@@ -1,6 +1,9 @@
 package server
 
 import (
+	"bytes"
+	"crypto/subtle"
+
 	"github.com/vbcache/vbcache/internal/protocol"
 )
 
@@ -36,4 +39,75 @@ func (c *conn) saslStep(op protocol.Opcode, mech, data []byte) {
 	c.ctr.authCmds.Add(1)
 	c.ctr.authErrors.Add(1)
 	c.binError(protocol.StatusAuthError)
+}
+
+// asciiAuth is memcached's try_read_command_asciiauth (-Y): until a text
+// connection authenticates, the only accepted command is
+// "set <any> <flags> <exptime> <n>" whose n bytes of data are
+// "<user> <password>". It returns the bytes consumed, or need > 0 when the
+// token has not fully arrived.
+func (c *conn) asciiAuth(data []byte) (used, need int) {
+	if len(data) < 2 {
+		return 0, 0
+	}
+	nl := bytes.IndexByte(data, '\n')
+	if nl < 0 {
+		if len(data) > protocol.LineMaxNoNewline {
+			c.close = true
+		}
+		return 0, 0
+	}
+	// memcached tokenizes the line with its '\r' still on; its number
+	// parser stops at the '\r'.
+	t := &c.toks
+	protocol.Tokenize(data[:nl], t)
+	size, ok := uint32(0), false
+	if t.N >= 6 {
+		size, ok = protocol.ParseUint32(t.T[4])
+	}
+	if t.N < 6 || string(t.T[0]) != "set" || !ok {
+		c.authReply("CLIENT_ERROR unauthenticated")
+		return nl + 1, 0
+	}
+	n := int(size) + 2
+	if len(data)-(nl+1) < n {
+		if n > maxGetLine {
+			c.close = true
+			return 0, 0
+		}
+		return 0, nl + 1 + n
+	}
+	token := data[nl+1 : nl+1+n]
+	used = nl + 1 + n
+	if token[n-2] != '\r' || token[n-1] != '\n' {
+		c.authReply("CLIENT_ERROR bad command line termination")
+		return used, 0
+	}
+	protocol.Tokenize(token[:n-2], t)
+	if t.N < 3 {
+		c.authReply("CLIENT_ERROR bad authentication token format")
+		return used, 0
+	}
+	c.ctr.authCmds.Add(1)
+	pass, known := c.s.cfg.AuthTokens[string(t.T[0])]
+	if known && subtle.ConstantTimeCompare([]byte(pass), t.T[1]) == 1 {
+		c.authed = true
+		c.authReply("STORED")
+		return used, 0
+	}
+	c.ctr.authErrors.Add(1)
+	c.authReply("CLIENT_ERROR authentication failure")
+	return used, 0
+}
+
+// authReply writes an answer of the -Y exchange. memcached reuses one
+// response object until the connection authenticates, so within one batch
+// of input each answer replaces the previous unsent one.
+func (c *conn) authReply(msg string) {
+	if c.authMark >= 0 && c.authMark <= len(c.out) {
+		c.out = c.out[:c.authMark]
+	}
+	c.authMark = len(c.out)
+	c.out = append(c.out, msg...)
+	c.out = append(c.out, '\r', '\n')
 }

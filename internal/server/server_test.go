@@ -475,3 +475,24 @@ func TestBinaryBasics(t *testing.T) {
 		t.Fatalf("Noop: %+v", h)
 	}
 }
+
+// TestASCIIAuth follows memcached's -Y exchange: nothing works until a
+// "set" carries "<user> <password>" as its data.
+func TestASCIIAuth(t *testing.T) {
+	_, addr := startServer(t, func(c *Config) { c.AuthTokens = map[string]string{"alice": "s3cret"} })
+	cases := []struct{ req, want string }{
+		{"get a\r\n", "CLIENT_ERROR unauthenticated\r\n"},
+		{"set x 0 0 11\r\nalice wrong\r\n", "CLIENT_ERROR authentication failure\r\n"},
+		{"set x 0 0 5\r\nalice\r\n", "CLIENT_ERROR bad authentication token format\r\n"},
+		// The CRLF after the short token is a second, empty attempt, whose
+		// answer replaces the first (memcached reuses one response object).
+		{"set x 0 0 3\r\nabcde\r\n", "CLIENT_ERROR unauthenticated\r\n"},
+		{"set x 0 0 3\r\nabcde", "CLIENT_ERROR bad command line termination\r\n"},
+		{"set x 0 0 12\r\nalice s3cret\r\nset a 0 0 1\r\nz\r\nget a\r\n", "STORED\r\nSTORED\r\nVALUE a 0 1\r\nz\r\nEND\r\n"},
+	}
+	for _, c := range cases {
+		if got := roundTrip(t, addr, c.req, len(c.want)); got != c.want {
+			t.Errorf("%q:\n got %q\nwant %q", c.req, got, c.want)
+		}
+	}
+}

@@ -56,9 +56,9 @@ func parseCiphers(list string, warnf func(string, ...any)) ([]uint16, error) {
 		byName[s.Name] = s
 	}
 	var (
-		suites                      []uint16
+		suites                       []uint16
 		keywords, tls13, unsupported []string
-		recognised                  bool
+		recognised                   bool
 	)
 	for _, item := range strings.FieldsFunc(list, func(r rune) bool {
 		return r == ':' || r == ',' || r == ' ' || r == ';'
