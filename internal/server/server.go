@@ -39,6 +39,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -216,13 +217,13 @@ func (s *Server) listen() error {
 		}
 		tcpPort := cfg.Port
 		for _, a := range addrs {
-			host, port := "", ""
+			host, port, noTLS := "", "", false
 			if a != "" {
 				spec, err := ParseListenSpec(a)
 				if err != nil {
 					return fail(err)
 				}
-				host = spec.Host
+				host, noTLS = spec.Host, spec.NoTLS
 				if spec.HasPort {
 					port = strconv.Itoa(max(spec.Port, 0))
 				}
@@ -234,6 +235,11 @@ func (s *Server) listen() error {
 				l, err := net.Listen("tcp", net.JoinHostPort(host, port))
 				if err != nil {
 					return fail(fmt.Errorf("failed to listen on TCP port %s: %w", port, err))
+				}
+				if cfg.TLS != nil && !noTLS {
+					// The handshake runs in the connection's goroutine on
+					// its first read, never in the accept loop.
+					l = tls.NewListener(l, cfg.TLS)
 				}
 				lns = append(lns, l)
 			}

@@ -3,8 +3,15 @@ package server
 import (
 	"bufio"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"strconv"
 	"strings"
@@ -494,5 +501,83 @@ func TestASCIIAuth(t *testing.T) {
 		if got := roundTrip(t, addr, c.req, len(c.want)); got != c.want {
 			t.Errorf("%q:\n got %q\nwant %q", c.req, got, c.want)
 		}
+	}
+}
+
+// selfSigned returns a TLS certificate for 127.0.0.1 and a pool that
+// trusts it.
+func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "vbcache test"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(leaf)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
+}
+
+// TestTLS serves text and binary over TLS (-Z).
+func TestTLS(t *testing.T) {
+	cert, pool := selfSigned(t)
+	_, addr := startServer(t, func(c *Config) {
+		c.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	})
+	dial := func() *tls.Conn {
+		nc, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nc
+	}
+	nc := dial()
+	defer nc.Close()
+	io.WriteString(nc, "set s 0 0 6\r\nsecret\r\nget s\r\n")
+	want := "STORED\r\nVALUE s 0 6\r\nsecret\r\nEND\r\n"
+	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, len(want))
+	if _, err := io.ReadFull(nc, buf); err != nil || string(buf) != want {
+		t.Fatalf("text over TLS: %q %v", buf, err)
+	}
+	bc := dial()
+	defer bc.Close()
+	bc.Write(protocol.AppendRequest(nil, &protocol.Request{Header: protocol.Header{Opcode: protocol.OpGet, Opaque: 9}, Key: []byte("s")}))
+	bc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	hb := make([]byte, protocol.HeaderLen+4+6)
+	if _, err := io.ReadFull(bc, hb); err != nil {
+		t.Fatal(err)
+	}
+	if string(hb[protocol.HeaderLen+4:]) != "secret" {
+		t.Fatalf("binary over TLS: %q", hb)
+	}
+	// A plain-text client gets no answer: the server expects a handshake.
+	pc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	io.WriteString(pc, "version\r\n")
+	pc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if b, _ := io.ReadAll(pc); strings.HasPrefix(string(b), "VERSION") {
+		t.Fatalf("plain text answered over a TLS listener: %q", b)
 	}
 }

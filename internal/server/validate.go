@@ -210,7 +210,7 @@ func (c *Config) Validate() error {
 	// memcached finds bad -l entries when it binds (EX_OSERR).
 	if d.UnixSocket == "" {
 		for _, l := range d.Listen {
-			if err := checkListen(l, strings.Join(d.Listen, ",")); err != nil {
+			if err := checkListen(l, strings.Join(d.Listen, ","), d.TLS != nil); err != nil {
 				return err
 			}
 		}
@@ -220,8 +220,11 @@ func (c *Config) Validate() error {
 
 // checkListen parses and resolves one -l entry; all is the whole -l list,
 // which memcached names in its message.
-func checkListen(l, all string) error {
+func checkListen(l, all string, tlsOn bool) error {
 	spec, err := ParseListenSpec(l)
+	if err == nil && spec.NoTLS && !tlsOn {
+		err = errors.New("'notls' option is valid only when SSL is enabled")
+	}
 	if err != nil {
 		return &validateError{listen: true,
 			msg: fmt.Sprintf("%v\nfailed to listen on one of interface(s) %s", err, all)}
@@ -258,6 +261,7 @@ type ListenSpec struct {
 	Proto    Protocol // protocol forced for this listener; valid if HasProto
 	HasProto bool
 	Tag      string // listener tag (1–8 bytes), "" if none
+	NoTLS    bool   // "notls:" prefix: plain TCP even with -Z
 }
 
 // ParseListenSpec parses one -l entry (the list is split on ',' and ';'
@@ -268,8 +272,9 @@ func ParseListenSpec(s string) (ListenSpec, error) {
 	bad := func(format string, args ...any) (ListenSpec, error) {
 		return ListenSpec{}, &validateError{listen: true, msg: fmt.Sprintf(format, args...)}
 	}
-	if strings.HasPrefix(s, "notls:") {
-		return bad("'notls' option is valid only when SSL is enabled")
+	if rest, ok := strings.CutPrefix(s, "notls:"); ok {
+		spec.NoTLS = true
+		s = rest
 	}
 	if rest, ok := strings.CutPrefix(s, "proto"); ok && strings.HasPrefix(rest, "[") {
 		name, after, ok := strings.Cut(rest[1:], "]")
