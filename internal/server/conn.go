@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/sasl"
 	"github.com/vbcache/vbcache/internal/store"
 )
 
@@ -77,6 +78,7 @@ type conn struct {
 	authed  bool            // passed SASL (-S) or the ascii token (-Y)
 	// authMark is where the last unsent -Y answer starts, or -1.
 	authMark int
+	saslSrv  *sasl.Server // the SASL exchange in progress, if any
 
 	swallow int  // bytes of rejected data still to discard
 	noreply bool // the current command asked for no reply

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 
 	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/sasl"
 )
 
 // saslList is SASL_LIST_MECHS (memcached's bin_list_sasl_mechs).
@@ -13,7 +14,7 @@ func (c *conn) saslList() {
 		c.binError(protocol.StatusUnknown)
 		return
 	}
-	c.binOKString(0, saslMechanisms())
+	c.binOKString(0, sasl.Mechanisms())
 }
 
 // saslAuth is SASL_AUTH and SASL_STEP (memcached's process_bin_sasl_auth
@@ -24,6 +25,11 @@ func (c *conn) saslAuth(op protocol.Opcode, mech, rest []byte, vlen, hk int) (us
 		c.swallowData(vlen, rest)
 		return hk + min(vlen, len(rest)), 0
 	}
+	if len(mech) > maxSASLMechLen {
+		c.binError(protocol.StatusInvalid)
+		c.swallowData(vlen, rest)
+		return hk + min(vlen, len(rest)), 0
+	}
 	if len(rest) < vlen {
 		return 0, hk + vlen
 	}
@@ -31,11 +37,46 @@ func (c *conn) saslAuth(op protocol.Opcode, mech, rest []byte, vlen, hk int) (us
 	return hk + vlen, 0
 }
 
-// TEMPORARY until internal/sasl lands: no mechanism is offered and every
-// exchange fails.
-func saslMechanisms() string { return "" }
+// maxSASLMechLen is memcached's MAX_SASL_MECH_LEN.
+const maxSASLMechLen = 32
 
+// saslStep runs one message of an exchange. SASL_AUTH starts a new one
+// with the named mechanism (as sasl_server_start does, even mid-exchange);
+// SASL_STEP continues the current one and fails without one.
 func (c *conn) saslStep(op protocol.Opcode, mech, data []byte) {
+	if op == protocol.OpSASLAuth {
+		srv, err := c.s.sasl.NewServer(string(mech))
+		if err != nil {
+			c.saslFail()
+			return
+		}
+		c.saslSrv = srv
+	} else if c.saslSrv == nil {
+		c.saslFail()
+		return
+	}
+	out, done, err := c.saslSrv.Step(data)
+	switch {
+	case err != nil:
+		c.saslSrv = nil
+		c.saslFail()
+	case done:
+		c.authed = true
+		c.saslSrv = nil
+		c.ctr.authCmds.Add(1)
+		// memcached answers "Authenticated"; a SCRAM exchange ends with
+		// the server's signature (v=...), which Couchbase's clients check.
+		if len(out) == 0 {
+			c.binOKString(0, "Authenticated")
+		} else {
+			c.binOK(0, nil, nil, out)
+		}
+	default:
+		c.out = protocol.AppendResponse(c.out, c.bh.Opcode, protocol.StatusAuthContinue, c.bh.Opaque, 0, nil, nil, out)
+	}
+}
+
+func (c *conn) saslFail() {
 	c.ctr.authCmds.Add(1)
 	c.ctr.authErrors.Add(1)
 	c.binError(protocol.StatusAuthError)

@@ -52,6 +52,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vbcache/vbcache/internal/sasl"
 	"github.com/vbcache/vbcache/internal/store"
 )
 
@@ -99,6 +100,7 @@ type Server struct {
 	hashpowerInit int
 	fds           []bool // protected by mu: memcached-style descriptor slots in use, see allocFD
 	tun           tunables
+	sasl          *sasl.Authenticator // -S: shared SASL state (credentials, SCRAM key cache)
 
 	verbosity     atomic.Int32
 	detailEnabled atomic.Bool
@@ -150,6 +152,18 @@ func New(cfg Config) (*Server, error) {
 		v = "devel"
 	}
 	s.cfg.Version = MemcachedVersion + "-vbcache-" + v
+	if cfg.SASL {
+		pw := cfg.SASLPasswords
+		a, err := sasl.NewAuthenticator(sasl.Config{Lookup: func(u string) (string, bool) {
+			p, ok := pw[u]
+			return p, ok
+		}})
+		if err != nil {
+			st.Close()
+			return nil, err
+		}
+		s.sasl = a
+	}
 	s.limitMaxbytes.Store(cfg.Store.MaxBytes)
 	s.hashpowerInit = cfg.Store.HashPower
 	s.tun = tunables{

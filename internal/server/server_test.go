@@ -581,3 +581,55 @@ func TestTLS(t *testing.T) {
 		t.Fatalf("plain text answered over a TLS listener: %q", b)
 	}
 }
+
+// TestSASLPlain: with -S nothing but Version and the SASL commands works
+// before authentication, and a wrong password is refused.
+func TestSASLPlain(t *testing.T) {
+	_, addr := startServer(t, func(c *Config) {
+		c.SASL = true
+		c.SASLPasswords = map[string]string{"testuser": "testpass"}
+	})
+	exchange := func(reqs ...[]byte) []protocol.Header {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		for _, r := range reqs {
+			nc.Write(r)
+		}
+		nc.SetReadDeadline(time.Now().Add(2 * time.Second))
+		r := bufio.NewReader(nc)
+		var hs []protocol.Header
+		for range reqs {
+			hb := make([]byte, protocol.HeaderLen)
+			if _, err := io.ReadFull(r, hb); err != nil {
+				break
+			}
+			var h protocol.Header
+			protocol.ParseHeader(hb, &h)
+			io.CopyN(io.Discard, r, int64(h.BodyLen))
+			hs = append(hs, h)
+		}
+		return hs
+	}
+	req := func(op protocol.Opcode, key, value string) []byte {
+		return protocol.AppendRequest(nil, &protocol.Request{Header: protocol.Header{Opcode: op}, Key: []byte(key), Value: []byte(value)})
+	}
+	hs := exchange(req(protocol.OpGet, "k", ""))
+	if len(hs) != 1 || hs[0].Status != protocol.StatusAuthError {
+		t.Fatalf("get before auth: %+v", hs)
+	}
+	hs = exchange(req(protocol.OpSASLAuth, "PLAIN", "\x00testuser\x00wrong"), req(protocol.OpNoop, "", ""))
+	if len(hs) != 2 || hs[0].Status != protocol.StatusAuthError || hs[1].Status != protocol.StatusAuthError {
+		t.Fatalf("wrong password: %+v", hs)
+	}
+	hs = exchange(req(protocol.OpSASLAuth, "PLAIN", "\x00testuser\x00testpass"), req(protocol.OpGet, "k", ""))
+	if len(hs) != 2 || hs[0].Status != protocol.StatusOK || hs[1].Status != protocol.StatusKeyNotFound {
+		t.Fatalf("authenticated get: %+v", hs)
+	}
+	hs = exchange(req(protocol.OpSASLList, "", ""))
+	if len(hs) != 1 || hs[0].Status != protocol.StatusOK {
+		t.Fatalf("list mechs: %+v", hs)
+	}
+}
