@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // scramClient is the client side of SCRAM, written from RFC 5802 section 3
@@ -59,7 +60,7 @@ func (c *scramClient) final(serverFirst []byte) ([]byte, error) {
 	if err != nil || iter < 1 {
 		return nil, fmt.Errorf("client: bad iteration count %q", attrs[2])
 	}
-	c.salted, err = pbkdf2.Key(c.h.new, c.password, salt, iter, c.h.size)
+	c.salted, err = saltedPassword(c.h, c.password, salt, iter)
 	if err != nil {
 		return nil, err
 	}
@@ -85,6 +86,30 @@ func (c *scramClient) verify(serverFinal []byte) error {
 	}
 	return nil
 }
+
+// saltedPassword is PBKDF2 with a memo, so the tests stay fast under -race.
+func saltedPassword(h *hashSpec, password string, salt []byte, iter int) ([]byte, error) {
+	key := fmt.Sprint(h.name, "\x00", password, "\x00", string(salt), "\x00", iter)
+	saltedMu.Lock()
+	v, ok := saltedMemo[key]
+	saltedMu.Unlock()
+	if ok {
+		return v, nil
+	}
+	v, err := pbkdf2.Key(h.new, password, salt, iter, h.size)
+	if err != nil {
+		return nil, err
+	}
+	saltedMu.Lock()
+	saltedMemo[key] = v
+	saltedMu.Unlock()
+	return v, nil
+}
+
+var (
+	saltedMu   sync.Mutex
+	saltedMemo = map[string][]byte{}
+)
 
 func testHMAC(h *hashSpec, key []byte, msg string) []byte {
 	m := hmac.New(h.new, key)

@@ -338,9 +338,9 @@ func TestSCRAMMalformed(t *testing.T) {
 		{"final/nul", okFirst, "c=biws,r=CNSN\x00" + okProof, ErrMalformed},
 		{"final/replayed-first", okFirst, okFirst, ErrMalformed},
 	}
+	a := goldenAuth(t, "QSXCR+Q6sek8bf92", "SN")
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := goldenAuth(t, "QSXCR+Q6sek8bf92", "SN")
 			s, err := a.NewServer("SCRAM-SHA-256")
 			if err != nil {
 				t.Fatal(err)
@@ -364,7 +364,6 @@ func TestSCRAMMalformed(t *testing.T) {
 
 	// And the unmodified pair does succeed, so the cases above fail for
 	// the reason they name.
-	a := goldenAuth(t, "QSXCR+Q6sek8bf92", "SN")
 	s, _ := a.NewServer("SCRAM-SHA-256")
 	if _, _, err := s.Step([]byte(okFirst)); err != nil {
 		t.Fatal(err)
