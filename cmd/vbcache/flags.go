@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/vbcache/vbcache/internal/server"
+	"github.com/vbcache/vbcache/internal/tlsconf"
 )
 
 // Exit statuses, as memcached uses them (sysexits.h).
@@ -84,7 +85,16 @@ type serverOptions struct {
 	slabSizesRaw *string
 	tcpSet       bool // -p
 	udpSet       bool // -U
+	protoSet     bool // -B (-S then requires binary)
 	listenRaw    []string
+
+	// Authentication and TLS (security.go): the files are read by
+	// finish, after every other check, as memcached reads them.
+	tlsEnabled  bool              // -Z
+	tlsOpts     tlsconf.Options   // -o ssl_*
+	tlsReloader *tlsconf.Reloader // built by finish under -Z; serves cfg.TLS
+	saslPWDB    string            // MEMCACHED_SASL_PWDB, read by -S
+	authFile    string            // -Y
 
 	// Accepted for compatibility and otherwise ignored.
 	napiIDs   int
@@ -100,8 +110,8 @@ type option struct {
 	arg   bool
 }
 
-// options lists every flag the parser knows, including those it refuses
-// (-S, -Y, -e, -Z) so that they get a clear message. Order is -h's.
+// options lists every flag the parser knows, including -e, which it
+// refuses with a clear message. Order is -h's.
 var options = []option{
 	{'p', "port", true},
 	{'U', "udp-port", true},
@@ -191,7 +201,7 @@ func findLong(name string) (option, error) {
 }
 
 // parseServerFlags reads memcached-style flags into serverOptions. getenv
-// supplies the environment (MEMCACHED_PORT_FILENAME). It stops at the
+// supplies the environment (MEMCACHED_PORT_FILENAME, MEMCACHED_SASL_PWDB). It stops at the
 // first -h, -V or -i, as memcached does, returning that action. The
 // returned error is an *exitError.
 func parseServerFlags(args []string, getenv func(string) string) (*serverOptions, error) {
@@ -201,6 +211,7 @@ func parseServerFlags(args []string, getenv func(string) string) (*serverOptions
 	o.cfg.SlabReassign = true
 	o.lruMaintain = true
 	o.cfg.PortFile = getenv("MEMCACHED_PORT_FILENAME")
+	o.saslPWDB = getenv(saslPWDBEnv)
 
 	for i := 0; i < len(args); i++ {
 		a := args[i]
@@ -427,6 +438,7 @@ func (o *serverOptions) apply(opt option, val string) error {
 		}
 		c.Backlog = n
 	case 'B':
+		o.protoSet = true
 		switch val {
 		case "auto":
 			c.Protocol = server.ProtoAuto
@@ -445,7 +457,7 @@ func (o *serverOptions) apply(opt option, val string) error {
 		}
 		o.itemSizeSet, o.itemSize = true, n
 	case 'S':
-		return fail(exitUsage, "vbcache: -S (SASL authentication) is not supported yet")
+		c.SASL = true
 	case 'F':
 		c.DisableFlush = true
 	case 'X':
@@ -453,9 +465,9 @@ func (o *serverOptions) apply(opt option, val string) error {
 	case 'W':
 		c.DisableWatch = true
 	case 'Y':
-		return fail(exitUsage, "vbcache: -Y (ascii authentication) is not supported yet")
+		o.authFile = val
 	case 'Z':
-		return fail(exitUsage, "vbcache: -Z (TLS) is not supported yet")
+		o.tlsEnabled = true
 	case 'N':
 		n, err := o.intArg(opt, val)
 		if err != nil {
@@ -779,11 +791,12 @@ func (o *serverOptions) applySubopt(item, key, val string, hasVal bool) error {
 	case "sock_cookie_id":
 		// Linux SO_MARK for firewalls; accepted and ignored.
 	default:
+		if ok, err := o.applySSLSubopt(key, val, hasVal); ok {
+			return err
+		}
 		switch {
 		case strings.HasPrefix(key, "ext_"):
 			return fail(exitUsage, "vbcache: -o %s (extstore) is not supported", key)
-		case strings.HasPrefix(key, "ssl_"):
-			return fail(exitUsage, "vbcache: -o %s (TLS) is not supported yet", key)
 		case strings.HasPrefix(key, "proxy_"):
 			return fail(exitUsage, "vbcache: -o %s (memcached's built-in proxy) is not supported", key)
 		}
@@ -794,8 +807,9 @@ func (o *serverOptions) applySubopt(item, key, val string, hasVal bool) error {
 
 // finish applies what memcached decides after reading all flags (UDP port
 // standing in for the TCP port, -m and -I in bytes, the chunk size for
-// large items, slab_sizes, temporary_ttl), in memcached's order, leaving
-// the rest to Config.Validate.
+// large items, slab_sizes, temporary_ttl, -S forcing the binary
+// protocol), in memcached's order, leaves the rest to Config.Validate, and
+// then reads the TLS certificates and credential files.
 func (o *serverOptions) finish() error {
 	c := &o.cfg
 	s := &c.Store
@@ -847,12 +861,30 @@ func (o *serverOptions) finish() error {
 	if o.tempTTLSet && !o.lruMaintain {
 		return fail(exitUsage, "temporary_ttl requires lru_maintainer to be enabled")
 	}
-	if err := c.Validate(); err != nil {
-		code := exitUsage
-		if errors.Is(err, server.ErrListenAddr) {
-			code = exitOSErr
+	if err := o.checkSASLProtocol(); err != nil {
+		return err
+	}
+	if err := o.checkAuthFileProtocol(); err != nil {
+		return err
+	}
+	err := c.Validate()
+	if err != nil && !errors.Is(err, server.ErrListenAddr) {
+		return &exitError{code: exitUsage, msg: err.Error()}
+	}
+	// memcached finds bad -l entries when it binds, after it has loaded
+	// the certificates and the auth file; and a "notls:" entry is only
+	// valid once TLS is on, so the listen check is repeated then.
+	if err := o.finishSecurity(); err != nil {
+		return err
+	}
+	if err != nil {
+		if err := c.Validate(); err != nil {
+			code := exitUsage
+			if errors.Is(err, server.ErrListenAddr) {
+				code = exitOSErr
+			}
+			return &exitError{code: code, msg: err.Error()}
 		}
-		return &exitError{code: code, msg: err.Error()}
 	}
 	return nil
 }

@@ -41,8 +41,12 @@ func runServer(args []string, stdout, stderr io.Writer) int {
 	for _, w := range o.warnings {
 		fmt.Fprintln(stderr, w)
 	}
+	printed := len(o.warnings)
 	if err := o.finish(); err != nil {
 		return report(stderr, err)
+	}
+	for _, w := range o.warnings[printed:] { // from loading the TLS settings
+		fmt.Fprintln(stderr, w)
 	}
 	o.cfg.Version = version()
 	if err := o.prepareProcess(stderr); err != nil {

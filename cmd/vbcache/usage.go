@@ -7,9 +7,10 @@ import (
 
 // serverHelp is "vbcache server -h": memcached 1.6.18's listing, trimmed to
 // the flags vbcache accepts. memcached's test harness decides which suites
-// to run by grepping this text (for "unix-socket", and for the names of
-// the authentication, TLS, extstore and built-in proxy options), so the
-// options vbcache refuses are named here only by their short letters.
+// to run by grepping this text (for "unix-socket", "sasl", "enable-ssl",
+// and for the names of the extstore, built-in proxy and privilege-dropping
+// options), so the options vbcache refuses are named here only by their
+// short letters or prefixes, and those it supports by memcached's names.
 const serverHelp = `-p, --port=<num>          TCP port to listen on (default: 11211, 0: off, -1: any free port)
 -U, --udp-port=<num>      UDP port to listen on (default: 0, off)
 -s, --unix-socket=<file>  UNIX socket to listen on (disables network support)
@@ -19,6 +20,8 @@ const serverHelp = `-p, --port=<num>          TCP port to listen on (default: 11
                           comma separated; each <host>, <host>:<port> or
                           [<ipv6>]:<port>, optionally prefixed by
                           proto[ascii|binary|negotiating]: and tag[<name>]:
+                          if TLS/SSL is enabled, 'notls' prefix can be used to
+                          disable for specific listeners (-l notls:<ip>:<port>)
 -d, --daemon              run as a daemon
 -r, --enable-coredumps    maximize core file limit
 -u, --user=<user>         assume identity of <username> (only when run as root;
@@ -51,9 +54,15 @@ const serverHelp = `-p, --port=<num>          TCP port to listen on (default: 11
 -B, --protocol=<name>     protocol - one of ascii, binary, or auto (default: auto-negotiate)
 -I, --max-item-size=<num> adjusts max item size
                           (default: 1m, min: 1k, max: 1024m)
+-S, --enable-sasl         turn on Sasl authentication (binary protocol only;
+                          implies -B binary). Credentials: "user:password"
+                          lines in the file MEMCACHED_SASL_PWDB names
 -F, --disable-flush-all   disable flush_all command
 -X, --disable-dumping     disable stats cachedump and lru_crawler metadump
 -W, --disable-watch       disable watch commands (live logging)
+-Y, --auth-file=<file>    enable ASCII protocol authentication. format:
+                          user:pass\nuser2:pass2\n
+-Z, --enable-ssl          enable TLS/SSL (needs -o ssl_chain_cert and ssl_key)
 -N, --napi-ids=<num>      accepted and ignored (number of napi ids)
 -o, --extended            comma separated list of extended options
                           most options have a 'no_' prefix to disable
@@ -91,11 +100,29 @@ const serverHelp = `-p, --port=<num>          TCP port to listen on (default: 11
    - modern:              enables options which will be default in future.
                           currently: nothing
    - no_modern:           uses defaults of previous major version (1.4.x)
+   - ssl_chain_cert:      certificate chain file in PEM format
+   - ssl_key:             private key, if not part of the -ssl_chain_cert
+   - ssl_keyformat:       private key format: 1 or PEM (default); 2 (DER)
+                          is refused, convert the key to PEM
+   - ssl_verify_mode:     peer certificate verification mode, default is 0(None).
+                          valid values are 0(None), 1(Request), 2(Require)
+                          or 3(Once, the same as Require)
+   - ssl_ciphers:         TLS 1.2 cipher suites, OpenSSL or IANA names separated
+                          by ':'; OpenSSL keywords (HIGH, !aNULL, ...) keep
+                          Go's defaults, with a warning. TLS 1.3 suites are fixed
+   - ssl_ca_cert:         PEM format file of acceptable client CA's
+   - ssl_wbuf_size:       accepted and ignored
+   - ssl_session_cache:   enable server-side SSL session cache, to support session
+                          resumption (=no turns it off again)
+   - ssl_kernel_tls:      accepted and ignored
+   - ssl_min_version:     minimum protocol version to accept (default: tlsv1.2)
+                          valid values are 0(tlsv1.0), 1(tlsv1.1), 2(tlsv1.2), or 3(tlsv1.3),
+                          by number or by name
 
-Not supported yet: -S and -Y (authentication), -Z (TLS), -e (memory file),
-and the ext_*, ssl_* and proxy_* extended options; vbcache refuses to start
-with them rather than ignore them.
+Not supported: -e (memory file), and the ext_* and proxy_* extended options;
+vbcache refuses to start with them rather than ignore them.
 Environment: MEMCACHED_PORT_FILENAME=<file> writes the bound ports to <file>.
+MEMCACHED_SASL_PWDB=<file> holds the -S credentials (required with -S).
 `
 
 func printServerHelp(w io.Writer) {

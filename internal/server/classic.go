@@ -243,6 +243,19 @@ func (c *conn) dispatch(line, rest []byte) (used, more int) {
 		}
 		c.s.verbosity.Store(int32(min(lvl, 2)))
 		c.reply("OK")
+	case "refresh_certs":
+		c.setNoreply()
+		switch {
+		case c.s.cfg.TLSReload == nil:
+			c.out = append(c.out, "Error TLS not enabled\r\n"...)
+		default:
+			if err := c.s.cfg.TLSReload(); err != nil {
+				c.out = append(c.out, err.Error()...)
+				c.out = append(c.out, '\r', '\n')
+			} else {
+				c.reply("OK")
+			}
+		}
 	case "lru":
 		if n < 3 {
 			c.reply("ERROR")

@@ -60,9 +60,13 @@ type Config struct {
 	// AuthTokens is -Y: text-protocol clients must first send
 	// "set <any> <f> <e> <n>" with "<user> <pass>" as data; user → password.
 	AuthTokens map[string]string
+	AuthFile   string // the -Y file, for stats settings
 	// TLS is -Z with memcached's ssl_* options: when set, every TCP
 	// listener speaks TLS (except -l entries marked notls:).
 	TLS *tls.Config
+	// TLSReload re-reads the certificate, key and CA files (the
+	// refresh_certs command); nil without -Z.
+	TLSReload func() error
 
 	Store store.Config
 }

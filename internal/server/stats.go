@@ -321,8 +321,12 @@ func (c *conn) settingsStats() {
 	c.statLine("cas_enabled", yesNo(!cfg.Store.DisableCAS))
 	c.statLine("tcp_backlog", strconv.Itoa(cfg.Backlog))
 	c.statLine("binding_protocol", protoName(cfg.Protocol))
-	c.statLine("auth_enabled_sasl", "no")
-	c.statLine("auth_enabled_ascii", "no")
+	c.statLine("auth_enabled_sasl", yesNo(cfg.SASL))
+	authFile := "no"
+	if cfg.AuthFile != "" {
+		authFile = cfg.AuthFile
+	}
+	c.statLine("auth_enabled_ascii", authFile)
 	c.statLine("item_size_max", strconv.Itoa(cfg.Store.ItemSizeMax))
 	c.statLine("maxconns_fast", yesNo(cfg.MaxConnsFast))
 	c.statLine("hashpower_init", strconv.Itoa(s.hashpowerInit))
