@@ -99,7 +99,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	if nc != nil {
 		c.rbuf = make([]byte, readBufSize)
 	}
-	c.lastCmd.Store(time.Now().Unix())
+	c.lastCmd.Store(s.nowUnix())
 	return c
 }
 
@@ -228,7 +228,7 @@ func (c *conn) processInput() (need int) {
 			if used == 0 {
 				return 0
 			}
-			c.lastCmd.Store(time.Now().Unix())
+			c.lastCmd.Store(c.s.nowUnix())
 			c.r += used
 			if len(c.out) >= flushAt {
 				if c.flush() != nil {
@@ -272,7 +272,7 @@ func (c *conn) processInput() (need int) {
 		line := protocol.TrimLine(data[:nl])
 		rest := data[nl+1:]
 		c.noreply = false
-		c.lastCmd.Store(time.Now().Unix())
+		c.lastCmd.Store(c.s.nowUnix())
 		used, more := c.dispatch(line, rest)
 		if more > 0 {
 			// A storage command waits for its data; nothing was consumed.

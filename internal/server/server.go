@@ -469,3 +469,10 @@ func (s *Server) dropConn(c *conn) {
 	s.freeFD(c.fd)
 	s.currConns.Add(-1)
 }
+
+// nowUnix is the coarse wall clock the store keeps (refreshed several
+// times a second), cheap enough to read once per command.
+func (s *Server) nowUnix() int64 {
+	_, u := s.store.Now()
+	return u
+}

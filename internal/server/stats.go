@@ -471,7 +471,7 @@ func addrString(a net.Addr) string {
 
 func (c *conn) connStats() {
 	s := c.s
-	now := time.Now().Unix()
+	now := s.nowUnix()
 	s.mu.Lock()
 	lns := s.listeners
 	udp := s.udp

@@ -193,9 +193,16 @@ func Argv(kind Kind, vbcacheBin string, port int, flags []string) (string, []str
 // stopped by t.Cleanup.
 func Start(tb testing.TB, kind Kind, vbcacheBin string, flags ...string) *Node {
 	tb.Helper()
+	return StartEnv(tb, kind, vbcacheBin, nil, flags...)
+}
+
+// StartEnv is Start with extra environment variables ("NAME=value") for the
+// server process, on top of the test's own environment.
+func StartEnv(tb testing.TB, kind Kind, vbcacheBin string, env []string, flags ...string) *Node {
+	tb.Helper()
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		n, err := StartNoCleanup(kind, vbcacheBin, flags...)
+		n, err := startNoCleanup(kind, vbcacheBin, env, flags)
 		if err == nil {
 			tb.Cleanup(n.Stop)
 			return n
@@ -209,6 +216,10 @@ func Start(tb testing.TB, kind Kind, vbcacheBin string, flags ...string) *Node {
 // StartNoCleanup is Start for callers without a testing.TB (TestMain); the
 // caller must call Stop.
 func StartNoCleanup(kind Kind, vbcacheBin string, flags ...string) (*Node, error) {
+	return startNoCleanup(kind, vbcacheBin, nil, flags)
+}
+
+func startNoCleanup(kind Kind, vbcacheBin string, env, flags []string) (*Node, error) {
 	port, err := FreePort()
 	if err != nil {
 		return nil, err
@@ -217,6 +228,9 @@ func StartNoCleanup(kind Kind, vbcacheBin string, flags ...string) (*Node, error
 	n := &Node{Kind: kind, Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Args: args,
 		stderr: new(bytes.Buffer), done: make(chan struct{})}
 	n.cmd = exec.Command(prog, args...)
+	if len(env) > 0 {
+		n.cmd.Env = append(os.Environ(), env...)
+	}
 	n.cmd.Stdout = lockedWriter{&n.mu, n.stderr}
 	n.cmd.Stderr = lockedWriter{&n.mu, n.stderr}
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
