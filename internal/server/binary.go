@@ -60,7 +60,10 @@ func (c *conn) binaryPacket(data []byte) (used, need int) {
 	if keylen > protocol.KeyMaxLength {
 		return hk, c.binProtocolError()
 	}
-	vlen := bodylen - keylen - extlen
+	// memcached computes the value length in a C int: a body length of
+	// 2 GiB or more makes it negative, so nothing is read as the value and
+	// the rest of the stream is parsed as the next header.
+	vlen := int(int32(uint32(bodylen - keylen - extlen)))
 	switch op {
 	case protocol.OpVersion:
 		if extlen != 0 || keylen != 0 || bodylen != 0 {
@@ -131,7 +134,7 @@ func (c *conn) binaryPacket(data []byte) (used, need int) {
 	default:
 		c.binError(protocol.StatusUnknown)
 		c.swallowData(vlen, data[hk:])
-		return hk + min(vlen, len(data)-hk), 0
+		return hk + min(max(vlen, 0), len(data)-hk), 0
 	}
 	return hk, 0
 }
@@ -196,7 +199,7 @@ func (c *conn) binUpdate(op protocol.Opcode, extras, key, rest []byte, vlen, hk 
 		flags = binary.BigEndian.Uint32(extras[0:4])
 		exp = binary.BigEndian.Uint32(extras[4:8])
 	}
-	if s.tooLarge(len(key), flags, vlen) {
+	if vlen < 0 || s.tooLarge(len(key), flags, vlen) {
 		if s.detailEnabled.Load() {
 			s.detail.recordSet(key)
 		}
@@ -208,7 +211,7 @@ func (c *conn) binUpdate(op protocol.Opcode, extras, key, rest []byte, vlen, hk 
 			c.tx.End()
 		}
 		c.swallowData(vlen, rest)
-		return hk + min(vlen, len(rest)), 0
+		return hk + min(max(vlen, 0), len(rest)), 0
 	}
 	if len(rest) < vlen {
 		return 0, hk + vlen
@@ -395,7 +398,7 @@ func (c *conn) binFlush(extras []byte) {
 	if len(extras) == 4 {
 		exp = int64(binary.BigEndian.Uint32(extras))
 	}
-	c.s.store.Flush(exp)
+	c.s.flush(exp)
 	c.ctr.cmdFlush.Add(1)
 	c.binOK(0, nil, nil, nil)
 }

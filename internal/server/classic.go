@@ -448,7 +448,7 @@ func (c *conn) update(sc storeCmd, rest []byte) (used, more int) {
 // swallowData discards n bytes of rejected data: what is buffered now and
 // the remainder as it arrives.
 func (c *conn) swallowData(n int, rest []byte) {
-	if n > len(rest) {
+	if n > 0 && n > len(rest) {
 		c.swallow = n - len(rest)
 	}
 }
@@ -754,7 +754,7 @@ func (c *conn) flushAll() {
 	if exptime < 0 {
 		exptime = 0
 	}
-	c.s.store.Flush(int64(exptime))
+	c.s.flush(int64(exptime))
 	c.reply("OK")
 }
 

@@ -14,6 +14,9 @@ func (c *conn) saslList() {
 		c.binError(protocol.StatusUnknown)
 		return
 	}
+	// memcached (re)initialises the connection's SASL state here, which
+	// also forgets an earlier authentication.
+	c.authed = false
 	c.binOKString(0, sasl.Mechanisms())
 }
 
@@ -23,12 +26,17 @@ func (c *conn) saslAuth(op protocol.Opcode, mech, rest []byte, vlen, hk int) (us
 	if !c.s.cfg.SASL {
 		c.binError(protocol.StatusUnknown)
 		c.swallowData(vlen, rest)
-		return hk + min(vlen, len(rest)), 0
+		return hk + min(max(vlen, 0), len(rest)), 0
+	}
+	if vlen < 0 {
+		// memcached fails to allocate a negative-sized buffer.
+		c.binError(protocol.StatusNoMemory)
+		return hk, 0
 	}
 	if len(mech) > maxSASLMechLen {
 		c.binError(protocol.StatusInvalid)
 		c.swallowData(vlen, rest)
-		return hk + min(vlen, len(rest)), 0
+		return hk + min(max(vlen, 0), len(rest)), 0
 	}
 	if len(rest) < vlen {
 		return 0, hk + vlen
@@ -44,6 +52,10 @@ const maxSASLMechLen = 32
 // with the named mechanism (as sasl_server_start does, even mid-exchange);
 // SASL_STEP continues the current one and fails without one.
 func (c *conn) saslStep(op protocol.Opcode, mech, data []byte) {
+	// As in memcached, every SASL message first forgets an earlier
+	// authentication: a failed re-authentication leaves the connection
+	// unauthenticated.
+	c.authed = false
 	if op == protocol.OpSASLAuth {
 		srv, err := c.s.sasl.NewServer(string(mech))
 		if err != nil {

@@ -476,3 +476,14 @@ func (s *Server) nowUnix() int64 {
 	_, u := s.store.Now()
 	return u
 }
+
+// flush is flush_all with memcached's treatment of the delay: an absolute
+// time before the process started (memcached's process_started, 62 s
+// before the real start) makes realtime() return 1, oldest_live 0, and
+// nothing is flushed; any other time in the past flushes everything now.
+func (s *Server) flush(exptime int64) {
+	if exptime > realtimeMaxDelta && exptime <= s.started.Unix()-62 {
+		return
+	}
+	s.store.Flush(exptime)
+}

@@ -407,18 +407,23 @@ func (c *conn) itemStats() {
 		c.statUint(p+"reclaimed", cs.Reclaimed)
 		c.statUint(p+"expired_unfetched", cs.ExpiredUnfetched)
 		c.statUint(p+"evicted_unfetched", cs.EvictedUnfetched)
-		c.statUint(p+"evicted_active", cs.EvictedActive)
+		maint := !s.cfg.NoLRUMaintainer
+		if maint {
+			c.statUint(p+"evicted_active", cs.EvictedActive)
+		}
 		c.statUint(p+"crawler_reclaimed", cs.CrawlerReclaimed)
 		c.statUint(p+"crawler_items_checked", cs.CrawlerItemsChecked)
 		c.statUint(p+"lrutail_reflocked", 0)
-		c.statUint(p+"moves_to_cold", cs.MovesToCold)
-		c.statUint(p+"moves_to_warm", cs.MovesToWarm)
-		c.statUint(p+"moves_within_lru", cs.MovesWithinLRU)
-		c.statUint(p+"direct_reclaims", cs.DirectReclaims)
-		c.statUint(p+"hits_to_hot", cs.HitsToHot)
-		c.statUint(p+"hits_to_warm", cs.HitsToWarm)
-		c.statUint(p+"hits_to_cold", cs.HitsToCold)
-		c.statUint(p+"hits_to_temp", 0)
+		if maint {
+			c.statUint(p+"moves_to_cold", cs.MovesToCold)
+			c.statUint(p+"moves_to_warm", cs.MovesToWarm)
+			c.statUint(p+"moves_within_lru", cs.MovesWithinLRU)
+			c.statUint(p+"direct_reclaims", cs.DirectReclaims)
+			c.statUint(p+"hits_to_hot", cs.HitsToHot)
+			c.statUint(p+"hits_to_warm", cs.HitsToWarm)
+			c.statUint(p+"hits_to_cold", cs.HitsToCold)
+			c.statUint(p+"hits_to_temp", 0)
+		}
 	})
 }
 
