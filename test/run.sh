@@ -10,7 +10,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 fuzztime=${FUZZTIME:-20s}
-debs=(memcached python3-pymemcache python3-pylibmc libcache-memcached-perl libmemcached-tools)
+# memcached -S checks passwords through Cyrus SASL: sasl2-bin (saslpasswd2
+# fills the test's sasldb) and libsasl2-modules (PLAIN, also for
+# libmemcached's SASL client); php-*, nodejs/npm (memjs) and openssl are the
+# binary-protocol and TLS clients of test/clients and test/security.
+debs=(memcached python3-pymemcache python3-pylibmc libcache-memcached-perl libmemcached-tools
+  sasl2-bin libsasl2-modules php-cli php-memcached nodejs npm openssl)
 
 install_deps() {
   if [ "${SKIP_INSTALL:-}" = 1 ]; then return 0; fi
@@ -34,6 +39,14 @@ install_deps() {
 }
 
 install_deps
+
+# memjs for test/clients (pinned by test/clients/memjs/package-lock.json;
+# node_modules is not committed). Needs no root; if it fails the memjs test
+# tries again itself and skips (fails with CI=true).
+if [ ! -d test/clients/memjs/node_modules/memjs ] && command -v npm >/dev/null 2>&1; then
+  echo "== npm ci (test/clients/memjs)"
+  (cd test/clients/memjs && npm ci --no-audit --no-fund) || echo "run.sh: npm ci failed" >&2
+fi
 
 echo "== go vet"
 go vet ./...

@@ -633,3 +633,37 @@ func TestSASLPlain(t *testing.T) {
 		t.Fatalf("list mechs: %+v", hs)
 	}
 }
+
+// TestBinaryUnknownOpcodeKeepsStep pins vbcache's deliberate difference
+// from memcached: an unknown opcode with a body is answered at once and
+// only its value is discarded, so the next request is served.
+func TestBinaryUnknownOpcodeKeepsStep(t *testing.T) {
+	_, addr := startServer(t, nil)
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var b []byte
+	b = protocol.AppendRequest(b, &protocol.Request{Header: protocol.Header{Opcode: 0x89, Opaque: 1}, Extras: []byte{0, 0}, Key: []byte("k"), Value: []byte("v")})
+	b = protocol.AppendRequest(b, &protocol.Request{Header: protocol.Header{Opcode: protocol.OpVerbosity, Opaque: 2}, Extras: []byte{0, 0, 0, 1}})
+	b = protocol.AppendRequest(b, &protocol.Request{Header: protocol.Header{Opcode: protocol.OpNoop, Opaque: 3}})
+	nc.Write(b)
+	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	r := bufio.NewReader(nc)
+	for _, want := range []struct {
+		opaque uint32
+		status protocol.Status
+	}{{1, protocol.StatusUnknown}, {2, protocol.StatusUnknown}, {3, protocol.StatusOK}} {
+		hb := make([]byte, protocol.HeaderLen)
+		if _, err := io.ReadFull(r, hb); err != nil {
+			t.Fatal(err)
+		}
+		var h protocol.Header
+		protocol.ParseHeader(hb, &h)
+		io.CopyN(io.Discard, r, int64(h.BodyLen))
+		if h.Opaque != want.opaque || h.Status != want.status {
+			t.Fatalf("got opaque %d status %#x, want %d %#x", h.Opaque, h.Status, want.opaque, want.status)
+		}
+	}
+}

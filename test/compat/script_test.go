@@ -19,6 +19,11 @@ type step struct {
 	raw     bool     // @raw
 	nomn    bool     // @nomn
 	exit    bool     // @exit
+	// differs names a deliberate difference (@differs <reason>): vbcache's
+	// reply to this step is not compared with memcached's, only logged.
+	// Every use must say why, and vbcache's own behaviour there is pinned
+	// by a test of its own (see internal/server).
+	differs string
 }
 
 // script is a parsed testdata/*.txt file.
@@ -89,6 +94,11 @@ func parseScriptLines(name, text string, checkPayload bool) (*script, error) {
 				cur.nomn = true
 			case "@exit":
 				cur.exit = true
+			case "@differs":
+				if len(f) < 2 {
+					return nil, fmt.Errorf("%s:%d: usage: @differs <reason>", name, ln)
+				}
+				cur.differs = strings.Join(f[1:], " ")
 			default:
 				return nil, fmt.Errorf("%s:%d: unknown directive %s", name, ln, f[0])
 			}
