@@ -41,6 +41,7 @@ var commands []command
 func init() {
 	commands = []command{
 		{"server", "run a cache node (takes memcached's flags; see vbcache server -h)", runServer},
+		{"bench", "load generator for the memcached protocols; \"bench compare\" compares vbcache with memcached", runBench},
 		{"version", "print the version", runVersion},
 		{"help", "list subcommands, or show a subcommand's help", runHelp},
 	}

@@ -667,3 +667,22 @@ func TestBinaryUnknownOpcodeKeepsStep(t *testing.T) {
 		}
 	}
 }
+
+func BenchmarkGetMissPipelined(b *testing.B) {
+	s, err := New(Config{Port: -1, PortSet: true, Version: "t"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.store.Close()
+	c := newTestConn(s, "")
+	in := []byte(strings.Repeat("get nokey:12345\r\n", 16))
+	c.out = make([]byte, 0, 64<<10)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c.rbuf = in
+		c.r, c.w = 0, len(in)
+		c.out = c.out[:0]
+		c.processInput()
+	}
+}

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vbcache/vbcache/internal/bench"
+)
+
+// TestBenchArgsRoundTrip checks that bench.Config.Args (used by the compare
+// harness to start the load) and the flag parser agree.
+func TestBenchArgsRoundTrip(t *testing.T) {
+	for _, c := range []bench.Config{
+		{Servers: []string{"127.0.0.1:1"}},
+		{Servers: []string{"127.0.0.1:1", "127.0.0.1:2"}, Protocol: bench.Binary, Threads: 2, Clients: 7, Pipeline: 16,
+			Ratio: bench.Ratio{Set: 1, Get: 0}, DataSize: 1024, KeyPrefix: "key:", KeyMin: 5, KeyMax: 999_999, KeyWidth: 7,
+			Pattern: bench.Sequential, MultiGet: 1, Requests: 1000, Seed: 3, Timeout: time.Second},
+		{Servers: []string{"h:3"}, Protocol: bench.Meta, DataSizeMin: 10, DataSizeMax: 20, Pattern: bench.Gaussian,
+			KeyStddev: 12.5, MultiGet: 10, Duration: 1500 * time.Millisecond, Rate: 5000},
+	} {
+		got, _, code := parseBenchFlags(c.Args(), io.Discard, io.Discard)
+		if code != -1 {
+			t.Fatalf("%v: exit %d", c.Args(), code)
+		}
+		// The parser fills in flag defaults; compare what Args carried.
+		want := c
+		def, _, _ := parseBenchFlags([]string{"-s", "x:1"}, io.Discard, io.Discard)
+		for _, f := range []struct {
+			dst *int
+			def int
+		}{{&want.Clients, def.Clients}, {&want.Pipeline, def.Pipeline}, {&want.DataSize, def.DataSize}, {&want.MultiGet, def.MultiGet}} {
+			if *f.dst == 0 {
+				*f.dst = f.def
+			}
+		}
+		if want.Ratio == (bench.Ratio{}) {
+			want.Ratio = def.Ratio
+		}
+		if want.KeyPrefix == "" {
+			want.KeyPrefix = def.KeyPrefix
+		}
+		if want.KeyMax == 0 {
+			want.KeyMax = def.KeyMax
+		}
+		if want.Duration == 0 && want.Requests == 0 {
+			want.Duration = def.Duration
+		}
+		if want.Timeout == 0 {
+			want.Timeout = def.Timeout
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("args %s\n got %+v\nwant %+v", strings.Join(c.Args(), " "), got, want)
+		}
+	}
+}
+
+func TestBenchFlagErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{},
+		{"-s", "x:1", "--protocol", "udp"},
+		{"-s", "x:1", "--ratio", "1"},
+		{"-s", "x:1", "--data-size-range", "5"},
+		{"-s", "x:1", "extra"},
+	} {
+		if _, _, code := parseBenchFlags(args, io.Discard, io.Discard); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+	if code := run([]string{"bench", "-h"}, io.Discard, io.Discard); code != 0 {
+		t.Errorf("bench -h: exit %d", code)
+	}
+	if code := run([]string{"bench", "compare", "--workloads", "z"}, io.Discard, io.Discard); code != 2 {
+		t.Errorf("compare with a bad workload: exit %d", code)
+	}
+}

@@ -1,0 +1,56 @@
+// Package bench is vbcache's load generator, in the spirit of
+// memtier_benchmark, and the harness that compares a vbcache node with
+// memcached on one machine.
+//
+// # Generator
+//
+// Run opens Threads×Clients connections to each server in Config.Servers and
+// drives them until Duration has passed or Requests requests have been
+// answered. Every connection belongs to one goroutine that Run starts and
+// waits for; nothing outlives the call.
+//
+// Closed loop (the default): a connection keeps up to Pipeline requests in
+// flight. It appends requests into its own write buffer, sends them with one
+// write, then reads replies in order from its own bufio.Reader; whenever
+// replies free slots and no further reply is already buffered, it refills the
+// pipeline with one more write. Latency is measured from the write that
+// carried the request to the parse of its reply.
+//
+// Open loop (Rate > 0): each connection has a writer goroutine that sends
+// request i at its scheduled time start + i/rate_per_conn, and a reader
+// goroutine that parses replies. Latency is measured from the scheduled time,
+// not from the actual write, so a server stall that delays later sends shows
+// up in their latency (no coordinated omission). At most Pipeline requests are
+// outstanding per connection; when the pipe is full the writer waits, and the
+// lateness is charged to the requests it delays.
+//
+// # Memory
+//
+// A connection owns its buffers: the write buffer, the reader, the key
+// scratch buffer and the ring of outstanding requests (key indexes, kind,
+// send time). Keys are rebuilt from their index when a reply is verified,
+// so the hot loop allocates nothing. Each connection records latencies into
+// its own Histogram; Run merges them once at the end. Counters that the
+// progress line reads while the run is going are atomics owned by the
+// connection.
+//
+// # Verification
+//
+// A get hit must name a key the request asked for (in order, for multi-gets)
+// and carry a value of the length that key was stored with. Value lengths are
+// a pure function of the key index (fixed, or spread over [DataSizeMin,
+// DataSizeMax] by a hash of the index), so verification works across runs and
+// with ranged sizes. A mismatched reply, SERVER_ERROR, CLIENT_ERROR, ERROR or
+// an unexpected binary status counts as an error and the connection goes on;
+// an I/O failure or a garbled frame counts as an error and closes that
+// connection (the run continues on the others).
+//
+// # Compare
+//
+// Compare runs the same workloads against memcached and vbcache, each
+// pinned to one core, with the load on the other core, in interleaved rounds,
+// and reports medians; see compare.go. Its decisions (the order of runs, the
+// medians, the noise figure, the tables) are pure functions over samples, so
+// they are tested with a fake environment; processes and /proc are touched
+// only in env.go.
+package bench
