@@ -52,33 +52,31 @@ func (t *Tokens) Count() int { return t.N - 1 }
 
 // Tokenize splits line on spaces as memcached's tokenize_command does.
 func Tokenize(line []byte, t *Tokens) {
-	n := 0
-	s := 0
+	n, i := 0, 0
 	t.Rest = nil
-	i := 0
-	for ; i < len(line); i++ {
-		if line[i] == ' ' {
-			if s != i {
-				t.T[n] = line[s:i]
-				n++
-				if n == MaxTokens-1 {
-					i++
-					s = i
-					break
-				}
-			}
-			s = i + 1
+	for n < MaxTokens-1 {
+		for i < len(line) && line[i] == ' ' {
+			i++
 		}
-	}
-	if n == MaxTokens-1 {
-		// memcached stops splitting; the rest (possibly empty) is the
-		// terminal token's value. An empty rest means "fully scanned".
-		if s < len(line) {
-			t.Rest = line[s:]
+		if i >= len(line) {
+			break
 		}
-	} else if s < len(line) {
-		t.T[n] = line[s:]
+		j := bytes.IndexByte(line[i:], ' ')
+		if j < 0 {
+			t.T[n] = line[i:]
+			n++
+			i = len(line)
+			break
+		}
+		t.T[n] = line[i : i+j]
 		n++
+		i += j + 1
+	}
+	// memcached stops splitting after MaxTokens-1 tokens; what follows the
+	// single space after the last one (possibly more spaces) is the
+	// terminal token's value. An empty rest means "fully scanned".
+	if n == MaxTokens-1 && i < len(line) {
+		t.Rest = line[i:]
 	}
 	t.T[n] = nil
 	t.N = n + 1
