@@ -42,6 +42,8 @@ func init() {
 	commands = []command{
 		{"server", "run a cache node (takes memcached's flags; see vbcache server -h)", runServer},
 		{"bench", "load generator for the memcached protocols; \"bench compare\" compares vbcache with memcached", runBench},
+		{"locate", "print the server of each key under a distribution (ketama, modulo, vbucket, …)", runLocate},
+		{"rehash", "the add-a-server experiment: which keys stay, per distribution, next to the theory", runRehash},
 		{"version", "print the version", runVersion},
 		{"help", "list subcommands, or show a subcommand's help", runHelp},
 	}

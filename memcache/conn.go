@@ -1,0 +1,405 @@
+package memcache
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A conn is one connection to one server, shared by every goroutine that
+// picks it: requests are pipelined. The sending goroutine encodes its
+// request into wbuf and queues its op under mu; whoever finds no write in
+// progress writes wbuf out (taking along what others appended meanwhile),
+// so concurrent requests leave in one write. One reader goroutine per conn
+// parses responses in order and completes the op at the head of the
+// queue.
+//
+// Deadlines: while ops are queued the socket has a read deadline at most
+// timeout ahead, moved forward as responses arrive. A conn whose deadline
+// passes with ops queued, or whose read or write fails, or whose stream
+// stops parsing, is failed: every queued op gets the error, the socket is
+// closed and the pool drops it. Answers (miss, NOT_STORED, SERVER_ERROR)
+// never fail a conn.
+type conn struct {
+	nc      net.Conn
+	addr    net.Addr
+	proto   Protocol
+	timeout time.Duration
+
+	inflight atomic.Int32 // ops queued and not completed
+	failed   atomic.Bool  // err is set
+
+	mu       sync.Mutex // protects the fields below
+	wbuf     []byte     // encoded requests not yet written
+	spare    []byte     // the buffer being written, for reuse
+	writing  bool       // a goroutine is in nc.Write
+	q        opQueue    // ops sent, awaiting responses, in order
+	err      error      // first failure; conn unusable once set
+	deadline time.Time  // the read deadline currently armed (zero: none)
+
+	rbuf       []byte        // reader goroutine only: read buffer
+	readerDone chan struct{} // closed when the reader goroutine exits
+}
+
+const (
+	readBufSize = 16 << 10
+	maxLine     = 2048 // longest response line a reply may have
+)
+
+func newConn(nc net.Conn, addr net.Addr, proto Protocol, timeout time.Duration) *conn {
+	cn := &conn{nc: nc, addr: addr, proto: proto, timeout: timeout,
+		rbuf: make([]byte, readBufSize), readerDone: make(chan struct{})}
+	go cn.readLoop()
+	return cn
+}
+
+// send encodes o's request, queues o and writes. Errors go to o (and to
+// every other queued op) through fail; send itself reports only whether o
+// was queued.
+func (cn *conn) send(o *op) error {
+	cn.mu.Lock()
+	if cn.err != nil {
+		err := cn.err
+		cn.mu.Unlock()
+		return err
+	}
+	cn.wbuf = o.appendRequest(cn.wbuf, cn.proto)
+	if cn.q.len() == 0 {
+		cn.armLocked(time.Now())
+	}
+	cn.q.push(o)
+	cn.inflight.Add(1)
+	if cn.writing {
+		cn.mu.Unlock() // the writer will take our bytes along
+		return nil
+	}
+	cn.writing = true
+	for len(cn.wbuf) > 0 && cn.err == nil {
+		buf := cn.wbuf
+		cn.wbuf = cn.spare[:0]
+		cn.mu.Unlock()
+		cn.nc.SetWriteDeadline(time.Now().Add(cn.timeout))
+		_, err := cn.nc.Write(buf)
+		cn.mu.Lock()
+		if cap(buf) <= 1<<20 {
+			cn.spare = buf[:0]
+		} else {
+			cn.spare = nil // do not keep a huge value's buffer
+		}
+		if err != nil {
+			cn.failLocked(err)
+		}
+	}
+	cn.writing = false
+	cn.mu.Unlock()
+	return nil
+}
+
+// armLocked sets the read deadline to now+timeout.
+func (cn *conn) armLocked(now time.Time) {
+	cn.deadline = now.Add(cn.timeout)
+	cn.nc.SetReadDeadline(cn.deadline)
+}
+
+// failLocked marks the conn failed with err, closes the socket and fails
+// every queued op.
+func (cn *conn) failLocked(err error) {
+	if cn.err != nil {
+		return
+	}
+	cn.err = err
+	cn.failed.Store(true)
+	cn.nc.Close()
+	for cn.q.len() > 0 {
+		o := cn.q.pop()
+		cn.inflight.Add(-1)
+		o.err = err
+		o.complete()
+	}
+}
+
+func (cn *conn) fail(err error) {
+	cn.mu.Lock()
+	cn.failLocked(err)
+	cn.mu.Unlock()
+}
+
+// close shuts the conn down and waits for its reader.
+func (cn *conn) close() {
+	cn.fail(errClosed)
+	<-cn.readerDone
+}
+
+// readLoop parses responses for the queued ops until the conn fails.
+func (cn *conn) readLoop() {
+	defer close(cn.readerDone)
+	r, w := 0, 0 // unparsed bytes are rbuf[r:w]
+	for {
+		// Parse what is buffered.
+		for r < w {
+			cn.mu.Lock()
+			if cn.err != nil {
+				cn.mu.Unlock()
+				return
+			}
+			if cn.q.len() == 0 {
+				cn.mu.Unlock()
+				cn.fail(errors.New("memcache: unexpected data from server"))
+				return
+			}
+			o := cn.q.front()
+			cn.mu.Unlock()
+			n, done, err := o.parse(cn.rbuf[r:w], cn.proto)
+			if err != nil {
+				cn.fail(err)
+				return
+			}
+			r += n
+			if !done {
+				break
+			}
+			cn.mu.Lock()
+			cn.q.pop()
+			cn.inflight.Add(-1)
+			cn.mu.Unlock()
+			o.complete()
+		}
+		// Make room: move the partial response to the front, and grow the
+		// buffer when one response needs more than it holds.
+		if r == w {
+			r, w = 0, 0
+		} else if r > 0 && (w == len(cn.rbuf) || r > len(cn.rbuf)/2) {
+			w = copy(cn.rbuf, cn.rbuf[r:w])
+			r = 0
+		}
+		if w == len(cn.rbuf) {
+			nb := make([]byte, 2*len(cn.rbuf))
+			copy(nb, cn.rbuf[r:w])
+			cn.rbuf, w, r = nb, w-r, 0
+		}
+		if len(cn.rbuf) > readBufSize && r == w {
+			cn.rbuf = make([]byte, readBufSize) // a big value passed; shrink back
+		}
+		n, err := cn.nc.Read(cn.rbuf[w:])
+		w += n
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) && cn.spuriousTimeout() {
+				continue
+			}
+			cn.fail(err)
+			return
+		}
+		// Responses arrived: move the deadline on if ops still wait and
+		// half of it is used up.
+		cn.mu.Lock()
+		if cn.q.len() > 0 {
+			now := time.Now()
+			if cn.deadline.Sub(now) < cn.timeout/2 {
+				cn.armLocked(now)
+			}
+		}
+		cn.mu.Unlock()
+	}
+}
+
+// spuriousTimeout decides what a read deadline that passed means. With no
+// op queued it is an idle conn: clear the deadline and keep reading. If a
+// sender armed a later deadline after this one fired, keep reading too.
+// Otherwise the server is late: the caller fails the conn.
+func (cn *conn) spuriousTimeout() bool {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if cn.err != nil {
+		return false
+	}
+	if cn.q.len() == 0 {
+		cn.deadline = time.Time{}
+		cn.nc.SetReadDeadline(time.Time{})
+		return true
+	}
+	if time.Now().Before(cn.deadline) {
+		cn.nc.SetReadDeadline(cn.deadline)
+		return true
+	}
+	return false
+}
+
+// opQueue is a FIFO ring of ops.
+type opQueue struct {
+	buf        []*op
+	head, size int
+}
+
+func (q *opQueue) len() int { return q.size }
+
+func (q *opQueue) push(o *op) {
+	if q.size == len(q.buf) {
+		n := make([]*op, max(8, 2*len(q.buf)))
+		for i := 0; i < q.size; i++ {
+			n[i] = q.buf[(q.head+i)%len(q.buf)]
+		}
+		q.buf, q.head = n, 0
+	}
+	q.buf[(q.head+q.size)%len(q.buf)] = o
+	q.size++
+}
+
+func (q *opQueue) front() *op { return q.buf[q.head] }
+
+func (q *opQueue) pop() *op {
+	o := q.buf[q.head]
+	q.buf[q.head] = nil
+	q.head = (q.head + 1) % len(q.buf)
+	q.size--
+	return o
+}
+
+// pool holds the conns to one server: at most max, opened on demand.
+type pool struct {
+	addr  net.Addr
+	conns atomic.Pointer[[]*conn] // snapshot, replaced under mu
+	mu    sync.Mutex              // serialises changes to conns (and dials); protects dropped
+	// dropped are failed conns whose reader may still be exiting.
+	dropped []*conn
+}
+
+// pipelineDepth is how many requests may wait on every open conn before
+// the pool opens another (up to max). Pipelining on a busy conn is cheaper
+// than a new conn: one write and one read carry many requests.
+const pipelineDepth = 8
+
+// get returns a conn for a request: the least busy open conn, unless every
+// one has pipelineDepth requests waiting and fewer than max are open, in
+// which case it opens one.
+func (p *pool) get(ctx context.Context, c *Client) (*conn, error) {
+	if cn := p.pick(c.maxConns()); cn != nil {
+		return cn, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.pruneLocked()
+	var live []*conn
+	if s := p.conns.Load(); s != nil {
+		for _, cn := range *s {
+			// A failed conn is dropped: failing closed its socket, so its
+			// reader goroutine is returning on its own; closeAll still
+			// waits for it.
+			if !cn.failed.Load() {
+				live = append(live, cn)
+			} else {
+				p.dropped = append(p.dropped, cn)
+			}
+		}
+	}
+	if cn := leastBusy(live); cn != nil && (cn.inflight.Load() < pipelineDepth || len(live) >= c.maxConns()) {
+		p.conns.Store(&live)
+		return cn, nil
+	}
+	if len(live) < c.maxConns() {
+		nc, err := c.dial(ctx, p.addr)
+		if err != nil {
+			p.conns.Store(&live)
+			return nil, err
+		}
+		cn := newConn(nc, p.addr, c.Protocol, c.netTimeout())
+		live = append(live, cn)
+		p.conns.Store(&live)
+		return cn, nil
+	}
+	p.conns.Store(&live)
+	return leastBusy(live), nil
+}
+
+// leastBusy returns the conn with the fewest requests waiting (nil for
+// none), starting the scan at a rotating index so that ties spread.
+func leastBusy(conns []*conn) *conn {
+	if len(conns) == 0 {
+		return nil
+	}
+	best := conns[0]
+	for _, cn := range conns[1:] {
+		if cn.inflight.Load() < best.inflight.Load() {
+			best = cn
+		}
+	}
+	return best
+}
+
+// pick is get's lock-free fast path; nil means "take the slow path".
+func (p *pool) pick(max int) *conn {
+	s := p.conns.Load()
+	if s == nil {
+		return nil
+	}
+	conns := *s
+	var best *conn
+	bestN := int32(1 << 30)
+	for _, cn := range conns {
+		if cn.failed.Load() {
+			return nil
+		}
+		if n := cn.inflight.Load(); n < bestN {
+			best, bestN = cn, n
+		}
+	}
+	if best == nil || (bestN >= pipelineDepth && len(conns) < max) {
+		return nil
+	}
+	return best
+}
+
+// closeAll closes every conn and waits for their readers.
+func (p *pool) closeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s := p.conns.Load(); s != nil {
+		for _, cn := range *s {
+			cn.close()
+		}
+	}
+	p.conns.Store(nil)
+	for _, cn := range p.dropped {
+		<-cn.readerDone
+	}
+	p.dropped = nil
+}
+
+// pruneLocked forgets dropped conns whose reader has exited.
+func (p *pool) pruneLocked() {
+	keep := p.dropped[:0]
+	for _, cn := range p.dropped {
+		select {
+		case <-cn.readerDone:
+		default:
+			keep = append(keep, cn)
+		}
+	}
+	clear(p.dropped[len(keep):])
+	p.dropped = keep
+}
+
+func (c *Client) dial(ctx context.Context, addr net.Addr) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.netTimeout())
+	defer cancel()
+	dial := c.DialContext
+	if dial == nil {
+		var d net.Dialer
+		dial = d.DialContext
+	}
+	nc, err := dial(ctx, addr.Network(), addr.String())
+	if err == nil {
+		if tc, ok := nc.(*net.TCPConn); ok {
+			tc.SetNoDelay(true)
+		}
+		return nc, nil
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return nil, &ConnectTimeoutError{addr}
+	}
+	return nil, err
+}

@@ -1,0 +1,455 @@
+package memcache
+
+import (
+	"bytes"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+)
+
+// opKind is the command an op carries.
+type opKind uint8
+
+const (
+	opGet     opKind = iota // gets <key> (Get)
+	opGat                   // gats <exp> <key> (GetAndTouch)
+	opMulti                 // gets <k1> … <kn> (GetMulti, one server's share)
+	opStore                 // set/add/replace/append/prepend/cas
+	opDelete                // delete
+	opTouch                 // touch
+	opIncr                  // incr
+	opDecr                  // decr
+	opFlush                 // flush_all
+	opVersion               // version (Ping)
+)
+
+// storeVerb is the command of an opStore.
+type storeVerb uint8
+
+const (
+	verbSet storeVerb = iota
+	verbAdd
+	verbReplace
+	verbAppend
+	verbPrepend
+	verbCAS
+)
+
+var storeVerbs = [...]string{"set", "add", "replace", "append", "prepend", "cas"}
+
+// op states: the waiter and the reader race to move an op out of
+// opWaiting. The reader's complete moves it to opDone and wakes the
+// waiter, who returns it to the pool; a waiter whose context ends first
+// moves it to opAbandoned, and complete then returns it to the pool.
+const (
+	opWaiting uint32 = iota
+	opDone
+	opAbandoned
+)
+
+// An op is one request to one server and, once done, its response. Ops are
+// pooled: one Get costs no op allocation.
+type op struct {
+	kind  opKind
+	verb  storeVerb
+	vb    uint16 // binary: vbucket id for the header
+	key   string
+	keys  []string // opMulti: the keys sent, in order
+	vbs   []uint16 // opMulti, binary: each key's vbucket (nil: all 0)
+	item  *Item    // opStore: the item to store; opGet/opGat: the result
+	delta uint64   // opIncr/opDecr; opGat: expiration; opTouch: expiration
+
+	// Results.
+	err   error
+	n     uint64 // incr/decr result
+	items []Item // opMulti hits
+	arena []byte // opMulti: value storage, carved into Item.Value
+	next  int    // opMulti: index in keys of the next expected hit
+	got   bool   // opGet/opGat: the VALUE block has been read
+
+	state atomic.Uint32
+	done  chan struct{} // receives once when the op completes
+}
+
+var opPool = sync.Pool{New: func() any { return &op{done: make(chan struct{}, 1)} }}
+
+func getOp(kind opKind) *op {
+	o := opPool.Get().(*op)
+	o.kind = kind
+	o.state.Store(opWaiting)
+	return o
+}
+
+// putOp clears o's references and returns it to the pool.
+func putOp(o *op) {
+	*o = op{done: o.done}
+	opPool.Put(o)
+}
+
+// complete hands o to its waiter, or recycles it if the waiter left.
+func (o *op) complete() {
+	if o.state.CompareAndSwap(opWaiting, opDone) {
+		o.done <- struct{}{}
+		return
+	}
+	putOp(o)
+}
+
+// appendRequest encodes o's request in proto.
+func (o *op) appendRequest(b []byte, proto Protocol) []byte {
+	if proto == Binary {
+		return o.appendBinary(b)
+	}
+	return o.appendText(b)
+}
+
+// Text requests (memcached doc/protocol.txt):
+//
+//	gets <key>\r\n
+//	gats <exptime> <key>\r\n
+//	gets <key1> <key2> …\r\n
+//	<verb> <key> <flags> <exptime> <bytes>[ <cas>]\r\n<data>\r\n
+//	delete <key>\r\n
+//	touch <key> <exptime>\r\n
+//	incr|decr <key> <delta>\r\n
+//	flush_all\r\n
+//	version\r\n
+func (o *op) appendText(b []byte) []byte {
+	switch o.kind {
+	case opGet:
+		b = append(b, "gets "...)
+		b = append(b, o.key...)
+	case opGat:
+		b = append(b, "gats "...)
+		b = strconv.AppendInt(b, int64(int32(o.delta)), 10)
+		b = append(b, ' ')
+		b = append(b, o.key...)
+	case opMulti:
+		b = append(b, "gets"...)
+		for _, k := range o.keys {
+			b = append(b, ' ')
+			b = append(b, k...)
+		}
+	case opStore:
+		it := o.item
+		b = append(b, storeVerbs[o.verb]...)
+		b = append(b, ' ')
+		b = append(b, it.Key...)
+		b = append(b, ' ')
+		b = strconv.AppendUint(b, uint64(it.Flags), 10)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, int64(it.Expiration), 10)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, int64(len(it.Value)), 10)
+		if o.verb == verbCAS {
+			b = append(b, ' ')
+			b = strconv.AppendUint(b, it.CasID, 10)
+		}
+		b = append(b, "\r\n"...)
+		b = append(b, it.Value...)
+	case opDelete:
+		b = append(b, "delete "...)
+		b = append(b, o.key...)
+	case opTouch:
+		b = append(b, "touch "...)
+		b = append(b, o.key...)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, int64(int32(o.delta)), 10)
+	case opIncr, opDecr:
+		if o.kind == opIncr {
+			b = append(b, "incr "...)
+		} else {
+			b = append(b, "decr "...)
+		}
+		b = append(b, o.key...)
+		b = append(b, ' ')
+		b = strconv.AppendUint(b, o.delta, 10)
+	case opFlush:
+		b = append(b, "flush_all"...)
+	case opVersion:
+		b = append(b, "version"...)
+	}
+	return append(b, "\r\n"...)
+}
+
+// errBadResponse is wrapped by every parse failure: the stream is garbled
+// and the conn must go.
+var errBadResponse = errors.New("memcache: malformed response")
+
+func badResponse(what string, line []byte) error {
+	if len(line) > 64 {
+		line = line[:64]
+	}
+	return &parseError{what: what, line: string(line)}
+}
+
+type parseError struct{ what, line string }
+
+func (e *parseError) Error() string {
+	return errBadResponse.Error() + ": " + e.what + ": " + strconv.Quote(e.line)
+}
+
+func (e *parseError) Unwrap() error { return errBadResponse }
+
+// parse consumes from b as much of o's response as is complete. It returns
+// the bytes consumed, whether the response is complete, and an error only
+// when the stream is garbled (answers go to o.err).
+func (o *op) parse(b []byte, proto Protocol) (int, bool, error) {
+	if proto == Binary {
+		return o.parseBinary(b)
+	}
+	return o.parseText(b)
+}
+
+// line returns the first line of b without its "\r\n" and the length with
+// it, or n == 0 when the line is not complete.
+func line(b []byte) (l []byte, n int, err error) {
+	i := bytes.IndexByte(b, '\n')
+	if i < 0 {
+		if len(b) > maxLine {
+			return nil, 0, badResponse("line too long", b)
+		}
+		return nil, 0, nil
+	}
+	if i == 0 || b[i-1] != '\r' {
+		return nil, 0, badResponse("line not ended by \\r\\n", b[:i])
+	}
+	return b[:i-1], i + 1, nil
+}
+
+var (
+	respValue     = []byte("VALUE ")
+	respEnd       = []byte("END")
+	respStored    = []byte("STORED")
+	respNotStored = []byte("NOT_STORED")
+	respExists    = []byte("EXISTS")
+	respNotFound  = []byte("NOT_FOUND")
+	respDeleted   = []byte("DELETED")
+	respTouched   = []byte("TOUCHED")
+	respOK        = []byte("OK")
+	respVersion   = []byte("VERSION")
+)
+
+// answerLine turns an error line into an answer: SERVER_ERROR,
+// CLIENT_ERROR, ERROR. It returns nil for other lines.
+func answerLine(l []byte) error {
+	switch {
+	case bytes.HasPrefix(l, []byte("SERVER_ERROR")):
+		return &serverError{msg: "server error: " + string(bytes.TrimSpace(l[len("SERVER_ERROR"):])), isServer: true}
+	case bytes.HasPrefix(l, []byte("CLIENT_ERROR")):
+		return &serverError{msg: "client error: " + string(bytes.TrimSpace(l[len("CLIENT_ERROR"):]))}
+	case bytes.Equal(l, []byte("ERROR")):
+		return &serverError{msg: "server replied ERROR (unknown command)"}
+	}
+	return nil
+}
+
+func (o *op) parseText(b []byte) (int, bool, error) {
+	switch o.kind {
+	case opGet, opGat, opMulti:
+		return o.parseTextValues(b)
+	}
+	l, n, err := line(b)
+	if n == 0 {
+		return 0, false, err
+	}
+	if e := answerLine(l); e != nil {
+		o.err = e
+		return n, true, nil
+	}
+	switch o.kind {
+	case opStore:
+		switch {
+		case bytes.Equal(l, respStored):
+		case bytes.Equal(l, respNotStored):
+			o.err = ErrNotStored
+		case bytes.Equal(l, respExists):
+			o.err = ErrCASConflict
+		case bytes.Equal(l, respNotFound):
+			o.err = ErrCacheMiss
+		default:
+			return 0, false, badResponse("store reply", l)
+		}
+	case opDelete:
+		o.err = expect(l, respDeleted)
+	case opTouch:
+		o.err = expect(l, respTouched)
+	case opIncr, opDecr:
+		if bytes.Equal(l, respNotFound) {
+			o.err = ErrCacheMiss
+			break
+		}
+		v, ok := parseUint(bytes.TrimRight(l, " "))
+		if !ok {
+			return 0, false, badResponse("incr/decr reply", l)
+		}
+		o.n = v
+	case opFlush:
+		if !bytes.Equal(l, respOK) {
+			return 0, false, badResponse("flush_all reply", l)
+		}
+	case opVersion:
+		if !bytes.HasPrefix(l, respVersion) {
+			return 0, false, badResponse("version reply", l)
+		}
+	}
+	return n, true, nil
+}
+
+// expect maps want to nil and NOT_FOUND to ErrCacheMiss.
+func expect(l, want []byte) error {
+	switch {
+	case bytes.Equal(l, want):
+		return nil
+	case bytes.Equal(l, respNotFound):
+		return ErrCacheMiss
+	}
+	return &serverError{msg: "unexpected reply " + strconv.Quote(string(l))}
+}
+
+// parseTextValues reads VALUE blocks up to END:
+//
+//	VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n … END\r\n
+func (o *op) parseTextValues(b []byte) (int, bool, error) {
+	consumed := 0
+	for {
+		l, n, err := line(b[consumed:])
+		if n == 0 {
+			return consumed, false, err
+		}
+		if bytes.Equal(l, respEnd) {
+			if (o.kind == opGet || o.kind == opGat) && !o.got {
+				o.err = ErrCacheMiss
+			}
+			return consumed + n, true, nil
+		}
+		if !bytes.HasPrefix(l, respValue) {
+			if e := answerLine(l); e != nil {
+				o.err = e
+				return consumed + n, true, nil
+			}
+			return 0, false, badResponse("get reply", l)
+		}
+		key, flags, size, cas, ok := scanValueLine(l[len(respValue):])
+		if !ok {
+			return 0, false, badResponse("VALUE line", l)
+		}
+		end := consumed + n + size + 2
+		if end > len(b) {
+			return consumed, false, nil // wait for the whole block
+		}
+		data := b[consumed+n : consumed+n+size]
+		if b[end-2] != '\r' || b[end-1] != '\n' {
+			return 0, false, badResponse("value not ended by \\r\\n", l)
+		}
+		if err := o.gotValue(key, flags, cas, data); err != nil {
+			return 0, false, err
+		}
+		consumed = end
+	}
+}
+
+// gotValue stores one hit.
+func (o *op) gotValue(key []byte, flags uint32, cas uint64, data []byte) error {
+	if o.kind != opMulti {
+		if string(key) != o.key || o.got {
+			return badResponse("reply for another key", key)
+		}
+		o.got = true
+		v := make([]byte, len(data))
+		copy(v, data)
+		o.item = &Item{Key: o.key, Value: v, Flags: flags, CasID: cas}
+		return nil
+	}
+	k, ok := o.matchKey(key)
+	if !ok {
+		return badResponse("reply for a key not asked", key)
+	}
+	if o.items == nil {
+		o.items = make([]Item, 0, len(o.keys))
+	}
+	o.items = append(o.items, Item{Key: k, Value: o.carve(data), Flags: flags, CasID: cas})
+	return nil
+}
+
+// matchKey finds the requested key equal to key. Servers answer in request
+// order, so it is almost always the next one.
+func (o *op) matchKey(key []byte) (string, bool) {
+	for i := o.next; i < len(o.keys); i++ {
+		if o.keys[i] == string(key) {
+			o.next = i + 1
+			return o.keys[i], true
+		}
+	}
+	for i := 0; i < o.next && i < len(o.keys); i++ {
+		if o.keys[i] == string(key) {
+			return o.keys[i], true
+		}
+	}
+	return "", false
+}
+
+// carve copies data into the op's arena and returns the copy, with its
+// capacity capped at its length.
+func (o *op) carve(data []byte) []byte {
+	if cap(o.arena)-len(o.arena) < len(data) {
+		size := max(4096, 2*cap(o.arena), len(data))
+		o.arena = make([]byte, 0, size)
+	}
+	s := len(o.arena)
+	o.arena = append(o.arena, data...)
+	return o.arena[s:len(o.arena):len(o.arena)]
+}
+
+// scanValueLine parses "<key> <flags> <bytes>[ <cas>]".
+func scanValueLine(l []byte) (key []byte, flags uint32, size int, cas uint64, ok bool) {
+	var f [4][]byte
+	nf := 0
+	for len(l) > 0 && nf < 4 {
+		i := bytes.IndexByte(l, ' ')
+		if i < 0 {
+			f[nf], l = l, nil
+		} else {
+			f[nf], l = l[:i], l[i+1:]
+		}
+		if len(f[nf]) > 0 {
+			nf++
+		}
+	}
+	if nf < 3 || len(l) > 0 {
+		return nil, 0, 0, 0, false
+	}
+	fl, ok1 := parseUint(f[1])
+	sz, ok2 := parseUint(f[2])
+	if !ok1 || !ok2 || fl > 1<<32-1 || sz > 1<<31 {
+		return nil, 0, 0, 0, false
+	}
+	if nf == 4 {
+		c, ok3 := parseUint(f[3])
+		if !ok3 {
+			return nil, 0, 0, 0, false
+		}
+		cas = c
+	}
+	return f[0], uint32(fl), int(sz), cas, true
+}
+
+// parseUint parses a decimal uint64 without allocating.
+func parseUint(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if v > (1<<64-1-d)/10 {
+			return 0, false
+		}
+		v = v*10 + d
+	}
+	return v, true
+}
