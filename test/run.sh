@@ -13,9 +13,14 @@ fuzztime=${FUZZTIME:-20s}
 # memcached -S checks passwords through Cyrus SASL: sasl2-bin (saslpasswd2
 # fills the test's sasldb) and libsasl2-modules (PLAIN, also for
 # libmemcached's SASL client); php-*, nodejs/npm (memjs) and openssl are the
-# binary-protocol and TLS clients of test/clients and test/security.
+# binary-protocol and TLS clients of test/clients and test/security;
+# python3-memcache (python-memcached) and libspymemcached-java are client
+# libraries test/interop checks key placement against.
 debs=(memcached python3-pymemcache python3-pylibmc libcache-memcached-perl libmemcached-tools
-  sasl2-bin libsasl2-modules php-cli php-memcached openssl)
+  sasl2-bin libsasl2-modules php-cli php-memcached openssl python3-memcache libspymemcached-java)
+# spymemcached's test compiles a Java file: the image ships a JDK (17); a
+# machine without javac gets Debian's.
+command -v javac >/dev/null 2>&1 || debs+=(default-jdk-headless)
 # Node.js and npm: the machine image ships them (nodesource's nodejs
 # package, which includes npm and conflicts with Debian's npm package), so
 # they are installed from Debian only where there is no npm at all.

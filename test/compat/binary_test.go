@@ -401,34 +401,7 @@ func runBinCompat(t *testing.T, sc *binScript, goldenPath string) {
 	other := startBin(t, sc, target)
 	got := playBin(t, sc, other)
 
-	var bad []int
-	for i := range sc.steps {
-		if !equalLines(want[i], got[i]) {
-			if d := sc.steps[i].differs; d != "" && target != nodeproc.Memcached {
-				t.Logf("%s:%d: deliberate difference (%s):\n%s", sc.name, sc.steps[i].line, d,
-					diffLines(want[i], got[i], "memcached", string(target)))
-				continue
-			}
-			bad = append(bad, i)
-		}
-	}
-	if len(bad) == 0 {
-		return
-	}
-	first := sc.steps[bad[0]]
-	var where []string
-	for _, i := range bad {
-		where = append(where, fmt.Sprint(sc.steps[i].line))
-	}
-	t.Errorf("%s: %d of %d steps differ (at lines %s)\nfirst difference, step at %s:%d:\n%s\n%s",
-		sc.name, len(bad), len(sc.steps), strings.Join(where, ", "), sc.name, first.line,
-		indent(first.source), diffLines(want[bad[0]], got[bad[0]], "memcached", string(target)))
-	if *allDiffs {
-		for _, i := range bad[1:] {
-			t.Errorf("step at %s:%d:\n%s\n%s", sc.name, sc.steps[i].line,
-				indent(sc.steps[i].source), diffLines(want[i], got[i], "memcached", string(target)))
-		}
-	}
+	compareSteps(t, sc.name, sc.steps, want, got, target)
 }
 
 // playBin runs the script against one server and returns, per step, the

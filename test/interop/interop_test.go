@@ -6,8 +6,11 @@
 //
 // The libraries: pylibmc (ketama_weighted, and its modula default),
 // php-memcached (OPT_LIBKETAMA_COMPATIBLE, and its default), Cache::Memcached
-// (modulo, and its rehash around a dead server), gomemcache, npm memcached
-// (installed at test time from node/package-lock.json). The server lists
+// and python-memcached (modulo, and their rehash around a dead server),
+// gomemcache, npm memcached (installed at test time from
+// node/package-lock.json), spymemcached (KetamaNodeLocator with KETAMA_HASH,
+// unweighted and weighted; scripts/SpyKeys.java is compiled with javac at
+// test time against Debian's jar). The server lists
 // mix a host name ("localhost") with addresses, one node on port 11211
 // (on 127.0.0.2, so that a memcached on 127.0.0.1:11211 does not matter),
 // and weights; the keys include UTF-8 and 250-byte keys.
@@ -444,6 +447,16 @@ func TestCacheMemcached(t *testing.T) {
 func TestCacheMemcachedRehash(t *testing.T) {
 	perl := needPerl(t)
 	c := startCluster(t)
+	checkRehash(t, c, lib{name: "cache-memcached-rehash", argv: []string{perl, "scripts/perl_keys.pl"}, dist: "rehash", sel: "modulo"})
+}
+
+// checkRehash runs both directions for a library that moves keys off a
+// dead server, with a server list that has one: the library writes, the
+// selector with Options.Rehash (told of the dead server by the client's
+// failed connection) must find every key where the library put it; then
+// the Go client writes and the library reads.
+func checkRehash(t *testing.T, c *cluster, l lib) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -454,11 +467,15 @@ func TestCacheMemcachedRehash(t *testing.T) {
 	ks := keys()
 	kf := writeKeyFile(t, ks)
 	c.flush(t)
-	run(t, perl, "scripts/perl_keys.pl", "write", "rehash", list, kf)
+	run(t, append(append([]string{}, l.argv...), "write", l.dist, list, kf)...)
 	where := c.placement(t, ks)
 
 	servers, _ := memcache.ParseServers(list)
-	sel, err := memcache.NewModulo(memcache.HashCRC15, servers, &memcache.Options{Rehash: true})
+	sel, err := memcache.NewSelector(l.sel, servers, &memcache.Options{Rehash: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := memcache.NewSelector(l.sel, servers, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -469,12 +486,11 @@ func TestCacheMemcachedRehash(t *testing.T) {
 	for _, k := range ks {
 		it, err := mc.Get(k) // the first key on the dead server marks it dead
 		if err != nil || string(it.Value) != "v:"+k {
-			t.Fatalf("get %q (Perl put it on %s): %v", k, where[k], err)
+			t.Fatalf("get %q (%s put it on %s): %v", k, l.name, where[k], err)
 		}
 		if a, _ := sel.PickServer(k); a.String() != where[k] {
-			t.Fatalf("%q: Perl put it on %s, selector says %s", k, where[k], a)
+			t.Fatalf("%q: %s put it on %s, selector %s says %s", k, l.name, where[k], l.sel, a)
 		}
-		plain, _ := memcache.NewModulo(memcache.HashCRC15, servers, nil)
 		if a, _ := plain.PickServer(k); a.String() == dead {
 			moved++
 		}
@@ -482,18 +498,63 @@ func TestCacheMemcachedRehash(t *testing.T) {
 	if moved == 0 {
 		t.Fatal("no key hashed to the dead server; the test proves nothing")
 	}
-	t.Logf("%d keys rehashed off the dead server %s, all found where Perl put them", moved, dead)
+	t.Logf("%d of %d keys rehashed off the dead server %s, all %d found where %s put them", moved, len(ks), dead, len(ks), l.name)
 	if *record {
-		recordPlacement(t, lib{name: "cache-memcached-rehash", sel: "modulo", dead: dead}, list, ks, where)
+		recordPlacement(t, lib{name: l.name, sel: l.sel, dead: dead}, list, ks, where)
 	}
-	// The reverse: vbcache writes with rehash, Perl reads.
+	// The reverse: vbcache writes with rehash, the library reads.
 	c.flush(t)
 	for _, k := range ks {
 		if err := mc.Set(&memcache.Item{Key: k, Value: []byte("v:" + k)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	run(t, perl, "scripts/perl_keys.pl", "read", "rehash", list, kf)
+	run(t, append(append([]string{}, l.argv...), "read", l.dist, list, kf)...)
+}
+
+func TestPythonMemcached(t *testing.T) {
+	py := debianPython(t, "memcache", "python3-memcache")
+	c := startCluster(t)
+	argv := []string{py, "scripts/python_memcache_keys.py"}
+	t.Run("weighted", func(t *testing.T) {
+		check(t, c, lib{name: "python-memcached-weighted", argv: argv, dist: "modulo", sel: "modulo-python", weights: true})
+	})
+	t.Run("equal", func(t *testing.T) {
+		check(t, c, lib{name: "python-memcached", argv: argv, dist: "modulo", sel: "modulo-python"})
+	})
+	t.Run("rehash", func(t *testing.T) {
+		checkRehash(t, c, lib{name: "python-memcached-rehash", argv: argv, dist: "rehash", sel: "modulo-python"})
+	})
+}
+
+// spymemcachedJar is where Debian's libspymemcached-java puts the library
+// (it needs nothing but the JDK).
+const spymemcachedJar = "/usr/share/java/spymemcached.jar"
+
+// TestSpymemcached compiles scripts/SpyKeys.java against Debian's
+// spymemcached and checks KetamaNodeLocator with KETAMA_HASH, as the
+// ConnectionFactoryBuilder makes it (Locator.CONSISTENT, no weights) and
+// with weights (only its constructor takes them).
+func TestSpymemcached(t *testing.T) {
+	java := nodeproc.Need(t, "a JRE, package default-jre-headless", "java")
+	javac := nodeproc.Need(t, "a JDK, package default-jdk-headless", "javac")
+	if _, err := os.Stat(spymemcachedJar); err != nil {
+		nodeproc.Absent(t, fmt.Sprintf("%s missing (package libspymemcached-java)", spymemcachedJar))
+	}
+	classes := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, javac, "-d", classes, "-cp", spymemcachedJar, "scripts/SpyKeys.java").CombinedOutput(); err != nil {
+		t.Fatalf("javac SpyKeys.java: %v\n%s", err, out)
+	}
+	c := startCluster(t)
+	argv := []string{java, "-cp", spymemcachedJar + string(os.PathListSeparator) + classes, "SpyKeys"}
+	t.Run("ketama", func(t *testing.T) {
+		check(t, c, lib{name: "spymemcached-ketama", argv: argv, dist: "ketama", sel: "ketama-spy"})
+	})
+	t.Run("ketama_weighted", func(t *testing.T) {
+		check(t, c, lib{name: "spymemcached-ketama-weighted", argv: argv, dist: "ketama-weighted", sel: "ketama-spy", weights: true})
+	})
 }
 
 func TestGomemcache(t *testing.T) {
