@@ -53,15 +53,18 @@
 //
 // NewSelector builds a selector by distribution name; Distributions lists
 // them with the libraries each one matches: modulo (Cache::Memcached),
-// modulo-python (python-memcached, PHP memcache), modulo-crc32
+// modulo-python (python-memcached), modulo-crc32
 // (gomemcache, also ServerList and New), modulo-oaat (libmemcached's
 // default), ketama (libmemcached weighted ketama: pylibmc, php-memcached,
 // npm memcached), ketama-spy (spymemcached) and vbucket (Couchbase
 // vbuckets through a cluster map). Each was checked against the real
 // library by test/interop, and the placements recorded there are pinned
 // in testdata/placement. Modulo can rehash keys off a dead server as
-// Cache::Memcached does (Options.Rehash); the ketama selectors can eject a
-// failing server for a while as twemproxy does (Options.AutoEject). Both
-// are off by default, because a client that moves keys on its own
-// disagrees with every client that did not see the same failure.
+// Cache::Memcached or python-memcached does (Options.Rehash); the ketama
+// selectors can eject a failing server for a while as twemproxy does
+// (Options.AutoEject). Both are off by default, because a client that
+// moves keys on its own disagrees with every client that did not see the
+// same failure. ketama-spy resolves host names when it is built, because
+// spymemcached hashes a name together with its address
+// (Options.LookupHost).
 package memcache

@@ -23,10 +23,18 @@ const (
 	// update_continuum), twemproxy. Among points with the same value the
 	// first server wins.
 	KetamaLibmemcached KetamaFormat = iota
-	// KetamaSpy labels points "host:port-N" always (spymemcached's
-	// KetamaNodeKeyFormatter for an address given as an IP; for a host name
-	// spymemcached hashes "name/ip:port", which this does not reproduce).
-	// Among points with the same value the last server wins (TreeMap.put).
+	// KetamaSpy labels points as spymemcached's KetamaNodeLocator does
+	// with its default KetamaNodeKeyFormatter format, SPYMEMCACHED: the
+	// string form of the node's InetSocketAddress without a leading "/",
+	// then "-N". That is "ip:port-N" for an IPv4 address (port 11211
+	// included), "[a:b:0:0:0:0:0:1]:port-N" for IPv6 (Java 14 and later:
+	// brackets, eight uncompressed groups), and "name/ip:port-N" for a host
+	// name, with ip the name's address when the Java client started (the
+	// first IPv4 one, as Java prefers). NewKetama therefore resolves host
+	// names (Options.LookupHost); a name that does not resolve gets Java's
+	// "name/<unresolved>:port". Checked against spymemcached 2.12.3 on
+	// Java 17 by test/interop. Among points with the same value the last
+	// server wins (TreeMap.put).
 	KetamaSpy
 )
 
@@ -88,8 +96,11 @@ func NewKetama(format KetamaFormat, servers []Server, opts *Options) (*Ketama, e
 	for _, s := range servers {
 		host, port := s.hostPort()
 		label := s.Addr
-		if format == KetamaLibmemcached && port == 11211 {
+		switch {
+		case format == KetamaLibmemcached && port == 11211:
 			label = host
+		case format == KetamaSpy && port != 0:
+			label = spyLabel(host, port, o.LookupHost)
 		}
 		ks := &ketamaServer{Server: s, addr: NewAddr(s.Addr), label: label}
 		k.servers = append(k.servers, ks)
@@ -97,6 +108,48 @@ func NewKetama(format KetamaFormat, servers []Server, opts *Options) (*Ketama, e
 	}
 	k.cont.Store(k.build(nil))
 	return k, nil
+}
+
+// spyLabel is Java's InetSocketAddress.toString() for host and port, less
+// the leading "/" that spymemcached strips: "ip:port" for an IP address,
+// "name/ip:port" for a host name, which lookup resolves (first IPv4
+// address, else the first one), and "name/<unresolved>:port" when it does
+// not resolve.
+func spyLabel(host string, port int, lookup func(string) ([]string, error)) string {
+	p := ":" + strconv.Itoa(port)
+	if ip := net.ParseIP(host); ip != nil {
+		return javaIP(ip) + p
+	}
+	addrs, err := lookup(host)
+	var ip net.IP
+	for _, a := range addrs {
+		if x := net.ParseIP(a); x != nil && (ip == nil || ip.To4() == nil && x.To4() != nil) {
+			ip = x
+		}
+	}
+	if err != nil || ip == nil {
+		return host + "/<unresolved>" + p
+	}
+	return host + "/" + javaIP(ip) + p
+}
+
+// javaIP formats ip as Java's InetSocketAddress.toString() does (Java 14
+// and later): dotted quad for IPv4 (and IPv4-mapped IPv6, which Java turns
+// into an Inet4Address), else eight lower-case hex groups without zero
+// compression, in brackets.
+func javaIP(ip net.IP) string {
+	if v4 := ip.To4(); v4 != nil {
+		return v4.String()
+	}
+	b := make([]byte, 0, 41)
+	b = append(b, '[')
+	for i := 0; i < 16; i += 2 {
+		if i > 0 {
+			b = append(b, ':')
+		}
+		b = strconv.AppendUint(b, uint64(ip[i])<<8|uint64(ip[i+1]), 16)
+	}
+	return string(append(b, ']'))
 }
 
 // build computes the continuum over the servers not in out.

@@ -18,7 +18,8 @@ const (
 	// (crc32(key) >> 16) & 0x7fff. Distribution "modulo".
 	HashCRC15 ModuloHash = iota
 	// HashCRC15NonZero is HashCRC15 with a zero hash turned into 1, as
-	// python-memcached (cmemcache_hash) and PHP's memcache extension do.
+	// python-memcached (cmemcache_hash) does; with Rehash it moves keys
+	// off a dead server as python-memcached does (see Modulo).
 	// Distribution "modulo-python".
 	HashCRC15NonZero
 	// HashCRC32 is gomemcache's full crc32.ChecksumIEEE(key).
@@ -34,6 +35,10 @@ const (
 // maxRehashTries is Cache::Memcached's limit: 20 picks per key.
 const maxRehashTries = 20
 
+// maxPythonTries is python-memcached's Client._SERVER_RETRIES: 10 picks
+// per key.
+const maxPythonTries = 10
+
 // Modulo is the classic hash(key) % len(buckets) placement. Buckets are the
 // servers expanded by weight (a server of weight 3 appears three times in a
 // row, as in Cache::Memcached's init_buckets), except for HashOAAT whose
@@ -42,7 +47,10 @@ const maxRehashTries = 20
 // With Rehash set a server that failed is dead for RetryTimeout, and a key
 // whose bucket is dead moves as in Cache::Memcached's get_sock: the hash
 // grows by hash(strconv.Itoa(try) + key) for try = 1, 2, … and the bucket
-// is picked again, at most 20 picks in all.
+// is picked again, at most 20 picks in all. HashCRC15NonZero moves keys as
+// python-memcached's _get_server does instead: the key drops out, the
+// hash becomes hash(decimal hash + decimal i) for i = 0, 1, …, at most 10
+// picks in all.
 type Modulo struct {
 	hash    ModuloHash
 	buckets []net.Addr
@@ -94,13 +102,18 @@ func (m *Modulo) keyHash(key string) uint32 {
 	case HashOAAT:
 		return oneAtATime(b)
 	case HashCRC15NonZero:
-		if h := (crc32.ChecksumIEEE(b) >> 16) & 0x7fff; h != 0 {
-			return h
-		}
-		return 1
+		return crc15NonZero(b)
 	default:
 		return (crc32.ChecksumIEEE(b) >> 16) & 0x7fff
 	}
+}
+
+// crc15NonZero is python-memcached's cmemcache_hash.
+func crc15NonZero(b []byte) uint32 {
+	if h := (crc32.ChecksumIEEE(b) >> 16) & 0x7fff; h != 0 {
+		return h
+	}
+	return 1
 }
 
 // PickServer returns the server for key.
@@ -115,6 +128,17 @@ func (m *Modulo) PickServer(key string) (net.Addr, error) {
 		return a, nil
 	}
 	var buf [24 + 250]byte
+	if m.hash == HashCRC15NonZero {
+		for i := 0; i < maxPythonTries-1; i++ {
+			b := strconv.AppendUint(buf[:0], hv, 10)
+			b = strconv.AppendInt(b, int64(i), 10)
+			hv = uint64(crc15NonZero(b))
+			if a = m.buckets[hv%n]; !m.dead(a) {
+				return a, nil
+			}
+		}
+		return nil, ErrNoServers
+	}
 	for try := 1; try < maxRehashTries; try++ {
 		b := strconv.AppendInt(buf[:0], int64(try), 10)
 		b = append(b, key...)

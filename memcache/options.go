@@ -2,6 +2,7 @@ package memcache
 
 import (
 	"fmt"
+	"net"
 	"strings"
 	"time"
 )
@@ -10,9 +11,9 @@ import (
 // defaults, which reproduce the libraries' plain behaviour: no rehash, no
 // ejection.
 type Options struct {
-	// Rehash (modulo): move keys off a dead server as Cache::Memcached
-	// does. A server is dead from its first failed connection for
-	// RetryTimeout.
+	// Rehash (modulo, modulo-python): move keys off a dead server as
+	// Cache::Memcached (modulo) or python-memcached (modulo-python) does.
+	// A server is dead from its first failed connection for RetryTimeout.
 	Rehash bool
 
 	// AutoEject (ketama, ketama-spy): after FailureLimit consecutive
@@ -41,6 +42,11 @@ type Options struct {
 
 	// Now is the clock for retry timeouts. Nil means time.Now.
 	Now func() time.Time
+
+	// LookupHost (ketama-spy) resolves a host name to addresses once,
+	// when the selector is built: spymemcached hashes a name together
+	// with its address. Nil means net.LookupHost.
+	LookupHost func(host string) (addrs []string, err error)
 }
 
 func (o *Options) withDefaults() Options {
@@ -60,6 +66,9 @@ func (o *Options) withDefaults() Options {
 	if r.Now == nil {
 		r.Now = time.Now
 	}
+	if r.LookupHost == nil {
+		r.LookupHost = net.LookupHost
+	}
 	return r
 }
 
@@ -67,11 +76,11 @@ func (o *Options) withDefaults() Options {
 // libraries whose placement it reproduces.
 var Distributions = []struct{ Name, Matches string }{
 	{"modulo", "Cache::Memcached (Perl): ((crc32(key)>>16)&0x7fff) % buckets, weights expand the list; Options.Rehash for its dead-server rehash"},
-	{"modulo-python", "python-memcached, PHP memcache (pecl/memcache): as modulo with a zero hash turned into 1 (their rehash is not reproduced)"},
+	{"modulo-python", "python-memcached: as modulo with a zero hash turned into 1; Options.Rehash for its dead-server rehash"},
 	{"modulo-crc32", "gomemcache (bradfitz/gomemcache ServerList): crc32(key) % n"},
 	{"modulo-oaat", "libmemcached's default distribution (pylibmc, php-memcached, memcached tools without options): one-at-a-time % n, weights ignored"},
 	{"ketama", "libmemcached weighted ketama: pylibmc ketama_weighted, php-memcached OPT_LIBKETAMA_COMPATIBLE, npm memcached, twemproxy (hash md5)"},
-	{"ketama-spy", "spymemcached and Java clients on it; Couchbase SDK memcached buckets (RFC 26): MD5 of host:port-N"},
+	{"ketama-spy", "spymemcached KetamaNodeLocator (KETAMA_HASH, weighted or not) and Java clients on it: MD5 of ip:port-N, name/ip:port-N for a host name (resolved now); Couchbase SDK memcached buckets (RFC 26) given IP addresses"},
 	{"vbucket", "Couchbase vbuckets: (crc32(key)>>16)&0x7fff % vbuckets through a cluster map (libvbucket, libcouchbase, gocbcore)"},
 }
 

@@ -21,10 +21,13 @@ import (
 // "go test ./test/interop -record": each library wrote keys to four nodes,
 // and each node was asked which keys it held). The files cover pylibmc
 // (ketama_weighted and its modula default), php-memcached
-// (OPT_LIBKETAMA_COMPATIBLE and default), Cache::Memcached (weighted, and
-// its rehash around a dead server), gomemcache and npm memcached, over
-// lists with a host name, a port-11211 node and weights, with UTF-8 and
-// 250-byte keys.
+// (OPT_LIBKETAMA_COMPATIBLE and default), Cache::Memcached and
+// python-memcached (weighted, and their rehash around a dead server),
+// gomemcache, npm memcached and spymemcached (ketama, weighted and not),
+// over lists with a host name, a port-11211 node and weights, with UTF-8
+// and 250-byte keys. The ketama-spy files name "localhost", which
+// spymemcached hashes as "localhost/127.0.0.1:port": the test resolves it
+// the way the recording machine did, wherever it runs.
 func TestRecordedPlacement(t *testing.T) {
 	files, _ := filepath.Glob("testdata/placement/*.txt")
 	if len(files) == 0 {
@@ -39,15 +42,13 @@ func TestRecordedPlacement(t *testing.T) {
 			}
 			var sel ServerSelector
 			if dead != "" {
-				m, err := NewModulo(HashCRC15, list, &Options{Rehash: true})
-				if err != nil {
+				if sel, err = NewSelector(dist, list, &Options{Rehash: true}); err != nil {
 					t.Fatal(err)
 				}
-				if !m.MarkDead(dead) {
-					t.Fatalf("dead server %s not in the list", dead)
+				if m, ok := sel.(*Modulo); !ok || !m.MarkDead(dead) {
+					t.Fatalf("dead server %s not in the list of a modulo selector", dead)
 				}
-				sel = m
-			} else if sel, err = NewSelector(dist, list, nil); err != nil {
+			} else if sel, err = NewSelector(dist, list, &Options{LookupHost: localhostOnly}); err != nil {
 				t.Fatal(err)
 			}
 			for _, kv := range want {
@@ -174,12 +175,13 @@ func TestKetamaPoints(t *testing.T) {
 	if got := fmt.Sprint(w.Points()); got != "[88 180 272 88]" {
 		t.Fatalf("weighted points = %s", got)
 	}
-	// The label: libmemcached drops :11211, spymemcached keeps it.
+	// The label: libmemcached drops :11211, spymemcached keeps it (and
+	// adds the address of a name).
 	if k.servers[2].label != "c" {
 		t.Errorf("libmemcached label %q", k.servers[2].label)
 	}
-	s, _ := NewKetama(KetamaSpy, servers, nil)
-	if s.servers[2].label != "c:11211" {
+	s, _ := NewKetama(KetamaSpy, servers, &Options{LookupHost: fakeLookup})
+	if s.servers[2].label != "c/10.0.0.3:11211" {
 		t.Errorf("spy label %q", s.servers[2].label)
 	}
 	// Without port 11211 (and without colliding points) the two formats
@@ -343,7 +345,7 @@ func TestVBucketSelector(t *testing.T) {
 func TestPickServerAllocs(t *testing.T) {
 	servers := []Server{{"a:1", 1}, {"b:1", 2}, {"c:11211", 1}}
 	for _, d := range Distributions {
-		sel, err := NewSelector(d.Name, servers, nil)
+		sel, err := NewSelector(d.Name, servers, &Options{LookupHost: fakeLookup})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -351,5 +353,118 @@ func TestPickServerAllocs(t *testing.T) {
 		if n := testing.AllocsPerRun(100, func() { sel.PickServer(key) }); n != 0 {
 			t.Errorf("%s: PickServer allocates %v times", d.Name, n)
 		}
+	}
+}
+
+// localhostOnly resolves "localhost" as the machines that recorded
+// testdata/placement did (/etc/hosts: 127.0.0.1 and ::1) and nothing
+// else, so the recorded ketama-spy placements check anywhere.
+func localhostOnly(host string) ([]string, error) {
+	if host == "localhost" {
+		return []string{"::1", "127.0.0.1"}, nil
+	}
+	return nil, fmt.Errorf("lookup %s: no such host", host)
+}
+
+// fakeLookup resolves a, b, c, … to 10.0.0.1, 10.0.0.2, …
+func fakeLookup(host string) ([]string, error) {
+	if len(host) == 1 && host[0] >= 'a' && host[0] <= 'z' {
+		return []string{"10.0.0." + strconv.Itoa(int(host[0]-'a'+1))}, nil
+	}
+	return nil, fmt.Errorf("lookup %s: no such host", host)
+}
+
+// TestSpyLabel pins spymemcached 2.12.3's SPYMEMCACHED node keys, which
+// are Java 17's InetSocketAddress.toString() less a leading "/" (probed
+// with AddrUtil.getAddresses: "localhost/127.0.0.1:1", "/127.0.0.1:2",
+// "/127.0.0.2:11211", "/[0:0:0:0:0:0:0:1]:3").
+func TestSpyLabel(t *testing.T) {
+	lookup := func(host string) ([]string, error) {
+		switch host {
+		case "localhost":
+			return []string{"::1", "127.0.0.1"}, nil // Java prefers IPv4
+		case "v6only":
+			return []string{"2001:db8::a", "2001:db8::b"}, nil
+		}
+		return nil, fmt.Errorf("lookup %s: no such host", host)
+	}
+	for _, c := range []struct {
+		addr, want string
+	}{
+		{"localhost:1", "localhost/127.0.0.1:1"},
+		{"127.0.0.1:2", "127.0.0.1:2"},
+		{"127.0.0.2:11211", "127.0.0.2:11211"},
+		{"[::1]:3", "[0:0:0:0:0:0:0:1]:3"},
+		{"[2001:DB8::ff00:42]:4", "[2001:db8:0:0:0:0:ff00:42]:4"},
+		{"[::ffff:10.1.2.3]:5", "10.1.2.3:5"}, // Java makes it an Inet4Address
+		{"v6only:6", "v6only/[2001:db8:0:0:0:0:0:a]:6"},
+		{"nowhere:7", "nowhere/<unresolved>:7"},
+	} {
+		k, err := NewKetama(KetamaSpy, []Server{{Addr: c.addr}}, &Options{LookupHost: lookup})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := k.servers[0].label; got != c.want {
+			t.Errorf("%s: label %q, want %q", c.addr, got, c.want)
+		}
+	}
+}
+
+// TestModuloPythonRehash: python-memcached's _get_server drops the key
+// after the first pick: hash = cmemcache_hash(str(hash) + str(i)) for
+// i = 0, 1, …, ten picks in all.
+func TestModuloPythonRehash(t *testing.T) {
+	servers := []Server{{"a:1", 1}, {"b:1", 2}, {"c:1", 1}}
+	m, _ := NewModulo(HashCRC15NonZero, servers, &Options{Rehash: true})
+	plain, _ := NewModulo(HashCRC15NonZero, servers, nil)
+	m.MarkDead("b:1")
+	moved := 0
+	for i := 0; i < 500; i++ {
+		key := "k" + strconv.Itoa(i)
+		a, _ := m.PickServer(key)
+		p, _ := plain.PickServer(key)
+		if p.String() != "b:1" {
+			if a.String() != p.String() {
+				t.Fatalf("%s moved off a live server", key)
+			}
+			continue
+		}
+		moved++
+		hv := plain.keyHash(key)
+		want := ""
+		for try := 0; try < 9 && want == ""; try++ {
+			hv = crc15NonZero([]byte(strconv.Itoa(int(hv)) + strconv.Itoa(try)))
+			if s := plain.buckets[hv%4].String(); s != "b:1" {
+				want = s
+			}
+		}
+		if a.String() != want {
+			t.Fatalf("%s: rehash gives %s, want %s", key, a, want)
+		}
+	}
+	if moved == 0 {
+		t.Fatal("no key on b")
+	}
+	// Every server dead: ten picks, then no server.
+	m.MarkDead("a:1")
+	m.MarkDead("c:1")
+	if _, err := m.PickServer("k1"); err != ErrNoServers {
+		t.Fatalf("all dead: %v, want ErrNoServers", err)
+	}
+}
+
+// TestModuloPythonZeroHash: "key-35014" has a 15-bit CRC of 0, which
+// python-memcached's cmemcache_hash turns into 1 (checked with the
+// library: cmemcache_hash(b"key-35014") == 1), so the two modulo
+// distributions put it on different servers.
+func TestModuloPythonZeroHash(t *testing.T) {
+	servers := []Server{{"a:1", 1}, {"b:1", 1}, {"c:1", 1}, {"d:1", 1}}
+	perl, _ := NewSelector("modulo", servers, nil)
+	py, _ := NewSelector("modulo-python", servers, nil)
+	if a, _ := perl.PickServer("key-35014"); a.String() != "a:1" {
+		t.Errorf("modulo: key-35014 on %s, want a:1 (hash 0)", a)
+	}
+	if a, _ := py.PickServer("key-35014"); a.String() != "b:1" {
+		t.Errorf("modulo-python: key-35014 on %s, want b:1 (hash 1)", a)
 	}
 }
