@@ -15,9 +15,11 @@ package compat
 //     script itself wrote as E<n> (an explicit new CAS).
 //  2. `VERSION <x>` → `VERSION *`.
 //  3. TTLs that count down (meta "t<n>", me's "exp=<n>"): a value n with a
-//     number L written in the script and L-2 <= |n| <= L is shown as "~L"
+//     number L written in the script and L-2 <= |n| <= L+1 is shown as "~L"
 //     (or "~-L" for negative n), so a clock tick between the store and the
-//     read does not matter. -1 is kept.
+//     read does not matter (L+1: memcached's clock lags the wall clock by
+//     up to a second, so a TTL set as an absolute time can read one more).
+//     -1 is kept.
 //  4. Seconds since last access (meta "l<n>", me's "la=<n>") of 0..2 → "~0".
 //  5. me's cls= and size= → "*" (slab class and item size depend on the
 //     item header layout, which is the implementation's own).
@@ -150,7 +152,7 @@ func (n *normalizer) ttl(v string) string {
 	}
 	best := int64(-1)
 	for _, l := range n.sc.literals {
-		if l >= t && l-t <= 2 && (best < 0 || l < best) {
+		if l+1 >= t && l-t <= 2 && (best < 0 || l < best) {
 			best = l
 		}
 	}
