@@ -150,7 +150,14 @@ var options = []option{
 	{'Z', "enable-ssl", false},
 	{'o', "extended", true},
 	{'N', "napi-ids", true},
+	{optVBuckets, "vbuckets", true},
 }
+
+// Codes for long-only options (vbcache's own; memcached has none). They
+// are control bytes, so no short flag can name them.
+const (
+	optVBuckets byte = 1 + iota // --vbuckets N: cluster mode
+)
 
 // longAliases are extra long names memcached's help shows or older
 // versions used.
@@ -160,7 +167,7 @@ var longAliases = map[string]byte{
 
 func findShort(c byte) (option, bool) {
 	for _, o := range options {
-		if o.short == c {
+		if o.short == c && c > ' ' {
 			return o, true
 		}
 	}
@@ -287,6 +294,9 @@ func flagName(opt option) string {
 	if opt.long == "" {
 		return "-" + string(opt.short)
 	}
+	if opt.short <= ' ' {
+		return "--" + opt.long
+	}
 	return fmt.Sprintf("-%c (--%s)", opt.short, opt.long)
 }
 
@@ -322,6 +332,12 @@ func (o *serverOptions) apply(opt option, val string) error {
 		o.action = actLicense
 	case 'A':
 		c.EnableShutdown = true
+	case optVBuckets:
+		n, ok := parseInt(val)
+		if !ok || n < 0 || n > 65536 || n&(n-1) != 0 {
+			return illegal(flagName(opt), val, "a power of two from 1 to 65536, or 0 for standalone")
+		}
+		c.VBuckets = int(n)
 	case 'a':
 		m, err := strconv.ParseUint(strings.TrimSpace(val), 8, 32)
 		if err != nil {

@@ -530,7 +530,7 @@ func TestHelpCoversFlags(t *testing.T) {
 		if refused[o.short] {
 			continue
 		}
-		if !strings.Contains(serverHelp, "-"+string(o.short)) {
+		if o.short > ' ' && !strings.Contains(serverHelp, "-"+string(o.short)) {
 			t.Errorf("help lacks -%c", o.short)
 		}
 		if o.long != "" && !strings.Contains(serverHelp, "--"+o.long) {
@@ -548,5 +548,39 @@ func TestHelpCoversFlags(t *testing.T) {
 		if !strings.Contains(serverHelp, sub) {
 			t.Errorf("help lacks -o %s", sub)
 		}
+	}
+}
+
+func TestVBucketsFlag(t *testing.T) {
+	env := func(string) string { return "" }
+	for _, c := range []struct {
+		args []string
+		want int
+	}{
+		{nil, 0},
+		{[]string{"--vbuckets", "1024"}, 1024},
+		{[]string{"--vbuckets=1"}, 1},
+		{[]string{"--vbuckets=65536"}, 65536},
+		{[]string{"--vbuckets=0"}, 0},
+		{[]string{"--vbuck=8"}, 8},
+	} {
+		o, err := parseServerFlags(c.args, env)
+		if err != nil {
+			t.Errorf("%q: %v", c.args, err)
+			continue
+		}
+		if o.cfg.VBuckets != c.want {
+			t.Errorf("%q: VBuckets = %d, want %d", c.args, o.cfg.VBuckets, c.want)
+		}
+	}
+	for _, bad := range []string{"3", "1000", "131072", "-2", "x", ""} {
+		_, err := parseServerFlags([]string{"--vbuckets=" + bad}, env)
+		want := `vbcache: illegal value "` + bad + `" for --vbuckets (want a power of two from 1 to 65536, or 0 for standalone)`
+		if err == nil || err.Error() != want {
+			t.Errorf("--vbuckets=%s: err %v, want %s", bad, err, want)
+		}
+	}
+	if _, err := parseServerFlags([]string{"-\x01", "8"}, env); err == nil {
+		t.Error("a control byte reached the long-only option")
 	}
 }

@@ -64,6 +64,8 @@ const serverHelp = `-p, --port=<num>          TCP port to listen on (default: 11
                           user:pass\nuser2:pass2\n
 -Z, --enable-ssl          enable TLS/SSL (needs -o ssl_chain_cert and ssl_key)
 -N, --napi-ids=<num>      accepted and ignored (number of napi ids)
+    --vbuckets=<num>      cluster mode with <num> vbuckets (a power of two up
+                          to 65536), all dead until told; 0: standalone (default)
 -o, --extended            comma separated list of extended options
                           most options have a 'no_' prefix to disable
    - maxconns_fast:       immediately close new connections after limit (default: enabled)

@@ -83,6 +83,13 @@ const (
 	OpSetVBucket Opcode = 0x3d
 	OpGetVBucket Opcode = 0x3e
 	OpDelVBucket Opcode = 0x3f
+	// OpGetReplica reads a key from a replica vbucket (Couchbase).
+	OpGetReplica Opcode = 0x83
+	// OpSetClusterConfig stores the cluster config JSON on a node
+	// (key: bucket name; optional extras: 8-byte epoch, 8-byte revision).
+	OpSetClusterConfig Opcode = 0xb4
+	// OpGetClusterConfig returns the node's cluster config JSON.
+	OpGetClusterConfig Opcode = 0xb5
 )
 
 // Loud maps a quiet opcode to its normal form and reports whether it was
@@ -138,6 +145,7 @@ const (
 	StatusAuthContinue  Status = 0x0021
 	StatusUnknown       Status = 0x0081
 	StatusNoMemory      Status = 0x0082
+	StatusTmpFail       Status = 0x0086
 )
 
 // Text is the error body memcached sends with a status (write_bin_error).
@@ -161,6 +169,8 @@ func (s Status) Text() string {
 		return "Not stored."
 	case StatusAuthError:
 		return "Auth failure."
+	case StatusTmpFail:
+		return "Temporary failure"
 	}
 	return ""
 }

@@ -64,6 +64,11 @@ func (c *conn) binaryPacket(data []byte) (used, need int) {
 	// 2 GiB or more makes it negative, so nothing is read as the value and
 	// the rest of the stream is parsed as the next header.
 	vlen := int(int32(uint32(bodylen - keylen - extlen)))
+	if s.cl != nil {
+		if used, need, handled := c.binCluster(op, extras, key, data[hk:], vlen, hk); handled {
+			return used, need
+		}
+	}
 	switch op {
 	case protocol.OpVersion:
 		if extlen != 0 || keylen != 0 || bodylen != 0 {

@@ -288,6 +288,16 @@ func (c *conn) get(returnCAS, touch bool) {
 		exptime = s.relTime(e)
 		first = 2
 	}
+	if s.cl != nil {
+		// Cluster mode: the whole command is refused when one key is not
+		// in an active vbucket (keys too long are left to the loop). This
+		// pass may park on a pending vbucket before anything is output.
+		for i := first; i < t.N-1; i++ {
+			if key := t.T[i]; len(key) <= protocol.KeyMaxLength && !c.textAdmit(key, c.reply) {
+				return
+			}
+		}
+	}
 	detail := s.detailEnabled.Load()
 	for {
 		for i := first; i < t.N-1; i++ {
@@ -296,6 +306,12 @@ func (c *conn) get(returnCAS, touch bool) {
 				// memcached culls every reply it has not sent yet.
 				c.out = c.out[:c.mark]
 				c.reply("CLIENT_ERROR bad command line format")
+				return
+			}
+			if s.cl != nil && !c.textOwnedNow(key) {
+				// Keys past the first batch of tokens were not checked
+				// above, and a state may have changed since: refuse the
+				// whole command the way a bad key does.
 				return
 			}
 			oc := s.store.Begin(&c.tx, key)
@@ -395,6 +411,10 @@ func (c *conn) update(sc storeCmd, rest []byte) (used, more int) {
 		return 0, 0
 	}
 	n := int(vlen) + 2
+	if !c.textAdmit(key, c.reply) {
+		c.swallowData(n, rest)
+		return min(n, len(rest)), 0
+	}
 	if s.tooLarge(len(key), flags, int(vlen)) {
 		if s.detailEnabled.Load() {
 			s.detail.recordSet(key)
@@ -577,6 +597,9 @@ func (c *conn) arithmetic(incr bool) {
 		c.reply("CLIENT_ERROR invalid numeric delta argument")
 		return
 	}
+	if !c.textAdmit(key, c.reply) {
+		return
+	}
 	c.s.store.Begin(&c.tx, key)
 	res, digits := c.addDelta(incr, delta, 0)
 	c.tx.End()
@@ -675,6 +698,9 @@ func (c *conn) touch() {
 		return
 	}
 	exp := c.s.relTime(e)
+	if !c.textAdmit(key, c.reply) {
+		return
+	}
 	oc := c.s.store.Begin(&c.tx, key)
 	c.ctr.cmdTouch.Add(1)
 	if oc == store.Hit {
@@ -712,6 +738,9 @@ func (c *conn) delete() {
 	key := t.T[1]
 	if len(key) > protocol.KeyMaxLength {
 		c.reply("CLIENT_ERROR bad command line format")
+		return
+	}
+	if !c.textAdmit(key, c.reply) {
 		return
 	}
 	if c.s.detailEnabled.Load() {

@@ -68,5 +68,18 @@ type Config struct {
 	// refresh_certs command); nil without -Z.
 	TLSReload func() error
 
+	// VBuckets is --vbuckets: 0 runs the node standalone (plain memcached,
+	// vbucket ids ignored); a power of two up to 65536 runs it in cluster
+	// mode with that many vbuckets, all dead at start (see cluster.go).
+	VBuckets int
+	// VBucketParkTimeout bounds how long a request for a pending vbucket
+	// is parked before it is answered with a temporary failure. Zero means
+	// DefaultVBucketParkTimeout.
+	VBucketParkTimeout time.Duration
+
 	Store store.Config
 }
+
+// DefaultVBucketParkTimeout is the park bound when
+// Config.VBucketParkTimeout is zero.
+const DefaultVBucketParkTimeout = time.Second

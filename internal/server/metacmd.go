@@ -69,6 +69,9 @@ func (c *conn) metaStart(f *protocol.MetaFlags, tooLong, badFlags string, force 
 		}
 		return nil, false
 	}
+	if !c.textAdmit(key, c.replyErr) {
+		return nil, false
+	}
 	return key, true
 }
 
@@ -272,6 +275,9 @@ func (c *conn) metaSet(rest []byte) (used, more int) {
 			return fail(protocol.ErrBadFormat)
 		}
 		return fail(f.Err)
+	}
+	if !c.textAdmit(key, func(msg string) { fail(msg) }) {
+		return min(n, len(rest)), 0
 	}
 	for i := 2; i < t.N-1; i++ {
 		if tok := t.T[i]; tok[0] == 'O' && len(tok) > protocol.MetaMaxOpaqueLen {

@@ -101,6 +101,7 @@ type Server struct {
 	fds           []bool // protected by mu: memcached-style descriptor slots in use, see allocFD
 	tun           tunables
 	sasl          *sasl.Authenticator // -S: shared SASL state (credentials, SCRAM key cache)
+	cl            *cluster            // cluster mode (--vbuckets); nil when standalone
 
 	verbosity     atomic.Int32
 	detailEnabled atomic.Bool
@@ -163,6 +164,9 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 		s.sasl = a
+	}
+	if cfg.VBuckets > 0 {
+		s.cl = newCluster(&cfg)
 	}
 	s.limitMaxbytes.Store(cfg.Store.MaxBytes)
 	s.hashpowerInit = cfg.Store.HashPower
@@ -345,6 +349,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	case <-s.shutdownCh:
 	}
 	s.closing.Store(true)
+	if s.cl != nil {
+		s.cl.parkStop() // release parked requests now
+	}
 	for _, l := range lns {
 		l.Close()
 	}

@@ -13,6 +13,8 @@ import (
 	"net"
 	"strconv"
 	"strings"
+
+	"github.com/vbcache/vbcache/internal/vbmap"
 )
 
 // Errors matched (with errors.Is) by the errors that Validate and
@@ -134,6 +136,12 @@ func (c *Config) Validate() error {
 	}
 	if s.ChunkSizeMin <= 0 {
 		return invalidf("Chunk size must be greater than 0")
+	}
+	if n := d.VBuckets; n < 0 || n > vbmap.MaxVBuckets || n&(n-1) != 0 {
+		return invalidf("Number of vbuckets must be a power of two up to %d (0: standalone), not %d", vbmap.MaxVBuckets, n)
+	}
+	if d.VBucketParkTimeout < 0 {
+		return invalidf("vbucket park timeout must not be negative")
 	}
 	if d.Protocol > ProtoBinary {
 		return invalidf("Invalid value for binding protocol: %d\n -- should be one of auto, binary, or ascii", d.Protocol)
