@@ -40,10 +40,13 @@ const (
 	cmdTouch   = 0x1c
 	cmdGAT     = 0x1d
 
+	cmdGetClusterConfig = 0xb5
+
 	statusOK        = 0x00
 	statusNotFound  = 0x01
 	statusExists    = 0x02
 	statusNotStored = 0x05
+	statusNotMyVB   = 0x07
 
 	noopOpaque = 0xffffffff // marks the NOOP that ends a GetMulti batch
 )
@@ -126,6 +129,14 @@ func (o *op) appendBinary(b []byte) []byte {
 		b = appendHeader(b, cmdFlush, 0, 0, 0, 0, 0, 0)
 	case opVersion:
 		b = appendHeader(b, cmdVersion, 0, 0, 0, 0, 0, 0)
+	case opConfig:
+		if o.haveRev {
+			b = appendHeader(b, cmdGetClusterConfig, 0, 16, 0, 0, 0, 0)
+			b = binary.BigEndian.AppendUint64(b, uint64(o.rev[0]))
+			b = binary.BigEndian.AppendUint64(b, uint64(o.rev[1]))
+		} else {
+			b = appendHeader(b, cmdGetClusterConfig, 0, 0, 0, 0, 0, 0)
+		}
 	}
 	return b
 }
@@ -181,6 +192,15 @@ func (o *op) parseBinary(b []byte) (int, bool, error) {
 			if opcode != cmdGetKQ || int(opaque) >= len(o.keys) {
 				return 0, false, badResponse("binary reply in a multi-get", rest[:binHeaderLen])
 			}
+			if status == statusNotMyVB {
+				// Not this server's key: no value, the caller retries
+				// the key (cluster) or reports ErrNotMyVBucket.
+				o.refused = append(o.refused, int(opaque))
+				if o.body == nil && len(value) > 0 {
+					o.body = append([]byte(nil), value...)
+				}
+				continue
+			}
 			if status != statusOK {
 				if o.err == nil && status != statusNotFound {
 					o.err = binStatusError(status, value)
@@ -206,6 +226,13 @@ func (o *op) parseBinary(b []byte) (int, bool, error) {
 func (o *op) binaryAnswer(status uint16, extras, value []byte, cas uint64) error {
 	if status != statusOK {
 		switch {
+		case status == statusNotMyVB:
+			// The answer carries no value; its body is the node's
+			// config, which a cluster client learns from.
+			o.err = errNotMyVBucketAnswer
+			if len(value) > 0 {
+				o.body = append([]byte(nil), value...)
+			}
 		case o.kind == opStore && status == statusExists:
 			if o.verb == verbCAS {
 				o.err = ErrCASConflict
@@ -232,6 +259,8 @@ func (o *op) binaryAnswer(status uint16, extras, value []byte, cas uint64) error
 			return badResponse("incr/decr reply", value)
 		}
 		o.n = binary.BigEndian.Uint64(value)
+	case opConfig:
+		o.body = append([]byte(nil), value...)
 	}
 	return nil
 }

@@ -76,12 +76,23 @@ func (c *Client) pick(key string, o *op) (net.Addr, error) {
 	return c.selector.PickServer(key)
 }
 
-// roundTrip picks key's server, sends o there and waits. A server that
+// roundTrip sends o for key and waits: through the cluster's retry loop
+// for a NewCluster client, else once (roundTripOnce). o is consumed unless
+// the returned op is non-nil, in which case the caller reads it and putOps
+// it.
+func (c *Client) roundTrip(ctx context.Context, key string, o *op) (*op, error) {
+	if c.cl != nil {
+		return c.cl.roundTrip(ctx, key, o)
+	}
+	return c.roundTripOnce(ctx, key, o)
+}
+
+// roundTripOnce picks key's server, sends o there and waits. A server that
 // cannot be reached is reported to the selector and, if that moves the key
 // (Modulo with Rehash, Ketama with AutoEject), the request goes to the new
 // server, as Cache::Memcached's get_sock does. o is consumed unless the
 // returned op is non-nil, in which case the caller reads it and putOps it.
-func (c *Client) roundTrip(ctx context.Context, key string, o *op) (*op, error) {
+func (c *Client) roundTripOnce(ctx context.Context, key string, o *op) (*op, error) {
 	var last net.Addr
 	var lastErr error
 	for try := 0; try < maxRehashTries; try++ {
@@ -324,6 +335,20 @@ func (c *Client) GetMulti(keys []string) (map[string]*Item, error) {
 
 // GetMultiContext is GetMulti with a context.
 func (c *Client) GetMultiContext(ctx context.Context, keys []string) (map[string]*Item, error) {
+	if c.cl != nil {
+		return c.cl.getMulti(ctx, keys)
+	}
+	m, refused, _, err := c.getMultiOnce(ctx, keys, nil)
+	if err == nil && len(refused) > 0 {
+		err = errNotMyVBucketAnswer
+	}
+	return m, err
+}
+
+// getMultiOnce is one GetMulti round: it adds the hits to m (made if nil)
+// and returns the keys a server answered NOT_MY_VBUCKET for, with the first
+// such answer's body.
+func (c *Client) getMultiOnce(ctx context.Context, keys []string, m map[string]*Item) (_ map[string]*Item, refused []string, body []byte, _ error) {
 	// Group the keys by server: group[i] is key i's server index in addrs.
 	var addrs []net.Addr
 	group := make([]int32, len(keys))
@@ -331,7 +356,7 @@ func (c *Client) GetMultiContext(ctx context.Context, keys []string) (map[string
 	for i, k := range keys {
 		a, err := c.pick(k, nil)
 		if err != nil {
-			return nil, err
+			return m, nil, nil, err
 		}
 		g := -1
 		for j := range addrs {
@@ -403,7 +428,9 @@ func (c *Client) GetMultiContext(ctx context.Context, keys []string) (map[string
 		}
 		hits += len(o.items)
 	}
-	m := make(map[string]*Item, hits)
+	if m == nil {
+		m = make(map[string]*Item, hits)
+	}
 	for _, o := range ops {
 		if o == nil {
 			continue
@@ -411,9 +438,15 @@ func (c *Client) GetMultiContext(ctx context.Context, keys []string) (map[string
 		for i := range o.items {
 			m[o.items[i].Key] = &o.items[i]
 		}
+		for _, i := range o.refused {
+			refused = append(refused, o.keys[i])
+		}
+		if body == nil {
+			body = o.body
+		}
 		putOp(o)
 	}
-	return m, firstErr
+	return m, refused, body, firstErr
 }
 
 // eachServer runs a keyless op on every server, all sent before any is
@@ -472,9 +505,13 @@ func (c *Client) Ping() error { return c.eachServer(context.Background(), opVers
 func (c *Client) PingContext(ctx context.Context) error { return c.eachServer(ctx, opVersion) }
 
 // Close closes every connection and waits for their reader goroutines to
-// exit; requests in flight fail. After Close, the Client may still be
-// used: it opens new connections.
+// exit; requests in flight fail. A NewCluster client's background config
+// refresh is stopped and waited for first, and does not restart. After
+// Close, the Client may still be used: it opens new connections.
 func (c *Client) Close() error {
+	if c.cl != nil {
+		c.cl.stop()
+	}
 	c.mu.Lock()
 	pools := c.pools
 	c.pools = make(map[string]*pool)

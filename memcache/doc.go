@@ -45,9 +45,22 @@
 //
 // # Goroutines
 //
-// The only goroutines are the connection readers. Each belongs to its
-// connection and exits when the connection fails or is closed; Close
-// closes every connection and waits for their readers.
+// The only goroutines are the connection readers and, for a NewCluster
+// client, one config refresher. A reader belongs to its connection and
+// exits when the connection fails or is closed; Close stops the refresher
+// and waits for it, then closes every connection and waits for their
+// readers.
+//
+// # Clusters
+//
+// NewCluster bootstraps a vbucket client from any node of a vbcache
+// cluster (binary GET_CLUSTER_CONFIG), routes each key to its vbucket's
+// active server, and follows the map as it changes: a NOT_MY_VBUCKET
+// answer (which carries no value) makes the client apply the config in its
+// body when newer, or ask the other nodes, and send the request again,
+// with bounded backoff (ClusterOptions); the refresher polls for newer
+// configs in the background. Exhausted retries return an error wrapping
+// ErrNotMyVBucket.
 //
 // # Server selection
 //

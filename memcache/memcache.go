@@ -37,6 +37,15 @@ var (
 	// ErrNoServers is returned when no servers are configured or available.
 	ErrNoServers = errors.New("memcache: no servers configured or available")
 
+	// ErrNotMyVBucket means a server answered NOT_MY_VBUCKET (binary status
+	// 0x07): it does not own the key's vbucket. A cluster client (NewCluster)
+	// learns the new map and retries; it returns an error wrapping
+	// ErrNotMyVBucket only when its tries are used up.
+	ErrNotMyVBucket = errors.New("memcache: not my vbucket")
+
+	// errNotMyVBucketAnswer is one server's NOT_MY_VBUCKET answer.
+	errNotMyVBucketAnswer = &serverError{msg: "server answered NOT_MY_VBUCKET", wraps: ErrNotMyVBucket}
+
 	// errClosed fails the requests of a connection that Close shut down.
 	errClosed = errors.New("memcache: client closed")
 )
@@ -124,6 +133,7 @@ type Client struct {
 
 	selector ServerSelector
 	health   healthReporter // selector, if it wants failure reports
+	cl       *cluster       // NewCluster's state; nil for other clients
 
 	mu    sync.RWMutex // protects pools
 	pools map[string]*pool
@@ -191,7 +201,8 @@ func resumable(err error) bool {
 // ERROR, or a binary status): an answer, the connection stays usable.
 type serverError struct {
 	msg      string
-	isServer bool // SERVER_ERROR (wraps ErrServerError)
+	isServer bool  // SERVER_ERROR (wraps ErrServerError)
+	wraps    error // else the error it wraps, if any
 }
 
 func (e *serverError) Error() string { return "memcache: " + e.msg }
@@ -200,5 +211,5 @@ func (e *serverError) Unwrap() error {
 	if e.isServer {
 		return ErrServerError
 	}
-	return nil
+	return e.wraps
 }

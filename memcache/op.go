@@ -22,6 +22,7 @@ const (
 	opDecr                  // decr
 	opFlush                 // flush_all
 	opVersion               // version (Ping)
+	opConfig                // binary GET_CLUSTER_CONFIG (cluster clients only)
 )
 
 // storeVerb is the command of an opStore.
@@ -68,6 +69,12 @@ type op struct {
 	next  int    // opMulti: index in keys of the next expected hit
 	got   bool   // opGet/opGat: the VALUE block has been read
 
+	// Cluster (binary only).
+	haveRev bool     // opConfig: send rev as {epoch, rev} extras
+	rev     [2]int64 // opConfig: the (revEpoch, rev) the client holds
+	body    []byte   // opConfig: the config JSON; NOT_MY_VBUCKET: its body
+	refused []int    // opMulti: indices in keys answered NOT_MY_VBUCKET
+
 	state atomic.Uint32
 	done  chan struct{} // receives once when the op completes
 }
@@ -94,6 +101,16 @@ func (o *op) complete() {
 		return
 	}
 	putOp(o)
+}
+
+// resetForRetry clears the results of a completed single-key op so that it
+// can be sent again.
+func (o *op) resetForRetry() {
+	if o.kind == opGet || o.kind == opGat {
+		o.item = nil
+	}
+	o.err, o.n, o.got, o.body = nil, 0, false, nil
+	o.state.Store(opWaiting)
 }
 
 // appendRequest encodes o's request in proto.
