@@ -90,6 +90,50 @@ const (
 	OpSetClusterConfig Opcode = 0xb4
 	// OpGetClusterConfig returns the node's cluster config JSON.
 	OpGetClusterConfig Opcode = 0xb5
+	// OpSelectBucket picks the bucket a connection works on (key: the
+	// bucket name; Couchbase).
+	OpSelectBucket Opcode = 0x89
+	// OpGetErrorMap asks for the server's error map (value: 2-byte
+	// version; Couchbase).
+	OpGetErrorMap Opcode = 0xfe
+)
+
+// HelloFeature is a feature code negotiated by HELLO (0x1f): the request
+// value is a list of 2-byte big-endian codes, the response value the
+// subset the server enables (Couchbase kv_engine docs/BinaryProtocol.md).
+type HelloFeature uint16
+
+// HELLO feature codes. Only some are acknowledged by vbcache (see
+// internal/server/bootstrap.go); the others are named here so that the
+// choice not to acknowledge them is explicit.
+const (
+	FeatureDatatype             HelloFeature = 0x01 // obsolete
+	FeatureTLS                  HelloFeature = 0x02 // obsolete
+	FeatureTCPNoDelay           HelloFeature = 0x03
+	FeatureMutationSeqno        HelloFeature = 0x04
+	FeatureTCPDelay             HelloFeature = 0x05
+	FeatureXattr                HelloFeature = 0x06
+	FeatureXerror               HelloFeature = 0x07
+	FeatureSelectBucket         HelloFeature = 0x08
+	FeatureSnappy               HelloFeature = 0x0a
+	FeatureJSON                 HelloFeature = 0x0b
+	FeatureDuplex               HelloFeature = 0x0c
+	FeatureClustermapNotif      HelloFeature = 0x0d
+	FeatureUnorderedExecution   HelloFeature = 0x0e
+	FeatureTracing              HelloFeature = 0x0f
+	FeatureAltRequest           HelloFeature = 0x10
+	FeatureSyncReplication      HelloFeature = 0x11
+	FeatureCollections          HelloFeature = 0x12
+	FeatureSnappyEverywhere     HelloFeature = 0x13
+	FeaturePreserveTTL          HelloFeature = 0x14
+	FeaturePITR                 HelloFeature = 0x16
+	FeatureCreateAsDeleted      HelloFeature = 0x17
+	FeatureReplaceBodyXattr     HelloFeature = 0x19
+	FeatureReportUnitUsage      HelloFeature = 0x1a
+	FeatureSubdocReplicaRead    HelloFeature = 0x1c
+	FeatureConfigKnownVersion   HelloFeature = 0x1d
+	FeatureDedupeNotMyVBConfig  HelloFeature = 0x1e
+	FeatureClustermapNotifBrief HelloFeature = 0x1f
 )
 
 // Loud maps a quiet opcode to its normal form and reports whether it was

@@ -51,13 +51,18 @@ func (c *conn) binaryPacket(data []byte) (used, need int) {
 		switch op {
 		case protocol.OpSASLList, protocol.OpSASLAuth, protocol.OpSASLStep, protocol.OpVersion:
 		default:
+			if s.cl != nil && preAuthClusterOp(op) {
+				break // HELLO, GET_ERROR_MAP (bootstrap.go)
+			}
 			c.binError(protocol.StatusAuthError)
 			c.close = true
 			return hk, 0
 		}
 	}
 	c.bquiet = quiet
-	if keylen > protocol.KeyMaxLength {
+	// HELLO's key is the client's agent description (gocbcore sends
+	// JSON), not an item key: cluster mode does not bound it.
+	if keylen > protocol.KeyMaxLength && !(s.cl != nil && op == protocol.OpHello) {
 		return hk, c.binProtocolError()
 	}
 	// memcached computes the value length in a C int: a body length of

@@ -36,8 +36,9 @@ import (
 // A multi-key text get is refused as a whole, before any key is served,
 // when one of its keys is not in an active vbucket.
 //
-// In standalone mode (VBuckets 0) none of this runs: the vbucket and
-// cluster-config opcodes answer "Unknown command" as memcached does.
+// In standalone mode (VBuckets 0) none of this runs: the vbucket,
+// cluster-config and bootstrap (bootstrap.go) opcodes answer "Unknown
+// command" as memcached does.
 
 // clusterConfig is a stored cluster map: the JSON as received and the
 // (revEpoch, rev) it is ordered by.
@@ -282,7 +283,7 @@ func (c *conn) binCluster(op protocol.Opcode, extras, key, rest []byte, vlen, hk
 		c.getClusterConfig(extras)
 		return skip()
 	}
-	return 0, 0, false
+	return c.binBootstrap(op, extras, key, rest, vlen, hk)
 }
 
 // setClusterConfig stores a config when it is newer by (revEpoch, rev)
