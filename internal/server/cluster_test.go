@@ -622,3 +622,46 @@ func TestClusterHotPathDoesNotAllocate(t *testing.T) {
 		}
 	}
 }
+
+// FuzzClusterConn feeds arbitrary bytes to a cluster-mode connection: the
+// vbucket opcodes, config opcodes and bootstrap commands must never panic
+// or leave the store locked.
+func FuzzClusterConn(f *testing.F) {
+	req := func(op protocol.Opcode, vb uint16, extras, key, value []byte) []byte {
+		return protocol.AppendRequest(nil, &protocol.Request{Header: protocol.Header{Opcode: op, VBucket: vb}, Extras: extras, Key: key, Value: value})
+	}
+	var b []byte
+	b = append(b, req(protocol.OpSetVBucket, 3, []byte{1}, nil, nil)...)
+	b = append(b, req(protocol.OpSet, 3, make([]byte, 8), []byte("k"), []byte("v"))...)
+	b = append(b, req(protocol.OpGet, 3, nil, []byte("k"), nil)...)
+	b = append(b, req(protocol.OpGet, 4, nil, []byte("k"), nil)...)
+	b = append(b, req(protocol.OpSetVBucket, 4, []byte{0, 0, 0, 3}, nil, nil)...)
+	b = append(b, req(protocol.OpGet, 4, nil, []byte("k"), nil)...)
+	b = append(b, req(protocol.OpGetVBucket, 3, nil, nil, nil)...)
+	b = append(b, req(protocol.OpDelVBucket, 3, nil, nil, nil)...)
+	f.Add(b)
+	f.Add(req(protocol.OpSetClusterConfig, 0, nil, []byte("default"),
+		[]byte(`{"rev":2,"vBucketServerMap":{"serverList":["127.0.0.1:1"],"vBucketMap":[[0],[0],[0],[0],[0],[0],[0],[0]]}}`)))
+	f.Add(req(protocol.OpGetClusterConfig, 0, make([]byte, 16), nil, nil))
+	f.Add(req(protocol.OpHello, 0, nil, []byte(`{"a":"x"}`), []byte{0, 3, 0, 8, 0, 0x12}))
+	f.Add(req(protocol.OpSelectBucket, 0, nil, []byte("default"), nil))
+	f.Add(req(protocol.OpGetReplica, 5, nil, []byte("k"), nil))
+	f.Add([]byte("set k 0 0 1\r\nx\r\nget k\r\nmg k v\r\n"))
+	s, err := New(Config{Port: -1, PortSet: true, Version: "fuzz", VBuckets: 8,
+		VBucketParkTimeout: time.Millisecond, Store: storeCfgForFuzz()})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(s.store.Close)
+	f.Fuzz(func(t *testing.T, in []byte) {
+		c := newConn(s, nil)
+		c.ctr = &s.counters[0]
+		c.rbuf = append([]byte(nil), in...)
+		c.r, c.w = 0, len(in)
+		c.processInput()
+		var c2 conn
+		c2.s = s
+		s.store.Begin(&c2.tx, []byte("probe"))
+		c2.tx.End()
+	})
+}

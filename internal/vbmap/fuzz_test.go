@@ -1,0 +1,46 @@
+package vbmap
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// FuzzParse: Parse never panics; what it accepts obeys the map rules (so
+// Active and VBucket can index it safely), and re-encoding an accepted
+// config parses again to the same map.
+func FuzzParse(f *testing.F) {
+	seed, _ := json.Marshal(Spread([]string{"127.0.0.1:11210", "127.0.0.1:11211"}, 16))
+	f.Add(seed)
+	f.Add([]byte(`{"hashAlgorithm":"CRC","numReplicas":0,"serverList":["a:1"],"vBucketMap":[[0],[-1]]}`))
+	f.Add([]byte(`{"rev":3,"revEpoch":1,"vBucketServerMap":{"serverList":["a:1","b:2"],"numReplicas":1,"vBucketMap":[[0,1],[1,0]],"vBucketMapForward":[[1,0],[0,1]]}}`))
+	f.Add([]byte(`{"vBucketServerMap":{"serverList":[],"vBucketMap":[[5]]}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := Parse(data)
+		if err != nil {
+			return
+		}
+		n := c.NumVBuckets()
+		if n <= 0 || n&(n-1) != 0 {
+			t.Fatalf("accepted %d vbuckets", n)
+		}
+		for vb := 0; vb < n; vb++ {
+			if a := c.Active(vb); a < -1 || a >= len(c.VBucketServerMap.ServerList) {
+				t.Fatalf("vbucket %d: active %d of %d servers", vb, a, len(c.VBucketServerMap.ServerList))
+			}
+		}
+		if vb := VBucket(data, n); vb < 0 || vb >= n {
+			t.Fatalf("VBucket = %d of %d", vb, n)
+		}
+		re, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c2, err := Parse(re)
+		if err != nil {
+			t.Fatalf("re-encoded config rejected: %v\n%s", err, re)
+		}
+		if c2.NumVBuckets() != n || c2.Newer(c) || c.Newer(c2) {
+			t.Fatalf("round trip changed the config")
+		}
+	})
+}
