@@ -519,14 +519,8 @@ func (c *conn) storeItem(sc storeCmd, key []byte, flags, exptime uint32, data []
 			return c.link(sc, flags, exptime, data, nil, keyBinary)
 		case casStale:
 			c.ctr.class[cls].casHits.Add(1)
-			ttl := tx.TTL()
 			tokenSent := tx.TokenSent()
-			exp := uint32(0)
-			if ttl >= 0 {
-				now, _ := s.store.Now()
-				exp = now + uint32(ttl)
-			}
-			res, cas := c.link(sc, flags, exp, data, nil, keyBinary)
+			res, cas := c.link(sc, flags, tx.Exptime(), data, nil, keyBinary)
 			if res == resStored {
 				tx.SetStale(true)
 				tx.SetTokenSent(tokenSent)
@@ -544,12 +538,7 @@ func (c *conn) storeItem(sc storeCmd, key []byte, flags, exptime uint32, data []
 		if s.tooLarge(len(key), oflags, len(old)+len(data)) {
 			return resNotStored, 0
 		}
-		ttl := tx.TTL()
-		exp := uint32(0)
-		if ttl >= 0 {
-			now, _ := s.store.Now()
-			exp = now + uint32(ttl)
-		}
+		exp := tx.Exptime()
 		a, b := old, data
 		if sc == cmdPrepend {
 			a, b = data, old
@@ -671,13 +660,7 @@ func (c *conn) addDelta(incr bool, delta, reqCAS uint64) (deltaResult, []byte) {
 		tx.Bump()
 		return deltaOK, digits
 	}
-	ttl := tx.TTL()
-	exp := uint32(0)
-	if ttl >= 0 {
-		now, _ := c.s.store.Now()
-		exp = now + uint32(ttl)
-	}
-	if err := tx.Store(tx.Flags(), exp, 0, digits, nil); err != nil {
+	if err := tx.Store(tx.Flags(), tx.Exptime(), 0, digits, nil); err != nil {
 		return deltaNoMemory, nil
 	}
 	return deltaOK, digits

@@ -92,7 +92,6 @@ type Server struct {
 	totalConns     atomic.Uint64
 	rejectedConns  atomic.Uint64
 	connStructures atomic.Uint64
-	totalConnsBase uint64 // stats reset does not touch curr_connections
 
 	idleKicks     atomic.Uint64
 	limitMaxbytes atomic.Int64 // -m, changed by cache_memlimit
@@ -107,7 +106,6 @@ type Server struct {
 	detailEnabled atomic.Bool
 	detail        prefixStats
 	crawlerOn     atomic.Bool
-	oldestLive    atomic.Int64 // stats settings "oldest"
 
 	shutdownCh   chan struct{} // closed by the shutdown command
 	shutdownOnce sync.Once

@@ -13,6 +13,16 @@ var (
 	ErrNoSpare   = errors.New("store: source class has no spare pages")
 )
 
+// Exptime returns the held item's expiry as store time (0: never), the
+// form Store and Touch take, so that a command that rewrites an item can
+// keep its expiry exactly.
+func (tx *Tx) Exptime() uint32 {
+	if tx.it == nil {
+		return 0
+	}
+	return tx.it.exptime
+}
+
 // KeyBinary reports whether the held item's key was stored base64-encoded
 // by a meta command (its "b" flag), so that meta replies re-encode it.
 func (tx *Tx) KeyBinary() bool { return tx.it != nil && tx.it.has(stBinary) }
