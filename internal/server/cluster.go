@@ -117,6 +117,9 @@ func (c *conn) admit(vb int) admission {
 	}
 	switch st {
 	case vbucket.Active:
+		// Items this request stores belong to vb (the store keeps each
+		// vbucket's items on a list, for DEL_VBUCKET).
+		c.tx.SetVBucket(uint16(vb))
 		return admitServe
 	case vbucket.Pending:
 		return admitTimeout
@@ -259,14 +262,14 @@ func (c *conn) binCluster(op protocol.Opcode, extras, key, rest []byte, vlen, hk
 			c.binNotMyVBucket()
 			return skip()
 		}
-		// TODO(cluster): drop the vbucket's items. That needs a
-		// per-vbucket item list in the store; a full scan is not an
-		// option. Until then the items stay, unreachable while the
-		// vbucket is not active.
+		// Dead first, so no new item lands in vb, then drop its items
+		// from the store's list for vb: time in proportion to the
+		// vbucket, never a scan.
 		if _, err := cl.vbs.Set(vb, vbucket.Dead); err != nil {
 			c.binError(protocol.StatusInvalid)
 			return skip()
 		}
+		c.s.store.DropVBucket(vb)
 		c.binOK(0, nil, nil, nil)
 		return skip()
 	case op == protocol.OpSetClusterConfig:

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -664,4 +665,54 @@ func FuzzClusterConn(f *testing.F) {
 		s.store.Begin(&c2.tx, []byte("probe"))
 		c2.tx.End()
 	})
+}
+
+// TestClusterDelVBucketDropsItems: DEL_VBUCKET removes the vbucket's items
+// (they are gone when it comes back active) and nothing else.
+func TestClusterDelVBucketDropsItems(t *testing.T) {
+	s, _ := startServer(t, func(c *Config) { c.VBuckets = 8 })
+	c := newTestConn(s, "")
+	run := func(op protocol.Opcode, vb uint16, extras, key, value []byte) []byte {
+		c.out = c.out[:0]
+		in := protocol.AppendRequest(nil, &protocol.Request{Header: protocol.Header{Opcode: op, VBucket: vb}, Extras: extras, Key: key, Value: value})
+		c.mode = modeUnknown
+		c.rbuf, c.r, c.w = in, 0, len(in)
+		c.processInput()
+		return append([]byte(nil), c.out...)
+	}
+	status := func(resp []byte) protocol.Status {
+		var h protocol.Header
+		protocol.ParseHeader(resp, &h)
+		return h.Status
+	}
+	for vb := uint16(0); vb < 8; vb++ {
+		run(protocol.OpSetVBucket, vb, []byte{byte(vbucket.Active)}, nil, nil)
+	}
+	for i := 0; i < 200; i++ {
+		key := []byte("key:" + strconv.Itoa(i))
+		vb := uint16(i % 8)
+		if st := status(run(protocol.OpSet, vb, make([]byte, 8), key, []byte("v"))); st != protocol.StatusOK {
+			t.Fatalf("set %s: %#x", key, st)
+		}
+	}
+	if n := s.store.VBucketItems(5); n != 25 {
+		t.Fatalf("vbucket 5 holds %d items", n)
+	}
+	if st := status(run(protocol.OpDelVBucket, 5, nil, nil, nil)); st != protocol.StatusOK {
+		t.Fatalf("DEL_VBUCKET: %#x", st)
+	}
+	if n := s.store.VBucketItems(5); n != 0 {
+		t.Fatalf("vbucket 5 still holds %d items", n)
+	}
+	run(protocol.OpSetVBucket, 5, []byte{byte(vbucket.Active)}, nil, nil)
+	for i := 0; i < 200; i++ {
+		key := []byte("key:" + strconv.Itoa(i))
+		want := protocol.StatusOK
+		if i%8 == 5 {
+			want = protocol.StatusKeyNotFound
+		}
+		if st := status(run(protocol.OpGet, uint16(i%8), nil, key, nil)); st != want {
+			t.Fatalf("get %s after DEL_VBUCKET 5: %#x, want %#x", key, st, want)
+		}
+	}
 }

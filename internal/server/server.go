@@ -129,6 +129,7 @@ func New(cfg Config) (*Server, error) {
 	// to hold every item memcached would hold.
 	sc := cfg.Store
 	sc.ItemSizeMax += storeHeaderSlack
+	sc.VBuckets = cfg.VBuckets // cluster mode: per-vbucket item lists for DEL_VBUCKET
 	st, err := store.New(sc)
 	if err != nil {
 		return nil, err

@@ -39,6 +39,10 @@ type Config struct {
 	Shards         int         // number of index shards, a power of two (default 4×GOMAXPROCS rounded up, at least 16)
 	HashPower      int         // -o hashpower: log2 of initial index buckets over all shards (16)
 	Clock          clock.Clock // time source for expiry (clock.Real)
+	// VBuckets, when positive, makes the store keep a list of each
+	// vbucket's items (Tx.SetVBucket names an item's vbucket) so that
+	// DropVBucket costs time in proportion to the vbucket (cluster mode).
+	VBuckets int
 	// VerifyFrees, if set, makes the store check its invariants after every
 	// mutation (tests only; slow).
 	VerifyFrees bool

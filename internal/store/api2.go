@@ -23,6 +23,29 @@ func (tx *Tx) Exptime() uint32 {
 	return tx.it.exptime
 }
 
+// SetVBucket names the vbucket of the items this Tx stores from now on
+// (until changed): the server calls it once it has admitted a request.
+func (tx *Tx) SetVBucket(vb uint16) { tx.vb = vb }
+
+// DropVBucket deletes every item of vbucket vb and returns how many, in
+// time proportional to that vbucket's items (Config.VBuckets > 0; else 0).
+// Items stored into vb while the drop runs may survive it: the caller
+// makes the vbucket dead first.
+func (s *Store) DropVBucket(vb int) int { return s.dropVBucket(vb) }
+
+// VBucketItems returns the number of items in vbucket vb (0 without
+// Config.VBuckets).
+func (s *Store) VBucketItems(vb int) uint64 {
+	v := s.vb
+	if v == nil || vb < 0 || vb >= len(v.count) {
+		return 0
+	}
+	m := &v.mu[vb%vbStripes]
+	m.Lock()
+	defer m.Unlock()
+	return v.count[vb]
+}
+
 // KeyBinary reports whether the held item's key was stored base64-encoded
 // by a meta command (its "b" flag), so that meta replies re-encode it.
 func (tx *Tx) KeyBinary() bool { return tx.it != nil && tx.it.has(stBinary) }

@@ -127,6 +127,7 @@ type pageSlot struct {
 	csize    uint32         // chunk size of the owning class
 	class    uint8          // owning class id
 	draining bool           // being emptied for another class (owning class lock)
+	links    []uint64       // per chunk prev<<32|next on its vbucket list (VBuckets > 0 only; see vbucket.go)
 }
 
 const (

@@ -43,6 +43,9 @@ func (s *Store) unlinkLRULocked(c *slabClass, h uint32, it *hdr) {
 	s.removeLRULocked(c, h, it)
 	it.state.And(^uint32(stLinked))
 	c.requested -= uint64(it.size(s.casBytes))
+	if s.vb != nil {
+		s.vbUnlink(h, it)
+	}
 }
 
 // moveLocked moves item h to the head of segment seg.

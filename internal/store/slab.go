@@ -97,6 +97,9 @@ func (s *Store) addPageLocked(c *slabClass, p uint32) {
 	sl.class = c.id
 	sl.csize = c.size
 	sl.draining = false
+	if s.vb != nil && len(sl.links) != int(c.perPage) {
+		sl.links = make([]uint64, c.perPage)
+	}
 	c.pages = append(c.pages, p)
 	c.npages.Store(int32(len(c.pages)))
 	c.everPaged = true

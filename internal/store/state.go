@@ -17,11 +17,13 @@ type txState struct {
 	it   *hdr       // header of cur (points into slab memory)
 	now  uint32     // store time read at Begin
 	cls  *slabClass // class of cur
+	vb   uint16     // vbucket of the items this Tx stores (SetVBucket)
 }
 
 // storeState is the part of a Store the caller cannot see.
 type storeState struct {
-	casBytes int // 8, or 0 with DisableCAS: item sizes in memcached's units (mcSize)
+	casBytes int      // 8, or 0 with DisableCAS: item sizes in memcached's units (mcSize)
+	vb       *vbLists // per-vbucket item lists; nil unless Config.VBuckets > 0
 	cfg      Config
 	seed     maphash.Seed
 

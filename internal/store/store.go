@@ -101,6 +101,9 @@ func newStore(cfg Config) (*Store, error) {
 	if !cfg.DisableCAS {
 		s.casBytes = 8
 	}
+	if cfg.VBuckets > 0 {
+		s.vb = &vbLists{head: make([]uint32, cfg.VBuckets), count: make([]uint64, cfg.VBuckets)}
+	}
 
 	// Slab classes: memcached's slabs_init.
 	s.classes = make([]slabClass, 1, 64)

@@ -86,7 +86,7 @@ func (tx *Tx) store(flags uint32, exptime uint32, cas uint64, a, b []byte) error
 	it.nbytes = uint32(nbytes)
 	it.nkey = uint8(len(tx.key))
 	it.class = c.id
-	it.vbucket = 0
+	it.vbucket = tx.vb
 	it.cas = cas
 	it.hash = tx.hash
 	copy(it.key(), tx.key)
@@ -106,6 +106,9 @@ func (tx *Tx) store(flags uint32, exptime uint32, cas uint64, a, b []byte) error
 	c.mu.Lock()
 	s.linkLRULocked(c, h, it, seg)
 	it.state.Or(stLinked)
+	if s.vb != nil {
+		s.vbLink(h, it)
+	}
 	c.st.totalItems++
 	c.requested += uint64(it.size(s.casBytes))
 	if !flat {
