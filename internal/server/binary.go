@@ -449,6 +449,8 @@ func (c *conn) binStats(group []byte) {
 		c.slabStats()
 	case g == "sizes":
 		c.statLine("sizes_status", "disabled")
+	case g == "vbucket" && s.cl != nil:
+		c.vbucketStats()
 	default:
 		c.binStat = false
 		c.binError(protocol.StatusKeyNotFound)

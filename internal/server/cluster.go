@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/binary"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -345,4 +346,26 @@ func (c *conn) getClusterConfig(extras []byte) {
 		}
 	}
 	c.binOK(0, nil, nil, cc.json)
+}
+
+// vbucketStats is "stats vbucket" (text and binary), after Couchbase's:
+// "vb_<n> <state>" for every vbucket that is not dead or still holds
+// items, with its item count and bytes (memcached's item sizes).
+func (c *conn) vbucketStats() {
+	cl := c.s.cl
+	for vb := 0; vb < cl.vbs.Len(); vb++ {
+		st := cl.vbs.Get(vb)
+		items, bytes := c.s.store.VBucketUsage(vb)
+		if (st == vbucket.Dead || st == 0) && items == 0 {
+			continue
+		}
+		name := "dead"
+		if st != 0 {
+			name = st.String()
+		}
+		p := "vb_" + strconv.Itoa(vb)
+		c.statLine(p, name)
+		c.statUint(p+":items", items)
+		c.statUint(p+":bytes", bytes)
+	}
 }

@@ -698,6 +698,17 @@ func TestClusterDelVBucketDropsItems(t *testing.T) {
 	if n := s.store.VBucketItems(5); n != 25 {
 		t.Fatalf("vbucket 5 holds %d items", n)
 	}
+	c.out = c.out[:0]
+	c.mode = modeUnknown
+	in := []byte("stats vbucket\r\n")
+	c.rbuf, c.r, c.w = in, 0, len(in)
+	c.processInput()
+	stats := string(c.out)
+	for _, want := range []string{"STAT vb_5 active\r\n", "STAT vb_5:items 25\r\n", "STAT vb_0 active\r\n", "END\r\n"} {
+		if !strings.Contains(stats, want) {
+			t.Fatalf("stats vbucket lacks %q:\n%s", want, stats)
+		}
+	}
 	if st := status(run(protocol.OpDelVBucket, 5, nil, nil, nil)); st != protocol.StatusOK {
 		t.Fatalf("DEL_VBUCKET: %#x", st)
 	}

@@ -129,6 +129,13 @@ func (c *conn) stats() {
 	case "slabs":
 		c.slabStats()
 		c.out = append(c.out, "END\r\n"...)
+	case "vbucket":
+		if c.s.cl == nil {
+			c.reply("ERROR")
+			return
+		}
+		c.vbucketStats()
+		c.out = append(c.out, "END\r\n"...)
 	case "extstore":
 		// Debian's memcached is built with extstore and prints no extstore
 		// stats when none is configured; neither do we.

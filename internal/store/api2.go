@@ -36,14 +36,21 @@ func (s *Store) DropVBucket(vb int) int { return s.dropVBucket(vb) }
 // VBucketItems returns the number of items in vbucket vb (0 without
 // Config.VBuckets).
 func (s *Store) VBucketItems(vb int) uint64 {
+	n, _ := s.VBucketUsage(vb)
+	return n
+}
+
+// VBucketUsage returns the number of items in vbucket vb and their size in
+// memcached's units (zeros without Config.VBuckets).
+func (s *Store) VBucketUsage(vb int) (items, bytes uint64) {
 	v := s.vb
 	if v == nil || vb < 0 || vb >= len(v.count) {
-		return 0
+		return 0, 0
 	}
 	m := &v.mu[vb%vbStripes]
 	m.Lock()
 	defer m.Unlock()
-	return v.count[vb]
+	return v.count[vb], v.bytes[vb]
 }
 
 // KeyBinary reports whether the held item's key was stored base64-encoded

@@ -102,7 +102,7 @@ func newStore(cfg Config) (*Store, error) {
 		s.casBytes = 8
 	}
 	if cfg.VBuckets > 0 {
-		s.vb = &vbLists{head: make([]uint32, cfg.VBuckets), count: make([]uint64, cfg.VBuckets)}
+		s.vb = &vbLists{head: make([]uint32, cfg.VBuckets), count: make([]uint64, cfg.VBuckets), bytes: make([]uint64, cfg.VBuckets)}
 	}
 
 	// Slab classes: memcached's slabs_init.

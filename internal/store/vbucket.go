@@ -19,9 +19,10 @@ import "sync"
 const vbStripes = 64
 
 type vbLists struct {
-	mu    [vbStripes]sync.Mutex // mu[vb%vbStripes] protects head[vb], count[vb] and the links of vb's items
+	mu    [vbStripes]sync.Mutex // mu[vb%vbStripes] protects head[vb], count[vb], bytes[vb] and the links of vb's items
 	head  []uint32
 	count []uint64
+	bytes []uint64 // item sizes in memcached's units
 }
 
 func (s *Store) linkOf(h uint32) *uint64 {
@@ -43,6 +44,7 @@ func (s *Store) vbLink(h uint32, it *hdr) {
 	}
 	v.head[vb] = h
 	v.count[vb]++
+	v.bytes[vb] += uint64(it.size(s.casBytes))
 	m.Unlock()
 }
 
@@ -66,6 +68,7 @@ func (s *Store) vbUnlink(h uint32, it *hdr) {
 		*n = *n&0xffffffff | uint64(prev)<<32
 	}
 	v.count[vb]--
+	v.bytes[vb] -= uint64(it.size(s.casBytes))
 	m.Unlock()
 }
 
