@@ -56,10 +56,8 @@ import (
 	"github.com/vbcache/vbcache/internal/store"
 )
 
-// reservedFDs is what memcached reports as reserved_fds; together with the
-// three standard descriptors and the listening sockets it positions the
-// connection limit where memcached's file-descriptor based check puts it
-// (memcached rejects a connection whose fd >= maxconns-1).
+// reservedFDs is what memcached reports as reserved_fds (stats only; the
+// connection limit follows memcached's descriptor numbering, see allocFD).
 const reservedFDs = 20
 
 // storeHeaderSlack is how much larger the store's item header (64 bytes)

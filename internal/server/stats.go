@@ -651,8 +651,6 @@ func (c *conn) lruCrawler() {
 			c.reply("BADCLASS invalid class id")
 			return
 		}
-		_, startUnix := s.store.Now()
-		_ = startUnix
 		s.store.MetaDump(func(it *store.DumpItem) {
 			c.out = append(c.out, "key="...)
 			c.out = appendURIEncoded(c.out, it.Key)
