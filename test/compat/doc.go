@@ -26,7 +26,9 @@
 // The optional first directive `flags: <memcached flags>` gives command-line
 // flags for both servers (for example `flags: -m 2 -M` or `flags: -I 2k`);
 // the harness always adds `-p <port> -l 127.0.0.1` (and `-U 0 -u root` for
-// memcached when needed).
+// memcached when needed). An optional `vary: <stat> ...` line before the
+// first step names stats fields whose values depend on the machine in this
+// script (they are shown as *).
 //
 // Steps are separated by blank lines. A step is a group of lines: first any
 // directives (lines starting with '@'), then payload lines. Every payload
@@ -66,6 +68,9 @@
 //	            5 s (for replies that cannot be framed)
 //	@nomn       send and read nothing (to split one command over several
 //	            writes; the next step completes it)
+//	@unchecked R
+//	            play the step but do not compare its reply, only log it; R
+//	            says why the reply depends on the machine, not the server
 //	@exit       after the step, wait up to 5 s for the server process to
 //	            exit and append "!exited" or "!running"
 //

@@ -314,7 +314,7 @@ func (n *normalizer) stat(name, value string) string {
 		}
 		return name + " " + value
 	}
-	if volatileStats[name] {
+	if volatileStats[name] || n.sc.vary[name] {
 		value = "*"
 	}
 	return name + " " + value

@@ -24,6 +24,12 @@ type step struct {
 	// Every use must say why, and vbcache's own behaviour there is pinned
 	// by a test of its own (see internal/server).
 	differs string
+	// unchecked names why this step's reply depends on the machine rather
+	// than on the server (@unchecked <reason>): it is played against both
+	// servers, so later steps see its effects, but its reply is not
+	// compared, only logged. For environment facts such as how many
+	// descriptors the reference process happens to hold.
+	unchecked string
 }
 
 // script is a parsed testdata/*.txt file.
@@ -33,6 +39,7 @@ type script struct {
 	steps    []step
 	literals []int64         // every decimal number in the script text (TTL tolerance)
 	fixedCAS map[string]bool // numbers of 3+ digits written as E<n>: CAS values kept verbatim
+	vary     map[string]bool // "vary:" header: stats fields normalized to * in this script only
 }
 
 func parseScript(name, text string) (*script, error) {
@@ -42,7 +49,7 @@ func parseScript(name, text string) (*script, error) {
 // parseScriptLines parses the common script layout; checkPayload checks
 // payload lines as text-protocol lines (the binary suite checks its own).
 func parseScriptLines(name, text string, checkPayload bool) (*script, error) {
-	s := &script{name: name, fixedCAS: map[string]bool{}}
+	s := &script{name: name, fixedCAS: map[string]bool{}, vary: map[string]bool{}}
 	lines := strings.Split(strings.ReplaceAll(text, "\r\n", "\n"), "\n")
 	conn := 1
 	var cur *step
@@ -68,6 +75,15 @@ func parseScriptLines(name, text string, checkPayload bool) (*script, error) {
 				return nil, fmt.Errorf("%s:%d: flags: must come before the first step", name, ln)
 			}
 			s.flags = strings.Fields(rest)
+			continue
+		}
+		if rest, ok := strings.CutPrefix(l, "vary:"); ok {
+			if len(s.steps) > 0 || cur != nil {
+				return nil, fmt.Errorf("%s:%d: vary: must come before the first step", name, ln)
+			}
+			for _, f := range strings.Fields(rest) {
+				s.vary[f] = true
+			}
 			continue
 		}
 		if cur == nil {
@@ -99,6 +115,11 @@ func parseScriptLines(name, text string, checkPayload bool) (*script, error) {
 					return nil, fmt.Errorf("%s:%d: usage: @differs <reason>", name, ln)
 				}
 				cur.differs = strings.Join(f[1:], " ")
+			case "@unchecked":
+				if len(f) < 2 {
+					return nil, fmt.Errorf("%s:%d: usage: @unchecked <reason>", name, ln)
+				}
+				cur.unchecked = strings.Join(f[1:], " ")
 			default:
 				return nil, fmt.Errorf("%s:%d: unknown directive %s", name, ln, f[0])
 			}
