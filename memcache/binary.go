@@ -148,6 +148,8 @@ func binStatusError(status uint16, body []byte) error {
 		return ErrCacheMiss
 	case statusNotStored:
 		return ErrNotStored
+	case statusTmpFail:
+		return errTemporaryFailureAnswer
 	}
 	msg := "status 0x" + strconv.FormatUint(uint64(status), 16)
 	if len(body) > 0 && len(body) < 256 {

@@ -22,7 +22,8 @@ type ClusterOptions struct {
 	RefreshInterval time.Duration
 
 	// MaxTries bounds the sends of one request that is answered
-	// NOT_MY_VBUCKET. Zero means DefaultMaxTries.
+	// NOT_MY_VBUCKET or TMPFAIL (a send to a vbucket's forward owner
+	// counts). Zero means DefaultMaxTries.
 	MaxTries int
 
 	// MinBackoff and MaxBackoff bound the wait before a retry when no
@@ -31,7 +32,11 @@ type ClusterOptions struct {
 	MinBackoff, MaxBackoff time.Duration
 
 	// Timeout and DialContext are the Client fields of the same name,
-	// set before the bootstrap so that it uses them.
+	// set before the bootstrap so that it uses them. Keep Timeout above
+	// the nodes' park timeout (vbcache's VBucketParkTimeout, 1s by
+	// default, more than DefaultTimeout): a request parked on a pending
+	// vbucket that outlasts Timeout fails its connection (an I/O error,
+	// not retried) before the node can answer TMPFAIL.
 	Timeout     time.Duration
 	DialContext func(ctx context.Context, network, address string) (net.Conn, error)
 }
@@ -63,10 +68,11 @@ type cluster struct {
 	minBackoff, maxBkf time.Duration
 	next               atomic.Uint32 // rotates the node asked for a config
 
-	// Counts, for tests: NOT_MY_VBUCKET answers met (a GetMulti round
-	// counts once), and configs applied from their bodies and from
-	// fetches.
-	refusals, fromBody, fromFetch atomic.Int64
+	// Counts, for tests: NOT_MY_VBUCKET and TMPFAIL answers met (a
+	// GetMulti round counts once), configs applied from the bodies of
+	// NOT_MY_VBUCKET and from fetches, and requests sent to a vbucket's
+	// forward owner.
+	refusals, tmpFails, fromBody, fromFetch, forwards atomic.Int64
 
 	// sleep waits d or until ctx ends; tests replace it.
 	sleep func(ctx context.Context, d time.Duration) error
@@ -83,15 +89,23 @@ type cluster struct {
 // (NewVBucketFromJSON) from the first config it gets; seeds that cannot be
 // reached or have no config are skipped. ctx bounds the bootstrap only.
 //
-// Each request goes to the active server of its key's vbucket and carries
-// the vbucket id. A server that answers NOT_MY_VBUCKET gives no value: the
-// client applies the config in the answer's body if it is newer by
-// (revEpoch, rev), else asks the other servers (and the seeds) for a newer
-// one, and sends the request again to the vbucket's owner, at once when
-// the map changed and after a backoff (ClusterOptions.MinBackoff, doubling,
-// capped at MaxBackoff) when it did not, up to MaxTries sends in all; then
-// it returns an error wrapping ErrNotMyVBucket. GetMulti retries the
-// refused keys the same way. A goroutine refreshes the config every
+// Each request goes to the active server of its key's vbucket
+// (vBucketMap) and carries the vbucket id. A server that answers
+// NOT_MY_VBUCKET gives no value: the client applies the config in the
+// answer's body if it is newer by (revEpoch, rev); if it is not, and the
+// map has a vBucketMapForward whose owner of the vbucket is another server,
+// the request goes there once (the forward map is a hint of where the
+// vbucket is moving, as in Couchbase's SDKs; routing still follows
+// vBucketMap); otherwise the client asks the other servers (and the seeds)
+// for a newer config. It then sends the request again to the vbucket's
+// owner, at once when the map changed and after a backoff
+// (ClusterOptions.MinBackoff, doubling, capped at MaxBackoff) when it did
+// not, up to MaxTries sends in all; then it returns an error wrapping
+// ErrNotMyVBucket. A TMPFAIL answer (ErrTemporaryFailure: the vbucket was
+// pending on the server for longer than the server waits) is retried the
+// same way, without the forward owner. GetMulti retries the refused keys
+// the same way, and on TMPFAIL the keys that got no value, but does not
+// use the forward map. A goroutine refreshes the config every
 // RefreshInterval; Close stops it and waits for it.
 //
 // The Protocol field must stay Binary.
@@ -281,11 +295,22 @@ func (cl *cluster) refresh(ctx context.Context, avoid net.Addr, limit int) (bool
 	return false, nil
 }
 
-// learn updates the map after a NOT_MY_VBUCKET from addr, for a request
-// sent with map sent, whose body was body: from the body if it is newer,
-// else from the other servers. It reports whether the map changed since
-// the request was sent (another request may have learned it meanwhile).
+// learn updates the map after a NOT_MY_VBUCKET or TMPFAIL from addr, for a
+// request sent with map sent, whose body was body: from the body if it is
+// newer, else from the other servers. It reports whether the map changed
+// since the request was sent (another request may have learned it
+// meanwhile).
 func (cl *cluster) learn(ctx context.Context, sent *vbState, body []byte, from net.Addr) bool {
+	if cl.learnBody(sent, body) {
+		return true
+	}
+	ok, _ := cl.refresh(ctx, from, 0)
+	return ok
+}
+
+// learnBody is learn without the fetch: it reports whether the map changed
+// since sent, applying body first if it is a newer config.
+func (cl *cluster) learnBody(sent *vbState, body []byte) bool {
 	if cl.vb.state.Load() != sent {
 		return true
 	}
@@ -295,8 +320,34 @@ func (cl *cluster) learn(ctx context.Context, sent *vbState, body []byte, from n
 			return true
 		}
 	}
-	ok, _ := cl.refresh(ctx, from, 0)
-	return ok
+	return false
+}
+
+// forwardOwner returns the server that st's vBucketMapForward names for
+// vb, or nil when there is no forward map or it names no server or the
+// current owner.
+func (st *vbState) forwardOwner(vb int) net.Addr {
+	fwd := st.cfg.VBucketServerMap.VBucketMapForward
+	if vb >= len(fwd) || len(fwd[vb]) == 0 {
+		return nil
+	}
+	if i := fwd[vb][0]; i >= 0 && i != st.cfg.Active(vb) {
+		return st.addrs[i]
+	}
+	return nil
+}
+
+// sendTo sends o, whose o.vb is set, to addr instead of the map's owner.
+// Like roundTripOnce it returns o unless the call's context ended first;
+// sent is false when addr could not be reached, and then o was not sent.
+func (cl *cluster) sendTo(ctx context.Context, addr net.Addr, o *op) (_ *op, sent bool, _ error) {
+	if err := cl.c.start(ctx, addr, o); err != nil {
+		return o, false, err
+	}
+	if abandoned, err := cl.c.wait(ctx, addr, o); abandoned {
+		return nil, true, err
+	}
+	return o, true, o.err
 }
 
 // backoff is the wait before retry number retry (0 for the first).
@@ -312,25 +363,63 @@ func (cl *cluster) backoff(retry int) time.Duration {
 }
 
 // roundTrip is Client.roundTrip for a cluster: roundTripOnce, and on
-// NOT_MY_VBUCKET learn the map and send again, up to maxTries sends. An
-// answer NOT_MY_VBUCKET carries no value, so nothing from a server that
-// does not own the vbucket reaches the caller.
+// NOT_MY_VBUCKET or TMPFAIL learn the map and send again, up to maxTries
+// sends. A NOT_MY_VBUCKET or TMPFAIL answer carries no value, so nothing
+// from a server that does not serve the vbucket reaches the caller.
 func (cl *cluster) roundTrip(ctx context.Context, key string, o *op) (*op, error) {
 	waits := 0
+	var fwd net.Addr // the next send goes to this forward owner
+	triedFwd := false
 	for try := 1; ; try++ {
 		st := cl.vb.state.Load()
-		addr, _ := cl.vb.PickServer(key)
-		r, err := cl.c.roundTripOnce(ctx, key, o)
-		if r == nil || !errors.Is(err, ErrNotMyVBucket) {
-			return r, err
+		var addr net.Addr
+		var err error
+		sent := true
+		if fwd != nil {
+			addr, fwd = fwd, nil
+			cl.forwards.Add(1)
+			o, sent, err = cl.sendTo(ctx, addr, o)
+		} else {
+			addr, _ = cl.vb.PickServer(key)
+			o, err = cl.c.roundTripOnce(ctx, key, o)
 		}
-		o = r
-		cl.refusals.Add(1)
+		if o == nil {
+			return nil, err
+		}
+		var body []byte
+		switch {
+		case !sent:
+			// The forward owner is a hint, and it is down: go on as
+			// after the refusal that sent us there.
+			err = errNotMyVBucketAnswer
+		case errors.Is(err, ErrNotMyVBucket):
+			cl.refusals.Add(1)
+			body = o.body
+		case errors.Is(err, ErrTemporaryFailure):
+			cl.tmpFails.Add(1)
+		default:
+			return o, err
+		}
 		if try >= cl.maxTries {
 			putOp(o)
-			return nil, fmt.Errorf("%w: key %q (vbucket %d) refused %d times", ErrNotMyVBucket, key, cl.vb.VBucketOf(key), try)
+			vb := cl.vb.VBucketOf(key)
+			if errors.Is(err, ErrNotMyVBucket) {
+				return nil, fmt.Errorf("%w: key %q (vbucket %d) refused %d times", ErrNotMyVBucket, key, vb, try)
+			}
+			return nil, fmt.Errorf("%w: key %q (vbucket %d) failed %d times", err, key, vb, try)
 		}
-		if !cl.learn(ctx, st, o.body, addr) {
+		changed := cl.learnBody(st, body)
+		if !changed && sent && errors.Is(err, ErrNotMyVBucket) && !triedFwd {
+			// The server that refused is the map's owner: if the
+			// forward map names another, try it before asking around.
+			fwd = st.forwardOwner(cl.vb.VBucketOf(key))
+			triedFwd = fwd != nil
+			changed = fwd != nil
+		}
+		if !changed {
+			changed, _ = cl.refresh(ctx, addr, 0)
+		}
+		if !changed {
 			if err := cl.sleep(ctx, cl.backoff(waits)); err != nil {
 				putOp(o)
 				return nil, err
@@ -342,7 +431,10 @@ func (cl *cluster) roundTrip(ctx context.Context, key string, o *op) (*op, error
 }
 
 // getMulti is GetMulti for a cluster: keys refused with NOT_MY_VBUCKET are
-// sent again after the map is learned, as roundTrip does.
+// sent again after the map is learned, as roundTrip does. A TMPFAIL for
+// some key (the first error of a round) sends again every key that got no
+// value, since the round's answers do not say which keys failed; misses
+// among them are asked again, which is harmless for a get.
 func (cl *cluster) getMulti(ctx context.Context, keys []string) (map[string]*Item, error) {
 	var m map[string]*Item
 	waits := 0
@@ -352,11 +444,25 @@ func (cl *cluster) getMulti(ctx context.Context, keys []string) (map[string]*Ite
 		var body []byte
 		var err error
 		m, refused, body, err = cl.c.getMultiOnce(ctx, keys, m)
-		if err != nil || len(refused) == 0 {
+		tmpFail := errors.Is(err, ErrTemporaryFailure)
+		if (err != nil && !tmpFail) || (err == nil && len(refused) == 0) {
 			return m, err
 		}
-		cl.refusals.Add(1)
+		if tmpFail {
+			cl.tmpFails.Add(1)
+			refused = refused[:0]
+			for _, k := range keys {
+				if m[k] == nil {
+					refused = append(refused, k)
+				}
+			}
+		} else {
+			cl.refusals.Add(1)
+		}
 		if try >= cl.maxTries {
+			if tmpFail {
+				return m, fmt.Errorf("%w: %d keys without an answer after %d tries", err, len(refused), try)
+			}
 			return m, fmt.Errorf("%w: %d keys refused %d times", ErrNotMyVBucket, len(refused), try)
 		}
 		// The refusals may come from several servers: ask them all.

@@ -22,8 +22,15 @@ const clusterVBuckets = 64
 // startClusterNode runs an in-process node with --vbuckets clusterVBuckets.
 func startClusterNode(tb testing.TB) string {
 	tb.Helper()
+	return startClusterNodePark(tb, 100*time.Millisecond)
+}
+
+// startClusterNodePark is startClusterNode with the given park timeout
+// (how long a request waits on a pending vbucket before TMPFAIL).
+func startClusterNodePark(tb testing.TB, park time.Duration) string {
+	tb.Helper()
 	cfg := server.Config{Port: -1, PortSet: true, Listen: []string{"127.0.0.1"}, Version: "test",
-		VBuckets: clusterVBuckets, VBucketParkTimeout: 100 * time.Millisecond}
+		VBuckets: clusterVBuckets, VBucketParkTimeout: park}
 	cfg.Store.Clock = clock.NewFake(time.Unix(1700000000, 0))
 	s, err := server.New(cfg)
 	if err != nil {
@@ -65,33 +72,53 @@ func dialAdmin(tb testing.TB, addr string) *admin {
 // do sends one request and returns the response status and value.
 func (a *admin) do(opcode byte, vb uint16, extras, value []byte) (uint16, []byte) {
 	a.tb.Helper()
+	st, v, err := a.try(opcode, vb, extras, value)
+	if err != nil {
+		a.tb.Fatal(err)
+	}
+	return st, v
+}
+
+// try is do for any goroutine: it returns I/O errors instead of failing
+// the test.
+func (a *admin) try(opcode byte, vb uint16, extras, value []byte) (uint16, []byte, error) {
 	req := appendHeader(nil, opcode, 0, len(extras), len(value), vb, 0, 0)
 	req = append(append(req, extras...), value...)
 	if _, err := a.nc.Write(req); err != nil {
-		a.tb.Fatal(err)
+		return 0, nil, err
 	}
 	var h [binHeaderLen]byte
 	if _, err := io.ReadFull(a.nc, h[:]); err != nil {
-		a.tb.Fatal(err)
+		return 0, nil, err
 	}
 	body := make([]byte, binary.BigEndian.Uint32(h[8:]))
 	if _, err := io.ReadFull(a.nc, body); err != nil {
-		a.tb.Fatal(err)
+		return 0, nil, err
 	}
-	return binary.BigEndian.Uint16(h[6:]), body[int(h[4])+int(binary.BigEndian.Uint16(h[2:])):]
+	return binary.BigEndian.Uint16(h[6:]), body[int(h[4])+int(binary.BigEndian.Uint16(h[2:])):], nil
 }
 
 // Vbucket states (DESIGN.md §2).
 const (
-	vbActive = 1
-	vbDead   = 4
+	vbActive  = 1
+	vbPending = 3
+	vbDead    = 4
 )
 
 func (a *admin) setState(vb int, state byte) {
 	a.tb.Helper()
-	if st, body := a.do(0x3d, uint16(vb), []byte{state}, nil); st != 0 {
-		a.tb.Fatalf("SET_VBUCKET %d %d: status %#x %q", vb, state, st, body)
+	if err := a.trySetState(vb, state); err != nil {
+		a.tb.Fatal(err)
 	}
+}
+
+// trySetState is setState for any goroutine.
+func (a *admin) trySetState(vb int, state byte) error {
+	st, body, err := a.try(0x3d, uint16(vb), []byte{state}, nil)
+	if err == nil && st != 0 {
+		err = fmt.Errorf("SET_VBUCKET %d %d: status %#x %q", vb, state, st, body)
+	}
+	return err
 }
 
 func (a *admin) pushConfig(cfg *vbmap.Config) {
@@ -129,9 +156,14 @@ type testCluster struct {
 // newTestCluster starts n nodes, spreads the vbuckets over them (rev 1)
 // and pushes that map to every node.
 func newTestCluster(t *testing.T, n int) *testCluster {
+	return newTestClusterPark(t, n, 100*time.Millisecond)
+}
+
+// newTestClusterPark is newTestCluster with the nodes' park timeout.
+func newTestClusterPark(t *testing.T, n int, park time.Duration) *testCluster {
 	tc := &testCluster{t: t}
 	for range n {
-		a := startClusterNode(t)
+		a := startClusterNodePark(t, park)
 		tc.addrs = append(tc.addrs, a)
 		tc.admins = append(tc.admins, dialAdmin(t, a))
 	}
@@ -177,6 +209,11 @@ func (tc *testCluster) move(vbs []int, to func(old int) int) {
 	tc.cfg = &next
 }
 
+// TestClusterBootstrapAndFollow stores and reads keys through a cluster
+// client on three nodes while the map changes under it (states flipped
+// with SET_VBUCKET, configs pushed with SET_CLUSTER_CONFIG to the nodes
+// only): the client follows through NOT_MY_VBUCKET and never gives a wrong
+// answer.
 func TestClusterBootstrapAndFollow(t *testing.T) {
 	checkGoroutines(t)
 	tc := newTestCluster(t, 3)
@@ -192,7 +229,12 @@ func TestClusterBootstrapAndFollow(t *testing.T) {
 		t.Fatalf("bootstrap revision (%d, %d), want (1, 1)", e, r)
 	}
 
-	const nkeys = 10000
+	// 100k keys as the issue asks; 10k in -short mode and under the race
+	// detector, which makes the 100k run take minutes.
+	nkeys := 100000
+	if testing.Short() || raceEnabled {
+		nkeys = 10000
+	}
 	keys := make([]string, nkeys)
 	for i := range keys {
 		keys[i] = fmt.Sprintf("key-%d", i)

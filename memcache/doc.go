@@ -55,12 +55,15 @@
 //
 // NewCluster bootstraps a vbucket client from any node of a vbcache
 // cluster (binary GET_CLUSTER_CONFIG), routes each key to its vbucket's
-// active server, and follows the map as it changes: a NOT_MY_VBUCKET
-// answer (which carries no value) makes the client apply the config in its
-// body when newer, or ask the other nodes, and send the request again,
-// with bounded backoff (ClusterOptions); the refresher polls for newer
-// configs in the background. Exhausted retries return an error wrapping
-// ErrNotMyVBucket.
+// active server (vBucketMap), and follows the map as it changes: a
+// NOT_MY_VBUCKET answer (which carries no value) makes the client apply
+// the config in its body when newer, else try the vbucket's forward owner
+// once if vBucketMapForward names another server, else ask the other
+// nodes, and send the request again, with bounded backoff
+// (ClusterOptions). A TMPFAIL answer (a vbucket pending on the node for
+// longer than it parks requests) is retried the same way. The refresher
+// polls for newer configs in the background. Exhausted retries return an
+// error wrapping ErrNotMyVBucket or ErrTemporaryFailure.
 //
 // # Server selection
 //

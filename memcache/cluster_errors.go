@@ -1,0 +1,24 @@
+package memcache
+
+import "errors"
+
+// statusTmpFail is the binary status TMPFAIL, "Temporary failure": a
+// cluster-mode vbcache node answers it to a key request that waited on a
+// pending vbucket for longer than the node's park timeout.
+const statusTmpFail = 0x86
+
+var (
+	// ErrTemporaryFailure means a server answered TMPFAIL (binary status
+	// 0x86): it could not serve the request now but may soon, as a vbcache
+	// node does for a vbucket that stays pending (being taken over) longer
+	// than its park timeout. A cluster client (NewCluster) refreshes the
+	// map and retries with backoff, as for ErrNotMyVBucket, and returns an
+	// error wrapping ErrTemporaryFailure only when its tries are used up.
+	// Such errors also wrap ErrServerError.
+	ErrTemporaryFailure = errors.New("memcache: temporary failure")
+
+	// errTemporaryFailureAnswer is one server's TMPFAIL answer. It is a
+	// server error, as every other status from 0x82 up.
+	errTemporaryFailureAnswer = &serverError{msg: "server answered TMPFAIL (temporary failure)",
+		wraps: errors.Join(ErrTemporaryFailure, ErrServerError)}
+)
