@@ -451,6 +451,8 @@ func (c *conn) binStats(group []byte) {
 		c.statLine("sizes_status", "disabled")
 	case g == "vbucket" && s.cl != nil:
 		c.vbucketStats()
+	case g == "streams" && s.cl != nil:
+		c.streamStats()
 	default:
 		c.binStat = false
 		c.binError(protocol.StatusKeyNotFound)

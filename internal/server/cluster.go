@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/stream"
 	"github.com/vbcache/vbcache/internal/vbmap"
 	"github.com/vbcache/vbcache/internal/vbucket"
 )
@@ -70,10 +71,16 @@ type cluster struct {
 	// request's.
 	parkCtx  context.Context
 	parkStop context.CancelFunc
+
+	streams *stream.Node // mutation log, producers and consumers
+
+	ops     []atomic.Uint64 // key requests served, per vbucket
+	refused []atomic.Uint64 // key requests answered NOT_MY_VBUCKET, per vbucket
 }
 
 func newCluster(cfg *Config) *cluster {
-	cl := &cluster{vbs: vbucket.NewTable(cfg.VBuckets)}
+	cl := &cluster{vbs: vbucket.NewTable(cfg.VBuckets),
+		ops: make([]atomic.Uint64, cfg.VBuckets), refused: make([]atomic.Uint64, cfg.VBuckets)}
 	cl.parkCtx, cl.parkStop = context.WithCancel(context.Background())
 	return cl
 }
@@ -99,10 +106,17 @@ const (
 	admitTimeout                  // still pending after the park timeout
 )
 
-// admit checks vb for a key request, parking while it is pending.
+// admit checks vb for a key request, parking while it is pending. A
+// request it serves is counted in the vbucket (vbucket.Table.Enter) until
+// the command ends (leaveVB), so that a takeover can fence writes.
 func (c *conn) admit(vb int) admission {
 	cl := c.s.cl
-	st := cl.vbs.Get(vb)
+	c.leaveVB()
+	if vb >= cl.vbs.Len() {
+		cl.countRefused(vb)
+		return admitRefuse
+	}
+	st := cl.vbs.Enter(vb)
 	if st == vbucket.Pending {
 		// Replies already computed go out before the connection blocks.
 		if c.flush() != nil {
@@ -113,11 +127,15 @@ func (c *conn) admit(vb int) admission {
 			d = DefaultVBucketParkTimeout
 		}
 		ctx, cancel := context.WithTimeout(cl.parkCtx, d)
-		st = cl.vbs.Wait(ctx, vb)
+		if st = cl.vbs.Wait(ctx, vb); st == vbucket.Active {
+			st = cl.vbs.Enter(vb)
+		}
 		cancel()
 	}
 	switch st {
 	case vbucket.Active:
+		c.entered = vb + 1
+		cl.ops[vb].Add(1)
 		// Items this request stores belong to vb (the store keeps each
 		// vbucket's items on a list, for DEL_VBUCKET).
 		c.tx.SetVBucket(uint16(vb))
@@ -125,7 +143,23 @@ func (c *conn) admit(vb int) admission {
 	case vbucket.Pending:
 		return admitTimeout
 	}
+	cl.countRefused(vb)
 	return admitRefuse
+}
+
+// leaveVB ends the vbucket admission of the command that just finished.
+func (c *conn) leaveVB() {
+	if c.entered != 0 {
+		c.s.cl.vbs.Leave(c.entered - 1)
+		c.entered = 0
+	}
+}
+
+// countRefused counts a request refused with NOT_MY_VBUCKET.
+func (cl *cluster) countRefused(vb int) {
+	if vb >= 0 && vb < len(cl.refused) {
+		cl.refused[vb].Add(1)
+	}
 }
 
 // textAdmit checks a text or meta key in cluster mode; when the key may not
@@ -234,6 +268,10 @@ func (c *conn) binCluster(op protocol.Opcode, extras, key, rest []byte, vlen, hk
 			c.binNotMyVBucket()
 			return skip()
 		}
+		if st != vbucket.Replica {
+			// A replica promoted (or dropped) stops following its source.
+			cl.streams.StopReplication(vb)
+		}
 		if _, err := cl.vbs.Set(vb, st); err != nil {
 			// Unreachable: state and range were checked above.
 			c.binError(protocol.StatusInvalid)
@@ -266,11 +304,13 @@ func (c *conn) binCluster(op protocol.Opcode, extras, key, rest []byte, vlen, hk
 		// Dead first, so no new item lands in vb, then drop its items
 		// from the store's list for vb: time in proportion to the
 		// vbucket, never a scan.
+		cl.streams.StopReplication(vb)
 		if _, err := cl.vbs.Set(vb, vbucket.Dead); err != nil {
 			c.binError(protocol.StatusInvalid)
 			return skip()
 		}
 		c.s.store.DropVBucket(vb)
+		cl.streams.Forget(vb)
 		c.binOK(0, nil, nil, nil)
 		return skip()
 	case op == protocol.OpSetClusterConfig:
@@ -286,6 +326,9 @@ func (c *conn) binCluster(op protocol.Opcode, extras, key, rest []byte, vlen, hk
 	case op == protocol.OpGetClusterConfig:
 		c.getClusterConfig(extras)
 		return skip()
+	}
+	if used, need, handled := c.binStreams(op, extras, key, skip); handled {
+		return used, need, true
 	}
 	return c.binBootstrap(op, extras, key, rest, vlen, hk)
 }
@@ -367,5 +410,8 @@ func (c *conn) vbucketStats() {
 		c.statLine(p, name)
 		c.statUint(p+":items", items)
 		c.statUint(p+":bytes", bytes)
+		c.statUint(p+":ops", cl.ops[vb].Load())
+		c.statUint(p+":not_my_vbucket", cl.refused[vb].Load())
+		c.statUint(p+":high_seqno", cl.streams.Log.High(vb))
 	}
 }

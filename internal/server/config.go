@@ -76,6 +76,10 @@ type Config struct {
 	// is parked before it is answered with a temporary failure. Zero means
 	// DefaultVBucketParkTimeout.
 	VBucketParkTimeout time.Duration
+	// StreamLogBytes bounds the ring of recent mutations kept for each
+	// vbucket that is being streamed to another node (-o
+	// stream_log_bytes; 0: stream.DefaultMaxRingBytes).
+	StreamLogBytes int
 
 	Store store.Config
 }

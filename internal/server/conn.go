@@ -84,11 +84,15 @@ type conn struct {
 	noreply bool // the current command asked for no reply
 	close   bool // close once out is written
 
-	tx      store.Tx
-	toks    protocol.Tokens
-	keyBuf  [512]byte // decoded meta keys
-	num     [24]byte  // digits for incr/decr
-	scratch []byte    // meta reply flags, append/prepend staging
+	tx store.Tx
+	// producerName is set by a stream OPEN: the connection is handed to
+	// the stream producer once the answer is written.
+	producerName string
+	entered      int // 1 + the vbucket the current command was admitted to (cluster mode), or 0
+	toks         protocol.Tokens
+	keyBuf       [512]byte // decoded meta keys
+	num          [24]byte  // digits for incr/decr
+	scratch      []byte    // meta reply flags, append/prepend staging
 
 	state   atomic.Int32 // connState, read by "stats conns"
 	lastCmd atomic.Int64 // unix seconds of the last command
@@ -122,6 +126,11 @@ func (c *conn) serve() {
 		c.state.Store(int32(stateParse))
 		need := c.processInput()
 		if err := c.flush(); err != nil || c.close {
+			return
+		}
+		if c.producerName != "" {
+			c.state.Store(int32(stateWrite))
+			c.s.cl.streams.ServeProducer(c.nc, c.rbuf[c.r:c.w], c.producerName)
 			return
 		}
 		if c.s.closing.Load() {
@@ -194,7 +203,7 @@ func (c *conn) flush() error {
 // more than a plain read would bring in, or 0.
 func (c *conn) processInput() (need int) {
 	reqs := 0
-	for !c.close {
+	for !c.close && c.producerName == "" {
 		if c.swallow > 0 {
 			n := min(c.swallow, c.w-c.r)
 			c.r += n
@@ -222,6 +231,7 @@ func (c *conn) processInput() (need int) {
 		}
 		if c.mode == modeBinary {
 			used, more := c.binaryPacket(data)
+			c.leaveVB()
 			if more > 0 {
 				return more
 			}
@@ -274,6 +284,7 @@ func (c *conn) processInput() (need int) {
 		c.noreply = false
 		c.lastCmd.Store(c.s.nowUnix())
 		used, more := c.dispatch(line, rest)
+		c.leaveVB()
 		if more > 0 {
 			// A storage command waits for its data; nothing was consumed.
 			return nl + 1 + more

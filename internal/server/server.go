@@ -54,6 +54,7 @@ import (
 
 	"github.com/vbcache/vbcache/internal/sasl"
 	"github.com/vbcache/vbcache/internal/store"
+	"github.com/vbcache/vbcache/internal/stream"
 )
 
 // reservedFDs is what memcached reports as reserved_fds (stats only; the
@@ -164,6 +165,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.VBuckets > 0 {
 		s.cl = newCluster(&cfg)
+		s.cl.streams = stream.NewNode(st, s.cl.vbs, cfg.StreamLogBytes)
+		s.cl.streams.Logf = s.log.Printf
+		st.SetObserver(s.cl.streams.Log)
 	}
 	s.limitMaxbytes.Store(cfg.Store.MaxBytes)
 	s.hashpowerInit = cfg.Store.HashPower
@@ -275,6 +279,14 @@ func (s *Server) listen() error {
 	s.listeners = lns
 	s.udp = pcs
 	s.mu.Unlock()
+	if s.cl != nil {
+		for _, l := range lns {
+			if l.Addr().Network() == "tcp" {
+				s.cl.streams.Name = l.Addr().String()
+				break
+			}
+		}
+	}
 	if cfg.PortFile != "" {
 		if err := s.writePortFile(cfg.PortFile); err != nil {
 			return fail(err)
@@ -347,7 +359,8 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	s.closing.Store(true)
 	if s.cl != nil {
-		s.cl.parkStop() // release parked requests now
+		s.cl.parkStop() // release parked requests now and end takeovers
+		s.cl.streams.Close()
 	}
 	for _, l := range lns {
 		l.Close()

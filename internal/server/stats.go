@@ -136,6 +136,13 @@ func (c *conn) stats() {
 		}
 		c.vbucketStats()
 		c.out = append(c.out, "END\r\n"...)
+	case "streams":
+		if c.s.cl == nil {
+			c.reply("ERROR")
+			return
+		}
+		c.streamStats()
+		c.out = append(c.out, "END\r\n"...)
 	case "extstore":
 		// Debian's memcached is built with extstore and prints no extstore
 		// stats when none is configured; neither do we.

@@ -166,6 +166,9 @@ func (tx *Tx) Touch(exptime uint32) {
 	if tx.it != nil {
 		tx.it.exptime = exptime
 		tx.it.atime.Store(tx.now)
+		if tx.s.vb != nil {
+			tx.observe(MutStore, tx.it)
+		}
 	}
 }
 

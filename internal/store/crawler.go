@@ -30,6 +30,9 @@ func (s *Store) crawl() {
 					c.crawlChecked.Add(1)
 					if out := s.deadLocked(it, now); out != Hit {
 						unfetched := !it.has(stFetched)
+						if out == Expired && s.obs != nil && s.vb != nil {
+							s.obs.Mutated(it.vbucket, MutExpire, it.key(), int(it.nkey)+int(it.nbytes), 0)
+						}
 						s.unlinkIndexLocked(sh, h, it)
 						c.mu.Lock()
 						s.unlinkLRULocked(c, h, it)

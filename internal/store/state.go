@@ -18,12 +18,14 @@ type txState struct {
 	now  uint32     // store time read at Begin
 	cls  *slabClass // class of cur
 	vb   uint16     // vbucket of the items this Tx stores (SetVBucket)
+	seq  uint64     // sequence number for the observer (SetSeqno), 0: assign
 }
 
 // storeState is the part of a Store the caller cannot see.
 type storeState struct {
 	casBytes int      // 8, or 0 with DisableCAS: item sizes in memcached's units (mcSize)
 	vb       *vbLists // per-vbucket item lists; nil unless Config.VBuckets > 0
+	obs      Observer // told of every mutation of a vbucket's items (cluster mode); set once before use
 	cfg      Config
 	seed     maphash.Seed
 

@@ -27,6 +27,9 @@ func (s *Store) begin(tx *Tx, key []byte) Outcome {
 				c.st.expiredUnfetched++
 			}
 		}
+		if out == Expired && s.vb != nil {
+			tx.observe(MutExpire, it)
+		}
 		s.unlinkLRULocked(c, h, it)
 		s.freeLocked(c, h, it)
 		c.mu.Unlock()
@@ -133,6 +136,9 @@ func (tx *Tx) store(flags uint32, exptime uint32, cas uint64, a, b []byte) error
 		oc.mu.Unlock()
 	}
 	tx.cur, tx.it, tx.cls = h, it, c
+	if s.vb != nil {
+		tx.observe(MutStore, it)
+	}
 	return nil
 }
 
@@ -148,6 +154,9 @@ func (tx *Tx) overwrite(v []byte) bool {
 		dst[i] = ' '
 	}
 	it.cas = tx.s.casSeq.Add(1) // fresh even when CAS is disabled: it orders flush_all
+	if tx.s.vb != nil {
+		tx.observe(MutStore, it)
+	}
 	return true
 }
 
@@ -158,6 +167,9 @@ func (tx *Tx) delete() {
 		return
 	}
 	s, c := tx.s, tx.cls
+	if s.vb != nil {
+		tx.observe(MutDelete, it)
+	}
 	s.unlinkIndexLocked(tx.sh, tx.cur, it)
 	c.mu.Lock()
 	s.unlinkLRULocked(c, tx.cur, it)

@@ -18,6 +18,19 @@
 // one broadcast channel per table is simpler than one per vbucket and costs
 // nothing on the hot path.
 //
+// # Fencing writes
+//
+// Handing a vbucket over to another node needs a moment after which this
+// node changes none of its items. A request that may write enters the
+// vbucket (Enter: count itself in, then read the state) and leaves it when
+// done (Leave); SetFenced stores the new state and then waits until every
+// request that entered while the vbucket was active has left. Both sides
+// use sequentially consistent atomics in opposite order (count then state;
+// state then count), so a request either sees the new state and is
+// refused, or is counted and waited for: after SetFenced returns, no
+// admitted write is still running. The cost on the request path is two
+// atomic adds on the vbucket's counter.
+//
 // # Locks
 //
 // Table.mu protects wake. States are atomics, stored only under mu (so a
@@ -28,8 +41,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // State is a vbucket's state. The values are the binary protocol's
@@ -80,7 +95,8 @@ var (
 // Table is the state of n vbuckets. Its methods are safe for concurrent
 // use.
 type Table struct {
-	states []atomic.Uint32 // State per vbucket; stored under mu
+	states   []atomic.Uint32 // State per vbucket; stored under mu
+	inflight []atomic.Int32  // requests between Enter and Leave, per vbucket
 
 	mu      sync.Mutex
 	wake    chan struct{} // closed (and replaced) when a vbucket leaves Pending
@@ -93,7 +109,7 @@ func NewTable(n int) *Table {
 	if n <= 0 {
 		panic(fmt.Sprintf("vbucket: NewTable(%d)", n))
 	}
-	t := &Table{states: make([]atomic.Uint32, n), wake: make(chan struct{})}
+	t := &Table{states: make([]atomic.Uint32, n), inflight: make([]atomic.Int32, n), wake: make(chan struct{})}
 	for i := range t.states {
 		t.states[i].Store(uint32(Dead))
 	}
@@ -135,6 +151,57 @@ func (t *Table) Set(vb int, s State) (State, error) {
 		t.wake = make(chan struct{})
 	}
 	return old, nil
+}
+
+// Enter counts a request into vb and returns vb's state as the request
+// must treat it. Unless that is Active the request is not counted (nothing
+// to Leave). vb must be in range.
+func (t *Table) Enter(vb int) State {
+	t.inflight[vb].Add(1)
+	s := State(t.states[vb].Load())
+	if s != Active {
+		t.inflight[vb].Add(-1)
+	}
+	return s
+}
+
+// Leave ends a request that Enter admitted.
+func (t *Table) Leave(vb int) { t.inflight[vb].Add(-1) }
+
+// SetFenced is Set, and then waits until no request admitted by Enter
+// before the change is still running. Requests are short (a store
+// operation; never a network wait), so it yields rather than parks.
+func (t *Table) SetFenced(vb int, s State) (State, error) {
+	old, err := t.Set(vb, s)
+	if err != nil {
+		return old, err
+	}
+	for i := 0; t.inflight[vb].Load() != 0; i++ {
+		if i < 100 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(50 * time.Microsecond)
+		}
+	}
+	return old, nil
+}
+
+// CompareAndSet moves vb from state old to state s, and reports whether
+// it did (false when vb was not in state old).
+func (t *Table) CompareAndSet(vb int, old, s State) bool {
+	if !s.Valid() || vb < 0 || vb >= len(t.states) {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.states[vb].CompareAndSwap(uint32(old), uint32(s)) {
+		return false
+	}
+	if old == Pending && s != Pending {
+		close(t.wake)
+		t.wake = make(chan struct{})
+	}
+	return true
 }
 
 // Wait returns vb's state once it is not Pending, or the state it has when

@@ -1,0 +1,269 @@
+package server
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/stream"
+	"github.com/vbcache/vbcache/internal/vbmap"
+	"github.com/vbcache/vbcache/internal/vbucket"
+)
+
+// keysFor returns n keys that hash to vb among testVBuckets.
+func keysFor(vb, n int) []string {
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		k := fmt.Sprintf("k%d", i)
+		if vbmap.VBucketString(k, testVBuckets) == vb {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func (b *binClient) get(vb uint16, key string) (protocol.Status, string) {
+	b.t.Helper()
+	h, body := b.do(protocol.OpGet, vb, nil, []byte(key), nil)
+	if h.Status != protocol.StatusOK {
+		return h.Status, ""
+	}
+	return h.Status, string(body[h.ExtLen:])
+}
+
+func (b *binClient) state(vb uint16) vbucket.State {
+	b.t.Helper()
+	h, body := b.do(protocol.OpGetVBucket, vb, nil, nil, nil)
+	if h.Status != protocol.StatusOK || len(body) != 4 {
+		b.t.Fatalf("GET_VBUCKET: %#x %q", h.Status, body)
+	}
+	return vbucket.State(body[3])
+}
+
+func TestTakeoverMovesItems(t *testing.T) {
+	_, addrA := startCluster(t, nil)
+	_, addrB := startCluster(t, nil)
+	a, b := dialBin(t, addrA), dialBin(t, addrB)
+	const vb = 3
+	a.setState(vb, vbucket.Active)
+	keys := keysFor(vb, 2000)
+	for i, k := range keys {
+		a.set(vb, k, fmt.Sprintf("v%d", i))
+	}
+	h, body := b.do(stream.OpTakeover, vb, nil, []byte(addrA), nil)
+	if h.Status != protocol.StatusOK {
+		t.Fatalf("TAKEOVER: %#x %q", h.Status, body)
+	}
+	if st := a.state(vb); st != vbucket.Dead {
+		t.Errorf("source state %v, want dead", st)
+	}
+	if st := b.state(vb); st != vbucket.Active {
+		t.Errorf("target state %v, want active", st)
+	}
+	for i, k := range keys {
+		if st, v := b.get(vb, k); st != protocol.StatusOK || v != fmt.Sprintf("v%d", i) {
+			t.Fatalf("%s on target: %#x %q", k, st, v)
+		}
+	}
+	if st, _ := a.get(vb, keys[0]); st != protocol.StatusNotMyVBucket {
+		t.Errorf("source answered %#x, want NOT_MY_VBUCKET", st)
+	}
+	// And back again, resuming nothing: B is the source now.
+	h, body = a.do(stream.OpTakeover, vb, nil, []byte(addrB), nil)
+	if h.Status != protocol.StatusOK {
+		t.Fatalf("TAKEOVER back: %#x %q", h.Status, body)
+	}
+	for i, k := range keys {
+		if st, v := a.get(vb, k); st != protocol.StatusOK || v != fmt.Sprintf("v%d", i) {
+			t.Fatalf("%s back on source: %#x %q", k, st, v)
+		}
+	}
+}
+
+// TestTakeoverUnderWrites moves a vbucket while writers keep writing to it
+// through whichever node owns it; every acknowledged write must be on the
+// new owner, and at no moment are both nodes active.
+func TestTakeoverUnderWrites(t *testing.T) {
+	_, addrA := startCluster(t, nil)
+	_, addrB := startCluster(t, nil)
+	a, b := dialBin(t, addrA), dialBin(t, addrB)
+	const vb = 5
+	a.setState(vb, vbucket.Active)
+	keys := keysFor(vb, 64)
+	var acked [64]atomic.Int64 // last acknowledged value per key
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	addrs := []string{addrA, addrB}
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cs := []*binClient{dialBin(t, addrs[0]), dialBin(t, addrs[1])}
+			for n := int64(1); ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				i := int(n*7+int64(w)) % len(keys)
+				if i%4 != w { // each writer owns its keys, so acked is monotonic
+					continue
+				}
+				v := fmt.Sprint(n)
+				for _, c := range cs {
+					c.nc.SetDeadline(time.Now().Add(10 * time.Second))
+					h, _ := c.do(protocol.OpSet, vb, make([]byte, 8), []byte(keys[i]), []byte(v))
+					if h.Status == protocol.StatusOK {
+						acked[i].Store(n)
+						break
+					}
+				}
+			}
+		}()
+	}
+	// Poll both states: never two actives. Round k moves the vbucket
+	// from nodes[k%2] to nodes[(k+1)%2]. Within a round the target turns
+	// active only after the source is dead for good, so reading the
+	// target active and then the source active, with no round ending in
+	// between, would mean two actives at once.
+	var round atomic.Int64
+	var two atomic.Int64
+	var polls atomic.Int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		cs := []*binClient{dialBin(t, addrA), dialBin(t, addrB)}
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r0 := round.Load()
+			src, dst := cs[r0%2], cs[(r0+1)%2]
+			dst.nc.SetDeadline(time.Now().Add(10 * time.Second))
+			src.nc.SetDeadline(time.Now().Add(10 * time.Second))
+			dstActive := dst.state(vb) == vbucket.Active
+			srcActive := src.state(vb) == vbucket.Active
+			if round.Load() == r0 {
+				polls.Add(1)
+				if dstActive && srcActive {
+					two.Add(1)
+				}
+			}
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	src, dst := a, b
+	srcAddr, dstAddr := addrA, addrB
+	for k := 0; k < 6; k++ {
+		dst.nc.SetDeadline(time.Now().Add(30 * time.Second))
+		h, body := dst.do(stream.OpTakeover, vb, nil, []byte(srcAddr), nil)
+		if h.Status != protocol.StatusOK {
+			t.Fatalf("round %d: TAKEOVER: %#x %q", k, h.Status, body)
+		}
+		src, dst = dst, src
+		srcAddr, dstAddr = dstAddr, srcAddr
+		round.Add(1)
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	if n := two.Load(); n > 0 {
+		t.Errorf("both nodes were active at once (%d of %d polls)", n, polls.Load())
+	}
+	if polls.Load() == 0 {
+		t.Error("the state poller never completed a poll")
+	}
+	owner := src
+	for i, k := range keys {
+		want := acked[i].Load()
+		if want == 0 {
+			continue
+		}
+		st, v := owner.get(vb, k)
+		if st != protocol.StatusOK {
+			t.Fatalf("%s: %#x on the owner", k, st)
+		}
+		var got int64
+		fmt.Sscan(v, &got)
+		if got < want {
+			t.Errorf("%s: owner has %d, last acknowledged write was %d", k, got, want)
+		}
+	}
+}
+
+func TestReplicationStarAndChain(t *testing.T) {
+	_, addrA := startCluster(t, nil)
+	_, addrR1 := startCluster(t, nil)
+	_, addrR2 := startCluster(t, nil)
+	a, r1, r2 := dialBin(t, addrA), dialBin(t, addrR1), dialBin(t, addrR2)
+	const vb = 7
+	a.setState(vb, vbucket.Active)
+	keys := keysFor(vb, 500)
+	for _, k := range keys[:250] {
+		a.set(vb, k, "before")
+	}
+	if h, body := r1.do(stream.OpReplicate, vb, nil, []byte(addrA), nil); h.Status != protocol.StatusOK {
+		t.Fatalf("REPLICATE: %#x %q", h.Status, body)
+	}
+	// Chained: r2 follows r1.
+	if h, body := r2.do(stream.OpReplicate, vb, nil, []byte(addrR1), nil); h.Status != protocol.StatusOK {
+		t.Fatalf("REPLICATE: %#x %q", h.Status, body)
+	}
+	for _, k := range keys[250:] {
+		a.set(vb, k, "after")
+	}
+	a.do(protocol.OpDelete, vb, nil, []byte(keys[0]), nil)
+	want := func(i int) string {
+		if i == 0 {
+			return ""
+		}
+		if i < 250 {
+			return "before"
+		}
+		return "after"
+	}
+	for _, c := range []*binClient{r1, r2} {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			bad := ""
+			for i, k := range keys {
+				h, body := c.do(protocol.OpGetReplica, vb, nil, []byte(k), nil)
+				got := ""
+				if h.Status == protocol.StatusOK {
+					got = string(body[h.ExtLen:])
+				}
+				if got != want(i) {
+					bad = fmt.Sprintf("%s = %q (status %#x), want %q", k, got, h.Status, want(i))
+					break
+				}
+			}
+			if bad == "" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replica never caught up: %s", bad)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	// Lag on the active is zero once caught up.
+	a.send(protocol.OpStat, 0, nil, []byte("streams"), nil)
+	var lines []string
+	for {
+		h, body := a.read()
+		if h.KeyLen == 0 {
+			break
+		}
+		lines = append(lines, string(body[:h.KeyLen])+"="+string(body[h.KeyLen:]))
+	}
+	joined := strings.Join(lines, "\n")
+	if !strings.Contains(joined, fmt.Sprintf("vb_%d:seqno_behind=0", vb)) {
+		t.Errorf("stats streams on the active:\n%s", joined)
+	}
+}

@@ -1,0 +1,339 @@
+package stream
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/store"
+	"github.com/vbcache/vbcache/internal/vbucket"
+)
+
+// consumer is the receiving end of one stream connection: it asks a
+// producer for streams of some vbuckets, applies what arrives to the
+// store under the producer's sequence numbers, and acknowledges. It runs
+// on the goroutine that calls run, which is the only one that reads or
+// writes its connection.
+type consumer struct {
+	n        *Node
+	src      string
+	takeover bool
+	vbs      []uint16
+	nc       net.Conn
+	tx       store.Tx
+	streams  map[uint16]*cstream
+	unacked  int // bytes received since the last BUFFER_ACK
+}
+
+// cstream is one vbucket's stream on a consumer.
+type cstream struct {
+	vb                  uint16
+	opaque              uint32
+	open                bool // the producer accepted the request
+	ended               bool
+	endReason           uint32
+	uuid                uint64
+	snapStart, snapEnd  uint64
+	snapFlags           uint32
+	diskSeq             uint64 // last number given to a backfill item here
+	inSnap              bool
+	complete, ackedSent uint64
+	producerHigh        atomic.Uint64
+	completeSeen        atomic.Uint64
+	items               atomic.Uint64
+}
+
+// errEnded is returned by run for a takeover stream that ended without
+// handing the vbucket over.
+var errEnded = errors.New("stream ended")
+
+const (
+	dialTimeout = 2 * time.Second
+	ackEvery    = 256 << 10
+)
+
+// run opens the connection, requests the streams and applies them until
+// ctx ends, the connection fails, or (takeover) the stream ends.
+func (c *consumer) run(ctx context.Context) error {
+	d := net.Dialer{Timeout: dialTimeout}
+	nc, err := d.DialContext(ctx, "tcp", c.src)
+	if err != nil {
+		return err
+	}
+	c.nc = nc
+	defer nc.Close()
+	stop := context.AfterFunc(ctx, func() { nc.Close() })
+	defer stop()
+	c.streams = map[uint16]*cstream{}
+	var out []byte
+	out = appendReq(out, OpOpen, 0, 0, 0, make([]byte, 4), []byte(c.n.Name), nil)
+	for i, vb := range c.vbs {
+		uuid, seq := c.n.progress(int(vb))
+		var ex [20]byte
+		var flags uint32
+		if c.takeover {
+			flags |= FlagTakeover
+		}
+		binary.BigEndian.PutUint32(ex[0:], flags)
+		binary.BigEndian.PutUint64(ex[4:], seq)
+		binary.BigEndian.PutUint64(ex[12:], uuid)
+		s := &cstream{vb: vb, opaque: uint32(i + 1)}
+		c.streams[vb] = s
+		c.n.registerConsumer(c.src, s)
+		out = appendReq(out, OpStreamReq, vb, s.opaque, 0, ex[:], nil, nil)
+	}
+	defer func() {
+		for _, s := range c.streams {
+			c.n.unregisterConsumer(c.src, s)
+		}
+	}()
+	if err := c.write(out); err != nil {
+		return err
+	}
+	r := bufio.NewReaderSize(nc, 64<<10)
+	var pk packet
+	var buf []byte
+	for {
+		if err := readPacket(r, &pk, &buf); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		c.unacked += pk.size
+		done, err := c.handle(&pk)
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+		if c.unacked >= ackEvery || r.Buffered() == 0 {
+			if err := c.ack(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (c *consumer) write(b []byte) error {
+	c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	_, err := c.nc.Write(b)
+	return err
+}
+
+// ack sends BUFFER_ACK for the bytes applied and SEQNO_ACK for every
+// stream whose complete snapshot moved.
+func (c *consumer) ack() error {
+	var out []byte
+	if c.unacked > 0 {
+		var ex [4]byte
+		binary.BigEndian.PutUint32(ex[:], uint32(c.unacked))
+		out = appendReq(out, OpBufferAck, 0, 0, 0, ex[:], nil, nil)
+		c.unacked = 0
+	}
+	for _, s := range c.streams {
+		if s.complete != s.ackedSent {
+			var ex [8]byte
+			binary.BigEndian.PutUint64(ex[:], s.complete)
+			out = appendReq(out, OpSeqnoAck, s.vb, s.opaque, 0, ex[:], nil, nil)
+			s.ackedSent = s.complete
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return c.write(out)
+}
+
+// handle applies one packet. done reports the end of a takeover.
+func (c *consumer) handle(pk *packet) (done bool, err error) {
+	if pk.Magic == protocol.MagicResponse {
+		switch pk.Opcode {
+		case OpOpen:
+			if pk.Status != protocol.StatusOK {
+				return false, fmt.Errorf("stream open refused by %s: status %#x %s", c.src, uint16(pk.Status), pk.value)
+			}
+		case OpStreamReq:
+			for _, s := range c.streams {
+				if s.opaque == pk.Opaque {
+					if pk.Status != protocol.StatusOK {
+						return false, fmt.Errorf("stream of vbucket %d refused by %s: status %#x", s.vb, c.src, uint16(pk.Status))
+					}
+					s.open = true
+				}
+			}
+		}
+		return false, nil
+	}
+	s := c.streams[pk.VBucket]
+	if s == nil || s.opaque != pk.Opaque {
+		return false, fmt.Errorf("%w: %#x for a stream not requested (vbucket %d)", errBadPacket, pk.Opcode, pk.VBucket)
+	}
+	vb := int(s.vb)
+	switch pk.Opcode {
+	case OpSnapshot:
+		if len(pk.extras) != 28 {
+			return false, errBadPacket
+		}
+		start, end, uuid, flags := be64(pk.extras[0:]), be64(pk.extras[8:]), be64(pk.extras[16:]), be32(pk.extras[24:])
+		if s.inSnap {
+			c.closeSnapshot(s) // a new marker closes the previous snapshot
+		}
+		if flags&SnapReset != 0 {
+			c.n.Store.DropVBucket(vb)
+			s.setComplete(0)
+		}
+		c.n.Log.Adopt(vb, uuid, flags&SnapReset != 0)
+		s.uuid, s.snapStart, s.snapEnd, s.snapFlags, s.inSnap = uuid, start, end, flags, true
+		s.diskSeq = c.n.Log.High(vb)
+		s.producerHigh.Store(max(s.producerHigh.Load(), end))
+		if end < start { // empty
+			s.setComplete(end)
+			s.inSnap = false
+		}
+		c.n.setProgress(vb, uuid, s.complete)
+	case OpMutation:
+		if len(pk.extras) != 20 {
+			return false, errBadPacket
+		}
+		seq, exp, flags := be64(pk.extras[0:]), int64(be64(pk.extras[8:])), be32(pk.extras[16:])
+		if s.inSnap && s.snapFlags&SnapDisk != 0 {
+			// A backfill's items all carry the snapshot's end. Numbered
+			// so here, a chained replica streaming from this node while
+			// the backfill runs would skip the rest of it; so they get
+			// consecutive numbers up to the end, which the history
+			// reaches when the snapshot closes.
+			seq = min(s.diskSeq+1, s.snapEnd)
+			s.diskSeq = seq
+		}
+		c.apply(vb, seq, pk.key, pk.value, flags, exp, pk.CAS)
+		s.items.Add(1)
+		c.seen(s, seq)
+	case OpDeletion, OpExpiration:
+		if len(pk.extras) != 8 {
+			return false, errBadPacket
+		}
+		seq := be64(pk.extras)
+		kind := store.MutDelete
+		if pk.Opcode == OpExpiration {
+			kind = store.MutExpire
+		}
+		c.remove(vb, seq, pk.key, kind)
+		s.items.Add(1)
+		c.seen(s, seq)
+	case OpSetState:
+		if len(pk.extras) != 1 {
+			return false, errBadPacket
+		}
+		st := vbucket.State(pk.extras[0])
+		status := protocol.StatusOK
+		if !c.takeover || (st != vbucket.Pending && st != vbucket.Active) {
+			status = protocol.StatusInvalid
+		} else if _, err := c.n.States.Set(vb, st); err != nil {
+			status = protocol.StatusInvalid
+		}
+		if err := c.ack(); err != nil {
+			return false, err
+		}
+		if err := c.write(protocol.AppendResponse(nil, OpSetState, status, pk.Opaque, 0, nil, nil, nil)); err != nil {
+			return false, err
+		}
+	case OpStreamEnd:
+		reason := EndClosed
+		if len(pk.extras) == 4 {
+			reason = be32(pk.extras)
+		}
+		s.ended, s.endReason = true, reason
+		if s.inSnap {
+			c.closeSnapshot(s)
+		}
+		if c.takeover {
+			if reason == EndOK {
+				return true, nil
+			}
+			return false, fmt.Errorf("%w: reason %d", errEnded, reason)
+		}
+		return false, fmt.Errorf("%w: vbucket %d, reason %d", errEnded, vb, reason)
+	default:
+		return false, fmt.Errorf("%w: opcode %#x", errBadPacket, pk.Opcode)
+	}
+	return false, nil
+}
+
+// closeSnapshot marks the current snapshot complete.
+func (c *consumer) closeSnapshot(s *cstream) {
+	if s.snapFlags&SnapDisk != 0 {
+		c.n.Log.Advance(int(s.vb), s.snapEnd)
+	}
+	s.setComplete(s.snapEnd)
+	s.inSnap = false
+}
+
+func (s *cstream) setComplete(seq uint64) {
+	s.complete = seq
+	s.completeSeen.Store(seq)
+}
+
+// seen notes a mutation's sequence number: a memory snapshot is complete
+// when its last number arrives.
+func (c *consumer) seen(s *cstream, seq uint64) {
+	if s.inSnap && s.snapFlags&SnapDisk == 0 && seq >= s.snapEnd {
+		s.setComplete(s.snapEnd)
+		s.inSnap = false
+		c.n.setProgress(int(s.vb), s.uuid, s.complete)
+	}
+}
+
+// apply stores a mutation under the producer's sequence number and CAS.
+func (c *consumer) apply(vb int, seq uint64, key, value []byte, flags uint32, exp int64, cas uint64) {
+	st := c.n.Store
+	var rel uint32
+	if exp != 0 {
+		_, now := st.Now()
+		if exp <= now {
+			c.remove(vb, seq, key, store.MutExpire)
+			return
+		}
+		rel = st.RelTime(exp)
+	}
+	tx := &c.tx
+	st.Begin(tx, key)
+	tx.SetVBucket(uint16(vb))
+	tx.SetSeqno(seq)
+	if err := tx.Store(flags, rel, cas, value, nil); err != nil {
+		// This node cannot hold the item (memory, -I): it is a cache,
+		// so the copy goes without it; the old value must not stay.
+		if tx.Found() {
+			tx.Delete()
+		} else {
+			c.n.Log.Mutated(uint16(vb), store.MutDelete, key, len(key), seq)
+		}
+	}
+	tx.SetSeqno(0)
+	tx.End()
+	if cas != 0 {
+		st.AdvanceCAS(cas)
+	}
+}
+
+func (c *consumer) remove(vb int, seq uint64, key []byte, kind store.MutationKind) {
+	tx := &c.tx
+	if c.n.Store.Begin(tx, key) == store.Hit {
+		tx.SetSeqno(seq)
+		tx.Delete()
+		tx.SetSeqno(0)
+		tx.End()
+		return
+	}
+	tx.End()
+	// Nothing to delete here, but the history moves on (and a chained
+	// replica of this node must hear of it).
+	c.n.Log.Mutated(uint16(vb), kind, key, len(key), seq)
+}

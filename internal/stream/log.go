@@ -1,0 +1,324 @@
+package stream
+
+import (
+	"sync"
+
+	"github.com/vbcache/vbcache/internal/store"
+	"github.com/vbcache/vbcache/internal/vbucket"
+)
+
+// Log numbers the mutations of every vbucket and keeps, for each vbucket
+// that is being streamed, a bounded ring of its recent mutations (sequence
+// number, kind, key, size; never the value, which a producer reads from
+// the store when it sends). It is the store's Observer.
+//
+// A vbucket's ring is created when the first stream of it opens and grows
+// up to Log.MaxRingBytes; past that the oldest entries are dropped, and a
+// stream whose position was dropped starts over with a full backfill (a
+// "reset" snapshot). So memory is bounded whatever a consumer does.
+type Log struct {
+	states *vbucket.Table
+	max    int // ring budget per vbucket, bytes
+	vbs    []vbLog
+}
+
+// vbLog is one vbucket's numbering and ring.
+type vbLog struct {
+	mu   sync.Mutex      // protects every field below
+	high uint64          // last sequence number given out or applied
+	uuid uint64          // lineage of this vbucket's history (0: none yet)
+	gen  uint64          // bumped by Reset: open streams must start over
+	ring *ring           // nil until a stream opens
+	subs []chan struct{} // producers to poke on a new entry (cap-1 channels)
+}
+
+// Entry is one logged mutation, as Read copies it out.
+type Entry struct {
+	Seq  uint64
+	Kind store.MutationKind
+	Size uint32 // key and value bytes when it was logged
+	Key  []byte // aliases the buffer given to Read
+}
+
+type entry struct {
+	seq  uint64
+	size uint32
+	koff uint32
+	klen uint8
+	kind store.MutationKind
+}
+
+// ring is a circular buffer of entries and one of key bytes.
+type ring struct {
+	ents    []entry
+	head, n int // oldest entry, count
+	keys    []byte
+	kend    int    // where the next key goes in keys
+	kused   int    // key bytes held
+	dropped uint64 // highest sequence number no longer held (0: none dropped)
+	bytes   int    // key and value bytes of the held entries (bytes_behind)
+}
+
+const entryBytes = 24 // in-memory size of an entry, for the budget
+
+// DefaultMaxRingBytes is the default ring budget per streamed vbucket.
+const DefaultMaxRingBytes = 1 << 20
+
+// NewLog returns a log for the vbuckets of states, with a ring budget of
+// maxRing bytes per streamed vbucket (DefaultMaxRingBytes when 0).
+func NewLog(states *vbucket.Table, maxRing int) *Log {
+	if maxRing <= 0 {
+		maxRing = DefaultMaxRingBytes
+	}
+	return &Log{states: states, max: maxRing, vbs: make([]vbLog, states.Len())}
+}
+
+// Mutated implements store.Observer. It runs under the item's shard lock:
+// it takes the vbucket's mutex briefly, copies the key into the ring when
+// there is one, and pokes subscribed producers without blocking.
+//
+// A mutation with seq 0 gets the next number, except an expiry noticed on
+// a vbucket that is not active (a replica's copy expiring on a read or in
+// the crawler): only the active numbers history, replicas follow it.
+func (l *Log) Mutated(vb uint16, kind store.MutationKind, key []byte, size int, seq uint64) {
+	if int(vb) >= len(l.vbs) {
+		return
+	}
+	if seq == 0 && kind == store.MutExpire && l.states.Get(int(vb)) != vbucket.Active {
+		return
+	}
+	v := &l.vbs[vb]
+	v.mu.Lock()
+	if seq == 0 {
+		seq = v.high + 1
+	}
+	if seq > v.high {
+		v.high = seq
+	}
+	if v.ring != nil {
+		v.ring.add(seq, kind, key, size, l.max)
+		for _, ch := range v.subs {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+	v.mu.Unlock()
+}
+
+func (r *ring) add(seq uint64, kind store.MutationKind, key []byte, size, max int) {
+	klen := len(key)
+	for r.n == len(r.ents) || r.kused+klen > len(r.keys) {
+		if r.footprint()*2 <= max {
+			r.grow()
+			continue
+		}
+		r.dropOldest()
+	}
+	e := entry{seq: seq, size: uint32(size), koff: uint32(r.kend), klen: uint8(klen), kind: kind}
+	for i := 0; i < klen; i++ {
+		r.keys[(r.kend+i)%len(r.keys)] = key[i]
+	}
+	r.kend = (r.kend + klen) % len(r.keys)
+	r.kused += klen
+	r.ents[(r.head+r.n)%len(r.ents)] = e
+	r.n++
+	r.bytes += size
+}
+
+func (r *ring) footprint() int { return len(r.ents)*entryBytes + len(r.keys) }
+
+func (r *ring) dropOldest() {
+	if r.n == 0 {
+		return
+	}
+	e := r.ents[r.head]
+	r.dropped = e.seq
+	r.kused -= int(e.klen)
+	r.bytes -= int(e.size)
+	r.head = (r.head + 1) % len(r.ents)
+	r.n--
+}
+
+// grow doubles both buffers, keeping the entries in order.
+func (r *ring) grow() {
+	ents := make([]entry, 2*len(r.ents))
+	keys := make([]byte, 2*len(r.keys))
+	k := 0
+	for i := 0; i < r.n; i++ {
+		e := r.ents[(r.head+i)%len(r.ents)]
+		for j := 0; j < int(e.klen); j++ {
+			keys[k+j] = r.keys[(int(e.koff)+j)%len(r.keys)]
+		}
+		e.koff = uint32(k)
+		k += int(e.klen)
+		ents[i] = e
+	}
+	r.ents, r.keys, r.head, r.kend = ents, keys, 0, k
+}
+
+func newRing() *ring {
+	return &ring{ents: make([]entry, 256), keys: make([]byte, 8<<10)}
+}
+
+// Open prepares vb for a stream: it creates the ring if there is none and
+// gives the vbucket a lineage if it has none. It returns the lineage, the
+// last sequence number and the generation (see Read).
+func (l *Log) Open(vb int, newUUID func() uint64) (uuid, high, gen uint64) {
+	v := &l.vbs[vb]
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.ring == nil {
+		v.ring = newRing()
+		v.ring.dropped = v.high // what came before the ring is not in it
+	}
+	if v.uuid == 0 {
+		v.uuid = newUUID()
+	}
+	return v.uuid, v.high, v.gen
+}
+
+// Read copies up to len(dst) entries of vb with sequence numbers above
+// from into dst (keys into kbuf) and returns them with the vbucket's last
+// sequence number. ok is false when entries after from are no longer held
+// or the vbucket was reset since generation gen: the stream must start
+// over with a backfill.
+func (l *Log) Read(vb int, from, gen uint64, dst []Entry, kbuf []byte) (out []Entry, high uint64, ok bool) {
+	v := &l.vbs[vb]
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	r := v.ring
+	if r == nil || v.gen != gen || from < r.dropped {
+		return dst[:0], v.high, false
+	}
+	out = dst[:0]
+	kbuf = kbuf[:0]
+	// Entries are in sequence order; skip those at or below from.
+	i := 0
+	for i < r.n && r.ents[(r.head+i)%len(r.ents)].seq <= from {
+		i++
+	}
+	for ; i < r.n && len(out) < cap(dst); i++ {
+		e := r.ents[(r.head+i)%len(r.ents)]
+		start := len(kbuf)
+		for j := 0; j < int(e.klen); j++ {
+			kbuf = append(kbuf, r.keys[(int(e.koff)+j)%len(r.keys)])
+		}
+		out = append(out, Entry{Seq: e.seq, Kind: e.kind, Size: e.size, Key: kbuf[start:len(kbuf):len(kbuf)]})
+	}
+	return out, v.high, true
+}
+
+// High returns vb's last sequence number.
+func (l *Log) High(vb int) uint64 {
+	v := &l.vbs[vb]
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.high
+}
+
+// Advance moves vb's last sequence number up to seq (a consumer that has
+// completed a backfill snapshot ending at seq).
+func (l *Log) Advance(vb int, seq uint64) {
+	v := &l.vbs[vb]
+	v.mu.Lock()
+	v.high = max(v.high, seq)
+	v.mu.Unlock()
+}
+
+// Lineage returns vb's lineage and last sequence number.
+func (l *Log) Lineage(vb int) (uuid, high uint64) {
+	v := &l.vbs[vb]
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.uuid, v.high
+}
+
+// Adopt makes vb follow a producer's history: lineage uuid, and (when
+// reset) a fresh start whose open streams must start over. A consumer
+// calls it on every snapshot marker.
+func (l *Log) Adopt(vb int, uuid uint64, reset bool) {
+	v := &l.vbs[vb]
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.uuid = uuid
+	if reset {
+		v.gen++
+		v.high = 0
+		if v.ring != nil {
+			v.ring = newRing()
+		}
+	}
+}
+
+// Forget drops vb's history (DEL_VBUCKET): a later copy of the vbucket
+// gets a new lineage, and open streams start over. Sequence numbers keep
+// growing, so no consumer can mistake the new history for the old.
+func (l *Log) Forget(vb int) {
+	v := &l.vbs[vb]
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.uuid = 0
+	v.gen++
+	if v.ring != nil {
+		v.ring = newRing()
+		v.ring.dropped = v.high
+	}
+}
+
+// BytesAfter returns the key and value bytes of the logged mutations of vb
+// after seq, and whether the ring still holds all of them (false: at least
+// that much).
+func (l *Log) BytesAfter(vb int, seq uint64) (bytes uint64, exact bool) {
+	v := &l.vbs[vb]
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	r := v.ring
+	if r == nil {
+		return 0, seq >= v.high
+	}
+	for i := r.n - 1; i >= 0; i-- {
+		e := r.ents[(r.head+i)%len(r.ents)]
+		if e.seq <= seq {
+			return bytes, true
+		}
+		bytes += uint64(e.size)
+	}
+	return bytes, seq >= r.dropped
+}
+
+// Subscribe makes every new entry of vb poke ch (without blocking).
+func (l *Log) Subscribe(vb int, ch chan struct{}) {
+	v := &l.vbs[vb]
+	v.mu.Lock()
+	v.subs = append(v.subs, ch)
+	v.mu.Unlock()
+}
+
+// Unsubscribe undoes Subscribe.
+func (l *Log) Unsubscribe(vb int, ch chan struct{}) {
+	v := &l.vbs[vb]
+	v.mu.Lock()
+	for i, c := range v.subs {
+		if c == ch {
+			v.subs = append(v.subs[:i], v.subs[i+1:]...)
+			break
+		}
+	}
+	v.mu.Unlock()
+}
+
+// RingBytes returns the memory the rings hold now.
+func (l *Log) RingBytes() int {
+	n := 0
+	for i := range l.vbs {
+		v := &l.vbs[i]
+		v.mu.Lock()
+		if v.ring != nil {
+			n += v.ring.footprint()
+		}
+		v.mu.Unlock()
+	}
+	return n
+}

@@ -1,0 +1,374 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vbcache/vbcache/internal/store"
+	"github.com/vbcache/vbcache/internal/vbucket"
+)
+
+// Node is a cache node's stream machinery: the mutation log, the producers
+// serving other nodes, and the consumers feeding this node's replica and
+// incoming vbuckets. The server creates one in cluster mode.
+type Node struct {
+	Store  *store.Store
+	States *vbucket.Table
+	Log    *Log
+	// Name identifies this node to producers (host:port).
+	Name string
+	// Logf, if set, receives notable events (aborted takeovers).
+	Logf func(format string, args ...any)
+
+	moved atomic.Uint64 // takeovers completed as a producer
+
+	ctx    context.Context // ends at Close: replication goroutines stop
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // replication goroutines
+
+	mu        sync.Mutex // protects everything below
+	prog      []progress // per vbucket: where the last consumer got to
+	producers map[*producer]struct{}
+	consumers map[string]map[*cstream]struct{} // by source node
+	reps      map[string]*replicator           // replication by source node
+	repOf     map[uint16]string                // vbucket → its replication source
+	takeovers map[uint16]string                // vbucket → source of a takeover in progress
+}
+
+// progress is a consumer's position in a vbucket's history.
+type progress struct {
+	uuid, seq uint64
+}
+
+// NewNode returns the stream machinery for st and states, with a ring
+// budget of maxRing bytes per streamed vbucket (0: the default).
+func NewNode(st *store.Store, states *vbucket.Table, maxRing int) *Node {
+	n := &Node{Store: st, States: states, Log: NewLog(states, maxRing),
+		prog: make([]progress, states.Len()), producers: map[*producer]struct{}{},
+		consumers: map[string]map[*cstream]struct{}{}, reps: map[string]*replicator{},
+		repOf: map[uint16]string{}, takeovers: map[uint16]string{}}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	return n
+}
+
+// Close stops replication and waits for its goroutines. Producers end
+// with their connections, which the server closes.
+func (n *Node) Close() {
+	n.cancel()
+	n.wg.Wait()
+}
+
+func (n *Node) logf(format string, args ...any) {
+	if n.Logf != nil {
+		n.Logf(format, args...)
+	}
+}
+
+func (n *Node) newUUID() uint64 {
+	for {
+		if u := rand.Uint64(); u != 0 {
+			return u
+		}
+	}
+}
+
+func (n *Node) progress(vb int) (uuid, seq uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	p := n.prog[vb]
+	return p.uuid, p.seq
+}
+
+func (n *Node) setProgress(vb int, uuid, seq uint64) {
+	n.mu.Lock()
+	n.prog[vb] = progress{uuid, seq}
+	n.mu.Unlock()
+}
+
+func (n *Node) addProducer(p *producer) {
+	n.mu.Lock()
+	n.producers[p] = struct{}{}
+	n.mu.Unlock()
+}
+
+func (n *Node) removeProducer(p *producer) {
+	n.mu.Lock()
+	delete(n.producers, p)
+	n.mu.Unlock()
+}
+
+func (n *Node) registerConsumer(src string, s *cstream) {
+	n.mu.Lock()
+	m := n.consumers[src]
+	if m == nil {
+		m = map[*cstream]struct{}{}
+		n.consumers[src] = m
+	}
+	m[s] = struct{}{}
+	n.mu.Unlock()
+}
+
+func (n *Node) unregisterConsumer(src string, s *cstream) {
+	n.mu.Lock()
+	delete(n.consumers[src], s)
+	if len(n.consumers[src]) == 0 {
+		delete(n.consumers, src)
+	}
+	n.mu.Unlock()
+}
+
+// Errors from the control operations.
+var (
+	ErrActiveHere = errors.New("vbucket is active on this node")
+	ErrBusy       = errors.New("a takeover of this vbucket is already running")
+	ErrBadVBucket = errors.New("vbucket out of range")
+)
+
+// Forget is called when the vbucket is deleted here (DEL_VBUCKET): its
+// history goes, and so does where a consumer had got to.
+func (n *Node) Forget(vb int) {
+	n.Log.Forget(vb)
+	n.setProgress(vb, 0, 0)
+}
+
+// Takeover moves vbucket vb here from the node at src and returns when it
+// is active here (nil) or the move failed (DESIGN.md §3). The vbucket is a
+// replica here while it is copied and pending for the handover. If the
+// move fails before the source asked this node to turn pending, the copy
+// is dropped and the vbucket is dead here again; if it fails after, the
+// vbucket stays here as a replica with everything that arrived, for the
+// manager to promote or drop (see doc.go).
+func (n *Node) Takeover(ctx context.Context, vb int, src string) error {
+	if vb < 0 || vb >= n.States.Len() {
+		return ErrBadVBucket
+	}
+	n.mu.Lock()
+	if _, busy := n.takeovers[uint16(vb)]; busy {
+		n.mu.Unlock()
+		return ErrBusy
+	}
+	n.takeovers[uint16(vb)] = src
+	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		delete(n.takeovers, uint16(vb))
+		n.mu.Unlock()
+	}()
+	switch n.States.Get(vb) {
+	case vbucket.Active:
+		return ErrActiveHere
+	case vbucket.Replica:
+		// A replica fed by replication continues from where it is.
+		n.StopReplication(vb)
+	default:
+		n.Store.DropVBucket(vb)
+		n.Forget(vb)
+		if _, err := n.States.Set(vb, vbucket.Replica); err != nil {
+			return err
+		}
+	}
+	c := &consumer{n: n, src: src, takeover: true, vbs: []uint16{uint16(vb)}}
+	err := c.run(ctx)
+	if err == nil {
+		return nil
+	}
+	switch n.States.Get(vb) {
+	case vbucket.Active:
+		// The source told us to turn active and we did; only its
+		// STREAM_END was lost.
+		return nil
+	case vbucket.Pending:
+		// The source may already be dead for vb: keep what arrived.
+		n.States.CompareAndSet(vb, vbucket.Pending, vbucket.Replica)
+		return fmt.Errorf("takeover of vbucket %d from %s failed after the handover began (vbucket kept here as replica): %w", vb, src, err)
+	}
+	n.Store.DropVBucket(vb)
+	n.Forget(vb)
+	n.States.CompareAndSet(vb, vbucket.Replica, vbucket.Dead)
+	return fmt.Errorf("takeover of vbucket %d from %s failed: %w", vb, src, err)
+}
+
+// replicator keeps one consumer connection to a source node streaming the
+// vbuckets replicated from it, reconnecting with backoff. Its goroutine is
+// owned by the Node (Node.wg) and stops when its context is cancelled.
+type replicator struct {
+	src    string
+	vbs    map[uint16]struct{}
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    atomic.Pointer[string] // the last connection error, for stats
+}
+
+// Replicate makes vb a replica here fed from the node at src (star or
+// chained: src may itself hold a replica). It returns at once; the stream
+// (re)connects in the background until StopReplication.
+func (n *Node) Replicate(vb int, src string) error {
+	if vb < 0 || vb >= n.States.Len() {
+		return ErrBadVBucket
+	}
+	switch n.States.Get(vb) {
+	case vbucket.Active, vbucket.Pending:
+		return ErrActiveHere
+	case vbucket.Dead, vbucket.Unknown:
+		if _, err := n.States.Set(vb, vbucket.Replica); err != nil {
+			return err
+		}
+	}
+	n.mu.Lock()
+	if _, busy := n.takeovers[uint16(vb)]; busy {
+		n.mu.Unlock()
+		return ErrBusy
+	}
+	old := n.repOf[uint16(vb)]
+	n.mu.Unlock()
+	if old == src {
+		return nil
+	}
+	if old != "" {
+		n.StopReplication(vb)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.repOf[uint16(vb)] = src
+	r := n.reps[src]
+	vbs := map[uint16]struct{}{uint16(vb): {}}
+	if r != nil {
+		for v := range r.vbs {
+			vbs[v] = struct{}{}
+		}
+		n.stopReplicatorLocked(r)
+	}
+	n.startReplicatorLocked(src, vbs)
+	return nil
+}
+
+// StopReplication stops feeding vb (it keeps its state and items).
+func (n *Node) StopReplication(vb int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	src, ok := n.repOf[uint16(vb)]
+	if !ok {
+		return
+	}
+	delete(n.repOf, uint16(vb))
+	r := n.reps[src]
+	if r == nil {
+		return
+	}
+	vbs := map[uint16]struct{}{}
+	for v := range r.vbs {
+		if v != uint16(vb) {
+			vbs[v] = struct{}{}
+		}
+	}
+	n.stopReplicatorLocked(r)
+	if len(vbs) > 0 {
+		n.startReplicatorLocked(src, vbs)
+	}
+}
+
+// stopReplicatorLocked cancels r and waits for its goroutine. n.mu is held;
+// the goroutine never takes n.mu while it is being stopped... it does (to
+// record progress), so n.mu is released while waiting.
+func (n *Node) stopReplicatorLocked(r *replicator) {
+	delete(n.reps, r.src)
+	r.cancel()
+	n.mu.Unlock()
+	<-r.done
+	n.mu.Lock()
+}
+
+func (n *Node) startReplicatorLocked(src string, vbs map[uint16]struct{}) {
+	ctx, cancel := context.WithCancel(n.ctx)
+	r := &replicator{src: src, vbs: vbs, cancel: cancel, done: make(chan struct{})}
+	n.reps[src] = r
+	list := make([]uint16, 0, len(vbs))
+	for v := range vbs {
+		list = append(list, v)
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i] < list[j] })
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer close(r.done)
+		backoff := 50 * time.Millisecond
+		for ctx.Err() == nil {
+			c := &consumer{n: n, src: src, vbs: list}
+			err := c.run(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			msg := err.Error()
+			r.err.Store(&msg)
+			t := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			backoff = min(2*backoff, 2*time.Second)
+		}
+	}()
+}
+
+// Moved returns how many takeovers this node completed as the source.
+func (n *Node) Moved() uint64 { return n.moved.Load() }
+
+// Stats calls add for every "stats streams" line: each producer's streams
+// (what it sent, what was acknowledged, the lag in sequence numbers and
+// bytes) and each consumer stream (where it got to).
+func (n *Node) Stats(add func(name, value string)) {
+	n.mu.Lock()
+	prods := make([]*producer, 0, len(n.producers))
+	for p := range n.producers {
+		prods = append(prods, p)
+	}
+	type cs struct {
+		src string
+		s   *cstream
+	}
+	var cons []cs
+	for src, m := range n.consumers {
+		for s := range m {
+			cons = append(cons, cs{src, s})
+		}
+	}
+	reps := make([]*replicator, 0, len(n.reps))
+	for _, r := range n.reps {
+		reps = append(reps, r)
+	}
+	n.mu.Unlock()
+	sort.Slice(prods, func(i, j int) bool { return prods[i].name < prods[j].name })
+	sort.Slice(cons, func(i, j int) bool {
+		if cons[i].src != cons[j].src {
+			return cons[i].src < cons[j].src
+		}
+		return cons[i].s.vb < cons[j].s.vb
+	})
+	add("log_ring_bytes", fmt.Sprint(n.Log.RingBytes()))
+	add("takeovers_out", fmt.Sprint(n.moved.Load()))
+	for _, p := range prods {
+		p.stats(add)
+	}
+	for _, c := range cons {
+		q := fmt.Sprintf("consumer:%s:vb_%d:", c.src, c.s.vb)
+		done := c.s.completeSeen.Load()
+		high := c.s.producerHigh.Load()
+		add(q+"seqno", fmt.Sprint(done))
+		add(q+"producer_seqno", fmt.Sprint(high))
+		add(q+"seqno_behind", fmt.Sprint(high-min(high, done)))
+		add(q+"items_received", fmt.Sprint(c.s.items.Load()))
+	}
+	for _, r := range reps {
+		if e := r.err.Load(); e != nil {
+			add("replication:"+r.src+":last_error", *e)
+		}
+	}
+}

@@ -1,0 +1,592 @@
+package stream
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/store"
+	"github.com/vbcache/vbcache/internal/vbucket"
+)
+
+// producer serves one stream connection on the source node: a reader (the
+// goroutine that called ServeProducer) takes the consumer's requests and
+// acknowledgements, and a writer goroutine, owned by ServeProducer, sends
+// every stream's snapshots and mutations. The writer is the only goroutine
+// that writes to the connection.
+type producer struct {
+	n    *Node
+	nc   net.Conn
+	name string
+
+	poke chan struct{} // cap 1: new log entries, acknowledgements, new or closing streams
+	done chan struct{} // closed when the reader stops: the connection is gone
+
+	mu      sync.Mutex // protects streams, ctrl and unacked
+	streams []*pstream
+	ctrl    []byte // replies to the consumer's requests, written before data
+	unacked int    // bytes written and not yet acknowledged (BUFFER_ACK)
+
+	// Writer-owned.
+	out  []byte
+	tx   store.Tx
+	ents []Entry
+	kbuf []byte
+}
+
+// pstream is one vbucket's stream on a producer.
+type pstream struct {
+	vb       uint16
+	opaque   uint32
+	takeover bool
+	resp     chan protocol.Status // the consumer's answers to SET_STATE
+
+	closing atomic.Bool   // the consumer asked to close it
+	acked   atomic.Uint64 // the consumer's last complete snapshot (SEQNO_ACK)
+	sent    atomic.Uint64 // last sequence number sent
+	phase   atomic.Int32  // phaseBackfill, phaseLive, phaseHandover
+	items   atomic.Uint64 // mutations and deletions sent
+
+	// Writer-owned.
+	uuid, gen  uint64
+	opened     bool
+	refs       []store.ItemRef
+	ri         int
+	reset      bool // the next backfill starts with a reset marker
+	deadByUs   bool // the takeover made the vbucket dead here
+	sentActive bool // the takeover told the consumer to go active
+}
+
+const (
+	phaseBackfill = iota
+	phaseLive
+	phaseHandover
+)
+
+func phaseName(p int32) string {
+	switch p {
+	case phaseBackfill:
+		return "backfill"
+	case phaseLive:
+		return "live"
+	}
+	return "handover"
+}
+
+// Producer tuning.
+const (
+	windowBytes     = 4 << 20 // unacknowledged bytes a producer may have in flight
+	writeChunk      = 256 << 10
+	backfillBatch   = 512
+	logBatch        = 256
+	handoverTimeout = 30 * time.Second
+	writeTimeout    = 30 * time.Second
+)
+
+// ServeProducer runs the producer side of a stream connection whose OPEN
+// the server has already answered. buffered holds bytes the server read
+// past the OPEN. It returns when the connection ends; the caller closes
+// it.
+func (n *Node) ServeProducer(nc net.Conn, buffered []byte, name string) {
+	p := &producer{n: n, nc: nc, name: name, poke: make(chan struct{}, 1), done: make(chan struct{}),
+		ents: make([]Entry, 0, logBatch)}
+	n.addProducer(p)
+	defer n.removeProducer(p)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		p.writeLoop()
+	}()
+	p.readLoop(bufio.NewReaderSize(io.MultiReader(bytes.NewReader(buffered), nc), 64<<10))
+	close(p.done)
+	nc.Close() // unblocks a writer stuck in Write
+	wg.Wait()
+	p.mu.Lock()
+	streams := p.streams
+	p.streams = nil
+	p.mu.Unlock()
+	for _, s := range streams {
+		p.finish(s)
+	}
+}
+
+// finish releases a stream; a takeover that made the vbucket dead here
+// but never told the consumer to go active turns it back active.
+func (p *producer) finish(s *pstream) {
+	p.n.Log.Unsubscribe(int(s.vb), p.poke)
+	if s.deadByUs && !s.sentActive {
+		if p.n.States.CompareAndSet(int(s.vb), vbucket.Dead, vbucket.Active) {
+			p.n.logf("takeover of vbucket %d to %s aborted after the handover began: active here again", s.vb, p.name)
+		}
+	}
+}
+
+func (p *producer) pokeWriter() {
+	select {
+	case p.poke <- struct{}{}:
+	default:
+	}
+}
+
+func (p *producer) reply(op protocol.Opcode, status protocol.Status, opaque uint32, body []byte) {
+	p.mu.Lock()
+	p.ctrl = protocol.AppendResponse(p.ctrl, op, status, opaque, 0, nil, nil, body)
+	p.mu.Unlock()
+	p.pokeWriter()
+}
+
+func (p *producer) find(vb uint16) *pstream {
+	for _, s := range p.streams {
+		if s.vb == vb {
+			return s
+		}
+	}
+	return nil
+}
+
+func (p *producer) readLoop(r *bufio.Reader) {
+	var pk packet
+	var buf []byte
+	for {
+		if err := readPacket(r, &pk, &buf); err != nil {
+			return
+		}
+		if pk.Magic == protocol.MagicResponse {
+			if pk.Opcode == OpSetState {
+				p.mu.Lock()
+				s := p.findOpaque(pk.Opaque)
+				p.mu.Unlock()
+				if s != nil {
+					select {
+					case s.resp <- pk.Status:
+					default:
+					}
+				}
+			}
+			continue
+		}
+		switch pk.Opcode {
+		case OpStreamReq:
+			p.streamReq(&pk)
+		case OpCloseStream:
+			p.mu.Lock()
+			s := p.find(pk.VBucket)
+			p.mu.Unlock()
+			if s == nil {
+				p.reply(pk.Opcode, protocol.StatusKeyNotFound, pk.Opaque, nil)
+				continue
+			}
+			s.closing.Store(true)
+			p.reply(pk.Opcode, protocol.StatusOK, pk.Opaque, nil)
+		case OpBufferAck:
+			if len(pk.extras) == 4 {
+				p.mu.Lock()
+				p.unacked = max(0, p.unacked-int(be32(pk.extras)))
+				p.mu.Unlock()
+				p.pokeWriter()
+			}
+		case OpSeqnoAck:
+			if len(pk.extras) == 8 {
+				p.mu.Lock()
+				s := p.find(pk.VBucket)
+				p.mu.Unlock()
+				if s != nil {
+					s.acked.Store(be64(pk.extras))
+				}
+			}
+		case protocol.OpNoop:
+			p.reply(pk.Opcode, protocol.StatusOK, pk.Opaque, nil)
+		default:
+			p.reply(pk.Opcode, protocol.StatusUnknown, pk.Opaque, []byte(protocol.StatusUnknown.Text()))
+		}
+	}
+}
+
+func (p *producer) findOpaque(opaque uint32) *pstream {
+	for _, s := range p.streams {
+		if s.opaque == opaque {
+			return s
+		}
+	}
+	return nil
+}
+
+// streamReq opens a stream: of an active or replica vbucket, of an active
+// one for a takeover. It resumes from the consumer's position when the
+// lineage matches and the log still holds what follows; otherwise the
+// stream begins with a reset backfill.
+func (p *producer) streamReq(pk *packet) {
+	vb := int(pk.VBucket)
+	if len(pk.extras) != 20 || len(pk.key) != 0 {
+		p.reply(pk.Opcode, protocol.StatusInvalid, pk.Opaque, []byte(protocol.StatusInvalid.Text()))
+		return
+	}
+	flags, start, uuid := be32(pk.extras[0:4]), be64(pk.extras[4:12]), be64(pk.extras[12:20])
+	st := p.n.States.Get(vb)
+	takeover := flags&FlagTakeover != 0
+	if st != vbucket.Active && (takeover || st != vbucket.Replica) {
+		p.reply(pk.Opcode, protocol.StatusNotMyVBucket, pk.Opaque, nil)
+		return
+	}
+	p.mu.Lock()
+	if p.find(pk.VBucket) != nil || p.findOpaque(pk.Opaque) != nil {
+		p.mu.Unlock()
+		p.reply(pk.Opcode, protocol.StatusKeyExists, pk.Opaque, []byte("stream exists"))
+		return
+	}
+	s := &pstream{vb: pk.VBucket, opaque: pk.Opaque, takeover: takeover, resp: make(chan protocol.Status, 1)}
+	p.n.Log.Subscribe(vb, p.poke)
+	myUUID, high, gen := p.n.Log.Open(vb, p.n.newUUID)
+	s.uuid, s.gen, s.opened = myUUID, gen, true
+	s.phase.Store(phaseBackfill)
+	s.reset = true
+	if uuid == myUUID && start <= high {
+		if _, _, ok := p.n.Log.Read(vb, start, gen, p.ents[:0:0], nil); ok {
+			s.phase.Store(phaseLive)
+			s.sent.Store(start)
+			s.acked.Store(start)
+		}
+	}
+	p.streams = append(p.streams, s)
+	p.ctrl = protocol.AppendResponse(p.ctrl, pk.Opcode, protocol.StatusOK, pk.Opaque, 0, nil, nil, nil)
+	p.mu.Unlock()
+	p.pokeWriter()
+}
+
+var errGone = errors.New("stream: connection closed")
+
+func (p *producer) flush() error {
+	if len(p.out) == 0 {
+		return nil
+	}
+	p.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	_, err := p.nc.Write(p.out)
+	p.mu.Lock()
+	p.unacked += len(p.out)
+	p.mu.Unlock()
+	p.out = p.out[:0]
+	return err
+}
+
+func (p *producer) windowFull() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.unacked >= windowBytes
+}
+
+func (p *producer) writeLoop() {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.done:
+			return
+		case <-p.poke:
+		case <-tick.C:
+		}
+		for {
+			p.mu.Lock()
+			p.out = append(p.out, p.ctrl...)
+			p.ctrl = p.ctrl[:0]
+			streams := append([]*pstream(nil), p.streams...)
+			p.mu.Unlock()
+			progressed := false
+			for _, s := range streams {
+				if p.windowFull() {
+					break
+				}
+				did, err := p.produce(s)
+				if err != nil {
+					return
+				}
+				progressed = progressed || did
+				if len(p.out) >= writeChunk {
+					if p.flush() != nil {
+						return
+					}
+				}
+			}
+			if p.flush() != nil {
+				return
+			}
+			if !progressed {
+				break
+			}
+			select {
+			case <-p.done:
+				return
+			default:
+			}
+		}
+	}
+}
+
+func (p *producer) remove(s *pstream) {
+	p.mu.Lock()
+	for i, t := range p.streams {
+		if t == s {
+			p.streams = append(p.streams[:i], p.streams[i+1:]...)
+			break
+		}
+	}
+	p.mu.Unlock()
+	p.finish(s)
+}
+
+func (p *producer) end(s *pstream, reason uint32) {
+	var ex [4]byte
+	binary.BigEndian.PutUint32(ex[:], reason)
+	p.out = appendReq(p.out, OpStreamEnd, s.vb, s.opaque, 0, ex[:], nil, nil)
+	p.remove(s)
+}
+
+func (p *producer) marker(s *pstream, start, end uint64, flags uint32) {
+	var ex [28]byte
+	binary.BigEndian.PutUint64(ex[0:], start)
+	binary.BigEndian.PutUint64(ex[8:], end)
+	binary.BigEndian.PutUint64(ex[16:], s.uuid)
+	binary.BigEndian.PutUint32(ex[24:], flags)
+	p.out = appendReq(p.out, OpSnapshot, s.vb, s.opaque, 0, ex[:], nil, nil)
+}
+
+func (p *producer) mutation(s *pstream, seq uint64, v *store.ItemView) {
+	var ex [20]byte
+	binary.BigEndian.PutUint64(ex[0:], seq)
+	binary.BigEndian.PutUint64(ex[8:], uint64(v.Exptime))
+	binary.BigEndian.PutUint32(ex[16:], v.Flags)
+	p.out = appendReq(p.out, OpMutation, s.vb, s.opaque, v.CAS, ex[:], v.Key, v.Value)
+	s.items.Add(1)
+}
+
+func (p *producer) removal(s *pstream, op protocol.Opcode, seq uint64, key []byte) {
+	var ex [8]byte
+	binary.BigEndian.PutUint64(ex[:], seq)
+	p.out = appendReq(p.out, op, s.vb, s.opaque, 0, ex[:], key, nil)
+	s.items.Add(1)
+}
+
+// produce appends the stream's next piece of work to p.out and reports
+// whether there was any.
+func (p *producer) produce(s *pstream) (bool, error) {
+	vb := int(s.vb)
+	if s.closing.Load() {
+		p.end(s, EndClosed)
+		return true, nil
+	}
+	if st := p.n.States.Get(vb); st != vbucket.Active && st != vbucket.Replica {
+		p.end(s, EndStateChanged)
+		return true, nil
+	}
+	if s.phase.Load() == phaseBackfill {
+		p.backfill(s)
+		return true, nil
+	}
+	ents, _, ok := p.n.Log.Read(vb, s.sent.Load(), s.gen, p.ents[:0:logBatch], p.kbuf)
+	if !ok {
+		p.restart(s)
+		return true, nil
+	}
+	if len(ents) == 0 {
+		if s.takeover {
+			return true, p.handover(s)
+		}
+		return false, nil
+	}
+	p.sendEntries(s, ents)
+	return true, nil
+}
+
+// restart begins a stream again with a reset backfill: the log no longer
+// holds what the consumer lacks, or the vbucket's history was reset.
+func (p *producer) restart(s *pstream) {
+	s.uuid, _, s.gen = p.n.Log.Open(int(s.vb), p.n.newUUID)
+	s.refs, s.ri, s.reset = nil, 0, true
+	s.phase.Store(phaseBackfill)
+}
+
+func (p *producer) backfill(s *pstream) {
+	vb := int(s.vb)
+	if s.refs == nil {
+		var high uint64
+		s.uuid, high, s.gen = p.n.Log.Open(vb, p.n.newUUID)
+		s.refs = p.n.Store.VBucketRefs(vb)
+		s.ri = 0
+		s.sent.Store(high)
+		flags := SnapDisk
+		if s.reset {
+			flags |= SnapReset
+		}
+		p.marker(s, 0, high, flags)
+		if s.refs == nil {
+			s.refs = []store.ItemRef{}
+		}
+	}
+	seq := s.sent.Load()
+	for n := 0; s.ri < len(s.refs) && n < backfillBatch && len(p.out) < writeChunk; n++ {
+		p.n.Store.ReadRef(s.refs[s.ri], vb, func(v *store.ItemView) { p.mutation(s, seq, v) })
+		s.ri++
+	}
+	if s.ri == len(s.refs) {
+		s.refs, s.ri, s.reset = nil, 0, false
+		// An empty marker closes the backfill snapshot for the consumer.
+		p.marker(s, seq+1, seq, SnapMemory)
+		s.phase.Store(phaseLive)
+	}
+}
+
+// sendEntries sends the current state of each logged key: its value if
+// it is still there, else a deletion. A key changed again later is sent
+// again for that later entry, so the consumer ends where the source is.
+func (p *producer) sendEntries(s *pstream, ents []Entry) {
+	p.marker(s, ents[0].Seq, ents[len(ents)-1].Seq, SnapMemory)
+	for _, e := range ents {
+		p.sendCurrent(s, e)
+	}
+	s.sent.Store(ents[len(ents)-1].Seq)
+}
+
+func (p *producer) sendCurrent(s *pstream, e Entry) {
+	tx := &p.tx
+	if p.n.Store.Begin(tx, e.Key) == store.Hit {
+		v := store.ItemView{Key: e.Key, Value: tx.Value(), Flags: tx.Flags(), Exptime: tx.AbsExptime(), CAS: tx.CAS()}
+		p.mutation(s, e.Seq, &v)
+		tx.End()
+		return
+	}
+	tx.End()
+	op := OpDeletion
+	if e.Kind == store.MutExpire {
+		op = OpExpiration
+	}
+	p.removal(s, op, e.Seq, e.Key)
+}
+
+// handover ends a drained takeover stream (DESIGN.md §3): the consumer
+// turns pending; this node turns the vbucket dead, fencing every write in
+// flight; the last mutations go out; the consumer is told to turn active;
+// the stream ends. A failure before the consumer is told to turn active
+// leaves (or turns) the vbucket active here; a failure after it leaves it
+// dead here, and whoever drives the move asks the consumer (see Node).
+func (p *producer) handover(s *pstream) error {
+	vb := int(s.vb)
+	s.phase.Store(phaseHandover)
+	if st := p.setState(s, vbucket.Pending); st != protocol.StatusOK {
+		p.n.logf("takeover of vbucket %d to %s: consumer answered %#x to pending; aborted", vb, p.name, st)
+		p.end(s, EndAborted)
+		return p.flush()
+	}
+	if _, err := p.n.States.SetFenced(vb, vbucket.Dead); err != nil {
+		p.end(s, EndAborted)
+		return p.flush()
+	}
+	s.deadByUs = true
+	// Nothing new can be logged for vb now: send what is left.
+	for {
+		ents, _, ok := p.n.Log.Read(vb, s.sent.Load(), s.gen, p.ents[:0:logBatch], p.kbuf)
+		if !ok {
+			// The ring overflowed while the consumer was slow: copy the
+			// vbucket again (it no longer changes).
+			p.restart(s)
+			for s.phase.Load() == phaseBackfill {
+				p.backfill(s)
+				if err := p.flush(); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if len(ents) == 0 {
+			break
+		}
+		p.sendEntries(s, ents)
+		if err := p.flush(); err != nil {
+			return err
+		}
+	}
+	st := p.setState(s, vbucket.Active)
+	switch st {
+	case protocol.StatusOK:
+		p.end(s, EndOK)
+		p.n.moved.Add(1)
+		return p.flush()
+	case statusNoAnswer:
+		// The consumer may or may not have turned active: stay dead.
+		p.n.logf("takeover of vbucket %d to %s: no answer to active; vbucket stays dead here", vb, p.name)
+		return errGone
+	}
+	// The consumer refused to turn active: it is not active, so this
+	// node may serve again.
+	s.sentActive = false
+	p.end(s, EndAborted)
+	return p.flush()
+}
+
+// statusNoAnswer stands for "no answer came" in setState.
+const statusNoAnswer protocol.Status = 0xffff
+
+// setState tells the consumer to move the vbucket to st and waits for its
+// answer.
+func (p *producer) setState(s *pstream, st vbucket.State) protocol.Status {
+	select { // drop a stale answer
+	case <-s.resp:
+	default:
+	}
+	p.out = appendReq(p.out, OpSetState, s.vb, s.opaque, 0, []byte{byte(st)}, nil, nil)
+	if st == vbucket.Active {
+		s.sentActive = true
+	}
+	if err := p.flush(); err != nil {
+		return statusNoAnswer
+	}
+	t := time.NewTimer(handoverTimeout)
+	defer t.Stop()
+	select {
+	case r := <-s.resp:
+		return r
+	case <-p.done:
+	case <-t.C:
+	}
+	return statusNoAnswer
+}
+
+// streamStats reports a producer's streams.
+func (p *producer) stats(add func(name, value string)) {
+	p.mu.Lock()
+	streams := append([]*pstream(nil), p.streams...)
+	unacked := p.unacked
+	p.mu.Unlock()
+	pre := "producer:" + p.name + ":"
+	add(pre+"unacked_bytes", fmt.Sprint(unacked))
+	for _, s := range streams {
+		vb := int(s.vb)
+		q := fmt.Sprintf("%svb_%d:", pre, vb)
+		kind := "replication"
+		if s.takeover {
+			kind = "takeover"
+		}
+		high := p.n.Log.High(vb)
+		acked := s.acked.Load()
+		behind, exact := p.n.Log.BytesAfter(vb, acked)
+		add(q+"type", kind)
+		add(q+"phase", phaseName(s.phase.Load()))
+		add(q+"high_seqno", fmt.Sprint(high))
+		add(q+"sent_seqno", fmt.Sprint(s.sent.Load()))
+		add(q+"acked_seqno", fmt.Sprint(acked))
+		add(q+"seqno_behind", fmt.Sprint(high-min(high, acked)))
+		b := fmt.Sprint(behind)
+		if !exact {
+			b = ">" + b
+		}
+		add(q+"bytes_behind", b)
+		add(q+"items_sent", fmt.Sprint(s.items.Load()))
+	}
+}
