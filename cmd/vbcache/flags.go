@@ -151,12 +151,16 @@ var options = []option{
 	{'o', "extended", true},
 	{'N', "napi-ids", true},
 	{optVBuckets, "vbuckets", true},
+	{optParkTimeout, "pending-timeout", true},
+	{optStreamLog, "stream-log-bytes", true},
 }
 
 // Codes for long-only options (vbcache's own; memcached has none). They
 // are control bytes, so no short flag can name them.
 const (
-	optVBuckets byte = 1 + iota // --vbuckets N: cluster mode
+	optVBuckets    byte = 1 + iota // --vbuckets N: cluster mode
+	optParkTimeout                 // --pending-timeout D: how long a request waits on a pending vbucket
+	optStreamLog                   // --stream-log-bytes N: mutation ring per streamed vbucket
 )
 
 // longAliases are extra long names memcached's help shows or older
@@ -338,6 +342,18 @@ func (o *serverOptions) apply(opt option, val string) error {
 			return illegal(flagName(opt), val, "a power of two from 1 to 65536, or 0 for standalone")
 		}
 		c.VBuckets = int(n)
+	case optParkTimeout:
+		d, err := time.ParseDuration(val)
+		if err != nil || d <= 0 {
+			return illegal(flagName(opt), val, "a positive duration such as 1s or 250ms")
+		}
+		c.VBucketParkTimeout = d
+	case optStreamLog:
+		n, ok := parseInt(val)
+		if !ok || n < 64<<10 || n > 1<<30 {
+			return illegal(flagName(opt), val, "a byte count from 65536 to 1073741824")
+		}
+		c.StreamLogBytes = int(n)
 	case 'a':
 		m, err := strconv.ParseUint(strings.TrimSpace(val), 8, 32)
 		if err != nil {

@@ -44,6 +44,8 @@ func init() {
 		{"bench", "load generator for the memcached protocols; \"bench compare\" compares vbcache with memcached", runBench},
 		{"locate", "print the server of each key under a distribution (ketama, modulo, vbucket, …)", runLocate},
 		{"rehash", "the add-a-server experiment: which keys stay, per distribution, next to the theory", runRehash},
+		{"ctl", "drive a cluster by hand: move-vbucket, vbucket states, replication", runCtl},
+		{"movecheck", "the takeover correctness checker: moves a vbucket back and forth under load and checks every answer", runMovecheck},
 		{"version", "print the version", runVersion},
 		{"help", "list subcommands, or show a subcommand's help", runHelp},
 	}

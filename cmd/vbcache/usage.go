@@ -66,6 +66,12 @@ const serverHelp = `-p, --port=<num>          TCP port to listen on (default: 11
 -N, --napi-ids=<num>      accepted and ignored (number of napi ids)
     --vbuckets=<num>      cluster mode with <num> vbuckets (a power of two up
                           to 65536), all dead until told; 0: standalone (default)
+    --pending-timeout=<duration>
+                          cluster mode: how long a request for a pending
+                          vbucket waits before TMPFAIL (default: 1s)
+    --stream-log-bytes=<num>
+                          cluster mode: memory for recent mutations kept per
+                          vbucket being streamed to another node (default: 1048576)
 -o, --extended            comma separated list of extended options
                           most options have a 'no_' prefix to disable
    - maxconns_fast:       immediately close new connections after limit (default: enabled)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,11 @@ type Node struct {
 	Logf func(format string, args ...any)
 
 	moved atomic.Uint64 // takeovers completed as a producer
+
+	// handoverPause is a failpoint for tests (environment variable
+	// VBCACHE_FAILPOINT_HANDOVER_PAUSE, a Go duration): a producer waits
+	// this long after turning a vbucket dead in a takeover.
+	handoverPause time.Duration
 
 	ctx    context.Context // ends at Close: replication goroutines stop
 	cancel context.CancelFunc
@@ -54,6 +60,9 @@ func NewNode(st *store.Store, states *vbucket.Table, maxRing int) *Node {
 		consumers: map[string]map[*cstream]struct{}{}, reps: map[string]*replicator{},
 		repOf: map[uint16]string{}, takeovers: map[uint16]string{}}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
+	if d, err := time.ParseDuration(os.Getenv("VBCACHE_FAILPOINT_HANDOVER_PAUSE")); err == nil {
+		n.handoverPause = d
+	}
 	return n
 }
 

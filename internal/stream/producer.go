@@ -489,6 +489,17 @@ func (p *producer) handover(s *pstream) error {
 		return p.flush()
 	}
 	s.deadByUs = true
+	if d := p.n.handoverPause; d > 0 {
+		// Failpoint (tests only): hold the handover here, dead on this
+		// node and pending on the consumer, so a test can kill a node at
+		// this moment.
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-p.done:
+			t.Stop()
+		}
+	}
 	// Nothing new can be logged for vb now: send what is left.
 	for {
 		ents, _, ok := p.n.Log.Read(vb, s.sent.Load(), s.gen, p.ents[:0:logBatch], p.kbuf)

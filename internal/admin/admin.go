@@ -1,0 +1,212 @@
+// Package admin is a client for a cluster-mode node's control requests
+// over the binary protocol: vbucket states (SET/GET/DEL_VBUCKET), the
+// cluster config (SET/GET_CLUSTER_CONFIG), the stream controls (TAKEOVER,
+// REPLICATE, STOP_REPLICATION) and stats. `vbcache ctl`, the tests and the
+// manager use it. One Conn is one connection, used by one goroutine at a
+// time.
+package admin
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/stream"
+	"github.com/vbcache/vbcache/internal/vbucket"
+)
+
+// Conn is a control connection to one node.
+type Conn struct {
+	Addr    string
+	nc      net.Conn
+	r       *bufio.Reader
+	opaque  uint32
+	Timeout time.Duration // per request (default 10 s; TAKEOVER uses MoveTimeout)
+	// MoveTimeout bounds a TAKEOVER (default 10 minutes).
+	MoveTimeout time.Duration
+}
+
+// StatusError is a node's non-OK answer.
+type StatusError struct {
+	Op     protocol.Opcode
+	Status protocol.Status
+	Body   string
+}
+
+func (e *StatusError) Error() string {
+	if e.Body != "" {
+		return fmt.Sprintf("opcode %#x: status %#x: %s", uint8(e.Op), uint16(e.Status), e.Body)
+	}
+	return fmt.Sprintf("opcode %#x: status %#x", uint8(e.Op), uint16(e.Status))
+}
+
+// IsStatus reports whether err is a node's answer with status st.
+func IsStatus(err error, st protocol.Status) bool {
+	var se *StatusError
+	return errors.As(err, &se) && se.Status == st
+}
+
+// Refused reports whether err says that nothing listens at the address
+// (connection refused): on one machine, the node's process is gone.
+func Refused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
+
+// Dial connects to a node.
+func Dial(ctx context.Context, addr string) (*Conn, error) {
+	d := net.Dialer{Timeout: 2 * time.Second}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &Conn{Addr: addr, nc: nc, r: bufio.NewReader(nc), Timeout: 10 * time.Second, MoveTimeout: 10 * time.Minute}, nil
+}
+
+// Close closes the connection.
+func (c *Conn) Close() error { return c.nc.Close() }
+
+// Do sends one request and returns the response's value (extras and key
+// stripped), or a *StatusError for a non-OK status.
+func (c *Conn) Do(op protocol.Opcode, vb uint16, extras, key, value []byte) ([]byte, error) {
+	return c.do(c.Timeout, op, vb, extras, key, value)
+}
+
+func (c *Conn) do(timeout time.Duration, op protocol.Opcode, vb uint16, extras, key, value []byte) ([]byte, error) {
+	c.opaque++
+	req := protocol.AppendRequest(nil, &protocol.Request{
+		Header: protocol.Header{Opcode: op, VBucket: vb, Opaque: c.opaque},
+		Extras: extras, Key: key, Value: value,
+	})
+	c.nc.SetDeadline(time.Now().Add(timeout))
+	if _, err := c.nc.Write(req); err != nil {
+		return nil, err
+	}
+	for {
+		h, body, err := c.read()
+		if err != nil {
+			return nil, err
+		}
+		if h.Opaque != c.opaque || h.Opcode != op {
+			continue // a late answer to an earlier request
+		}
+		val := body[int(h.ExtLen)+int(h.KeyLen):]
+		if h.Status != protocol.StatusOK {
+			return val, &StatusError{Op: op, Status: h.Status, Body: string(val)}
+		}
+		return val, nil
+	}
+}
+
+func (c *Conn) read() (protocol.Header, []byte, error) {
+	var hb [protocol.HeaderLen]byte
+	var h protocol.Header
+	if _, err := io.ReadFull(c.r, hb[:]); err != nil {
+		return h, nil, err
+	}
+	protocol.ParseHeader(hb[:], &h)
+	if h.Magic != protocol.MagicResponse {
+		return h, nil, fmt.Errorf("admin: bad magic %#x from %s", h.Magic, c.Addr)
+	}
+	body := make([]byte, h.BodyLen)
+	if _, err := io.ReadFull(c.r, body); err != nil {
+		return h, nil, err
+	}
+	if int(h.ExtLen)+int(h.KeyLen) > len(body) {
+		return h, nil, fmt.Errorf("admin: bad lengths from %s", c.Addr)
+	}
+	return h, body, nil
+}
+
+// SetVBucket sets vb's state.
+func (c *Conn) SetVBucket(vb int, st vbucket.State) error {
+	_, err := c.Do(protocol.OpSetVBucket, uint16(vb), []byte{byte(st)}, nil, nil)
+	return err
+}
+
+// GetVBucket returns vb's state.
+func (c *Conn) GetVBucket(vb int) (vbucket.State, error) {
+	v, err := c.Do(protocol.OpGetVBucket, uint16(vb), nil, nil, nil)
+	if err != nil {
+		return 0, err
+	}
+	if len(v) != 4 {
+		return 0, fmt.Errorf("admin: GET_VBUCKET answered %d bytes", len(v))
+	}
+	return vbucket.State(binary.BigEndian.Uint32(v)), nil
+}
+
+// DelVBucket makes vb dead and drops its items.
+func (c *Conn) DelVBucket(vb int) error {
+	_, err := c.Do(protocol.OpDelVBucket, uint16(vb), nil, nil, nil)
+	return err
+}
+
+// Takeover asks this node to move vb here from src and waits for the end
+// of the move.
+func (c *Conn) Takeover(vb int, src string) error {
+	_, err := c.do(c.MoveTimeout, stream.OpTakeover, uint16(vb), nil, []byte(src), nil)
+	return err
+}
+
+// Replicate makes vb a replica here fed from src.
+func (c *Conn) Replicate(vb int, src string) error {
+	_, err := c.Do(stream.OpReplicate, uint16(vb), nil, []byte(src), nil)
+	return err
+}
+
+// StopReplication stops feeding vb here.
+func (c *Conn) StopReplication(vb int) error {
+	_, err := c.Do(stream.OpStopReplication, uint16(vb), nil, nil, nil)
+	return err
+}
+
+// ClusterConfig returns the node's cluster config JSON (empty: none).
+func (c *Conn) ClusterConfig() ([]byte, error) {
+	return c.Do(protocol.OpGetClusterConfig, 0, nil, nil, nil)
+}
+
+// SetClusterConfig stores a config with its (epoch, rev) in the extras.
+// A node that holds a config at least as new answers KEY_EEXISTS
+// (IsStatus(err, protocol.StatusKeyExists)).
+func (c *Conn) SetClusterConfig(json []byte, epoch, rev int64) error {
+	ex := make([]byte, 16)
+	binary.BigEndian.PutUint64(ex[0:], uint64(epoch))
+	binary.BigEndian.PutUint64(ex[8:], uint64(rev))
+	_, err := c.Do(protocol.OpSetClusterConfig, 0, ex, []byte("default"), json)
+	return err
+}
+
+// Stats returns a stats group ("" for the general stats) in order.
+func (c *Conn) Stats(group string) ([][2]string, error) {
+	c.opaque++
+	req := protocol.AppendRequest(nil, &protocol.Request{
+		Header: protocol.Header{Opcode: protocol.OpStat, Opaque: c.opaque}, Key: []byte(group),
+	})
+	c.nc.SetDeadline(time.Now().Add(c.Timeout))
+	if _, err := c.nc.Write(req); err != nil {
+		return nil, err
+	}
+	var out [][2]string
+	for {
+		h, body, err := c.read()
+		if err != nil {
+			return nil, err
+		}
+		if h.Opaque != c.opaque {
+			continue
+		}
+		if h.Status != protocol.StatusOK {
+			return nil, &StatusError{Op: protocol.OpStat, Status: h.Status, Body: string(body)}
+		}
+		if h.KeyLen == 0 {
+			return out, nil
+		}
+		k := body[h.ExtLen : int(h.ExtLen)+int(h.KeyLen)]
+		out = append(out, [2]string{string(k), string(body[int(h.ExtLen)+int(h.KeyLen):])})
+	}
+}
