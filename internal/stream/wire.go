@@ -62,10 +62,9 @@ type packet struct {
 	size               int // bytes on the wire
 }
 
-// maxPacket bounds a stream packet body (an item is at most -I, 1 MiB by
-// default; 128 MiB is the largest -I memcached accepts... and far more than
-// vbcache allows).
-const maxPacket = 1 << 30
+// maxPacket bounds a stream packet body: an item is at most -I (1 MiB by
+// default, 1 GiB at most), plus its key and extras.
+const maxPacket = 1<<30 + 512
 
 var errBadPacket = errors.New("stream: malformed packet")
 
@@ -83,13 +82,23 @@ func readPacket(r *bufio.Reader, p *packet, buf *[]byte) error {
 	if n > maxPacket || int(p.KeyLen)+int(p.ExtLen) > n {
 		return fmt.Errorf("%w: lengths", errBadPacket)
 	}
-	if cap(*buf) < n {
-		*buf = make([]byte, n)
+	// Grow the buffer as the body arrives, so a header that announces a
+	// huge body costs memory only for bytes actually sent.
+	body := (*buf)[:0]
+	for len(body) < n {
+		step := min(n-len(body), 1<<20)
+		if cap(body)-len(body) < step {
+			nb := make([]byte, len(body), len(body)+max(step, cap(body)))
+			copy(nb, body)
+			body = nb
+		}
+		got, err := io.ReadFull(r, body[len(body):len(body)+step])
+		body = body[:len(body)+got]
+		if err != nil {
+			return err
+		}
 	}
-	body := (*buf)[:n]
-	if _, err := io.ReadFull(r, body); err != nil {
-		return err
-	}
+	*buf = body
 	p.extras = body[:p.ExtLen]
 	p.key = body[p.ExtLen : int(p.ExtLen)+int(p.KeyLen)]
 	p.value = body[int(p.ExtLen)+int(p.KeyLen):]

@@ -1,0 +1,117 @@
+// Package stream moves a vbucket's items between cache nodes: replication
+// (a replica fed by the active, or by another replica) and takeover (a
+// vbucket handed from one node to another without a wrong answer, DESIGN.md
+// §3). It is modelled on Couchbase's DCP, with vbcache's own packet
+// layouts.
+//
+// # Sequence numbers and the log
+//
+// Every mutation of a vbucket (a store, touch, delete or expiry; not an
+// eviction, a flush or a dropped vbucket) gets the next sequence number of
+// that vbucket. The store reports mutations to the Log (store.Observer)
+// under the item's shard lock, so one key's mutations are numbered in the
+// order they happened. A vbucket's history also has a lineage (a random
+// 64-bit uuid): a consumer may resume only a history it shares.
+//
+// For a vbucket that is being streamed, the Log keeps a ring of its recent
+// mutations: sequence number, kind, key and size, never the value. A
+// producer reads the key's current value from the store when it sends, so
+// the ring costs a few dozen bytes per mutation, and a key changed again
+// later is simply sent again for its later entry: the consumer always ends
+// where the source is. The ring grows up to a budget (--stream-log-bytes,
+// 1 MiB per vbucket by default) and then drops its oldest entries; a stream
+// whose position was dropped starts over with a reset backfill. A slow
+// consumer therefore costs bounded memory and never slows the node's
+// clients: writers only append to the ring.
+//
+// # A stream
+//
+// A consumer connects to the producer's ordinary port and sends OPEN
+// (0x50); the server hands the connection to ServeProducer. For each
+// vbucket the consumer sends STREAM_REQ (0x53) with its position (uuid,
+// seqno). The producer answers and then sends, as requests on the same
+// connection:
+//
+//   - a backfill, when the consumer cannot resume: a SNAPSHOT_MARKER with
+//     the disk and reset flags (the consumer drops its copy), every item
+//     of the vbucket read from the store (the items referenced when the
+//     backfill began; later changes come from the log), and an empty
+//     marker that closes the snapshot;
+//   - then, for ever, batches from the log: a marker [first, last] and a
+//     MUTATION, DELETION or EXPIRATION per entry;
+//   - STREAM_END with a reason when the stream stops.
+//
+// The consumer applies each mutation to its store under the producer's
+// sequence number and CAS (and raises its own CAS counter past it), so a
+// replica's history is the active's and a chained replica can stream from
+// it. It acknowledges bytes (BUFFER_ACK, 0x5d) as it applies them, and its
+// position (SEQNO_ACK, 0x5f) each time a snapshot completes. A producer
+// stops sending while 4 MiB are unacknowledged: flow control.
+//
+// # Takeover
+//
+// A takeover stream (STREAM_REQ flag 1) ends with the handover, run by the
+// producer once the consumer has everything the log holds:
+//
+//  1. SET_STATE pending to the consumer; it answers once it has applied
+//     everything before it (the connection is ordered).
+//  2. The producer turns the vbucket dead with vbucket.Table.SetFenced: no
+//     new request is admitted, and it waits until every write admitted
+//     before has finished. From here this node answers NOT_MY_VBUCKET.
+//  3. It sends the mutations logged since step 1.
+//  4. SET_STATE active; the consumer turns active and answers.
+//  5. STREAM_END ok.
+//
+// So the target turns active only after the source stopped serving, and
+// has every write the source acknowledged: never two actives, no lost
+// acknowledged write. If the connection breaks before step 4 the source
+// turns itself back active (the consumer was never told to serve). If the
+// consumer breaks off after step 1 it keeps its copy as a replica; if no
+// answer to step 4 arrives the source stays dead. internal/move's rules
+// resolve those two cases.
+//
+// # Packets
+//
+// Binary protocol framing (24-byte header). vbucket in the header, opaque
+// = the stream's id chosen by the consumer. Extras, big-endian:
+//
+//	OPEN            0x50  c→p  4: flags (0); key: consumer name
+//	CLOSE_STREAM    0x52  c→p  —
+//	STREAM_REQ      0x53  c→p  4 flags (1 = takeover), 8 start seqno, 8 uuid
+//	STREAM_END      0x55  p→c  4 reason (0 ok, 1 closed, 2 state changed, 5 aborted)
+//	SNAPSHOT_MARKER 0x56  p→c  8 start, 8 end, 8 uuid, 4 flags (1 memory, 2 disk, 0x10 reset)
+//	MUTATION        0x57  p→c  8 seqno, 8 expiry (absolute unix seconds, 0 never), 4 flags;
+//	                           CAS in the header; key; value
+//	DELETION        0x58  p→c  8 seqno; key
+//	EXPIRATION      0x59  p→c  8 seqno; key
+//	SET_STATE       0x5b  p→c  1 state (3 pending, 1 active); answered by a response
+//	BUFFER_ACK      0x5d  c→p  4 bytes applied
+//	SEQNO_ACK       0x5f  c→p  8 seqno of the last complete snapshot
+//
+// Control requests, sent by an operator or the manager to the node that is
+// to receive a vbucket (internal/admin is a client):
+//
+//	TAKEOVER          0xe0  key: source host:port. Answered when the move
+//	                        is over: OK (active here) or 0x84 with the reason.
+//	REPLICATE         0xe1  key: source host:port. The vbucket becomes a
+//	                        replica here, fed from the source (which may
+//	                        itself be a replica: chained replication).
+//	STOP_REPLICATION  0xe2  stop feeding the vbucket here.
+//
+// # Durability
+//
+// Replication is asynchronous: a write is acknowledged to the client when
+// the active has stored it, before any replica has it. With 0 replicas an
+// acknowledged write lives as long as its node; with 1 or 2 replicas it
+// survives the loss of the active once a replica has it, which "stats
+// streams" shows (seqno_behind 0) and which is usually within
+// milliseconds; writes in that window are lost if the active dies. No
+// write survives the loss of every node that holds it: this is a cache.
+//
+// # Not implemented
+//
+// Peer connections are plain TCP without SASL or TLS (a node started with
+// -S refuses them); evictions and flush_all are not replicated (each node
+// evicts under its own limit); the meta protocol's stale and win-token
+// bits are not carried.
+package stream

@@ -1,0 +1,124 @@
+package stream
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/vbcache/vbcache/internal/store"
+	"github.com/vbcache/vbcache/internal/vbucket"
+)
+
+func newTestLog(t *testing.T, max int) *Log {
+	t.Helper()
+	tab := vbucket.NewTable(4)
+	for vb := range 4 {
+		tab.Set(vb, vbucket.Active)
+	}
+	return NewLog(tab, max)
+}
+
+func TestLogNumbersWithoutRing(t *testing.T) {
+	l := newTestLog(t, 0)
+	for range 5 {
+		l.Mutated(1, store.MutStore, []byte("k"), 10, 0)
+	}
+	if h := l.High(1); h != 5 {
+		t.Fatalf("high = %d, want 5", h)
+	}
+	if h := l.High(0); h != 0 {
+		t.Fatalf("vb 0 high = %d, want 0", h)
+	}
+	// No ring before a stream opens: nothing to read, the caller must
+	// backfill.
+	if _, _, ok := l.Read(1, 0, 0, make([]Entry, 0, 8), nil); ok {
+		t.Fatal("Read without a ring reported ok")
+	}
+}
+
+func TestLogReadResume(t *testing.T) {
+	l := newTestLog(t, 0)
+	l.Mutated(2, store.MutStore, []byte("before"), 10, 0)
+	uuid, high, gen := l.Open(2, func() uint64 { return 42 })
+	if uuid != 42 || high != 1 {
+		t.Fatalf("Open = %d %d", uuid, high)
+	}
+	for i := range 10 {
+		l.Mutated(2, store.MutStore, fmt.Appendf(nil, "key-%d", i), 100+i, 0)
+	}
+	l.Mutated(2, store.MutDelete, []byte("key-3"), 5, 0)
+	got, h, ok := l.Read(2, 5, gen, make([]Entry, 0, 100), nil)
+	if !ok || h != 12 {
+		t.Fatalf("Read ok=%v high=%d", ok, h)
+	}
+	if len(got) != 7 || got[0].Seq != 6 || string(got[0].Key) != "key-4" || got[6].Kind != store.MutDelete || string(got[6].Key) != "key-3" {
+		t.Fatalf("entries %+v", got)
+	}
+	// Entries from before the ring existed cannot be read.
+	if _, _, ok := l.Read(2, 0, gen, make([]Entry, 0, 100), nil); ok {
+		t.Fatal("read from before the ring reported ok")
+	}
+	// A reset generation forces a restart.
+	l.Forget(2)
+	if _, _, ok := l.Read(2, 5, gen, make([]Entry, 0, 100), nil); ok {
+		t.Fatal("read after Forget with the old generation reported ok")
+	}
+	if b, exact := l.BytesAfter(2, 12); b != 0 || !exact {
+		t.Fatalf("BytesAfter(high) = %d %v", b, exact)
+	}
+}
+
+func TestLogRingBoundedAndDrops(t *testing.T) {
+	const max = 64 << 10
+	l := newTestLog(t, max)
+	_, _, gen := l.Open(0, func() uint64 { return 1 })
+	key := make([]byte, 200)
+	for i := range 20000 {
+		key[0] = byte(i)
+		l.Mutated(0, store.MutStore, key, 300, 0)
+	}
+	if fp := l.RingBytes(); fp > max {
+		t.Fatalf("ring holds %d bytes, budget %d", fp, max)
+	}
+	if _, _, ok := l.Read(0, 1, gen, make([]Entry, 0, 10), nil); ok {
+		t.Fatal("read of dropped entries reported ok")
+	}
+	got, _, ok := l.Read(0, 19990, gen, make([]Entry, 0, 100), nil)
+	if !ok || len(got) != 10 || got[9].Seq != 20000 || got[9].Key[0] != byte(19999%256) {
+		t.Fatalf("tail read ok=%v n=%d", ok, len(got))
+	}
+	b, exact := l.BytesAfter(0, 19990)
+	if b != 3000 || !exact {
+		t.Fatalf("BytesAfter = %d %v, want 3000 true", b, exact)
+	}
+	if _, exact := l.BytesAfter(0, 5); exact {
+		t.Fatal("BytesAfter a dropped position claims to be exact")
+	}
+}
+
+func TestLogGrowKeepsOrder(t *testing.T) {
+	l := newTestLog(t, 8<<20)
+	_, _, gen := l.Open(3, func() uint64 { return 1 })
+	for i := range 5000 {
+		l.Mutated(3, store.MutStore, fmt.Appendf(nil, "k%05d", i), 10, 0)
+	}
+	got, _, ok := l.Read(3, 0, gen, make([]Entry, 0, 5000), nil)
+	if !ok || len(got) != 5000 {
+		t.Fatalf("ok=%v n=%d", ok, len(got))
+	}
+	for i, e := range got {
+		if e.Seq != uint64(i+1) || string(e.Key) != fmt.Sprintf("k%05d", i) {
+			t.Fatalf("entry %d = %d %q", i, e.Seq, e.Key)
+		}
+	}
+}
+
+func TestLogReplicaExpiryNotNumbered(t *testing.T) {
+	tab := vbucket.NewTable(2)
+	tab.Set(0, vbucket.Replica)
+	l := NewLog(tab, 0)
+	l.Mutated(0, store.MutStore, []byte("k"), 1, 7) // applied from a producer
+	l.Mutated(0, store.MutExpire, []byte("k"), 1, 0)
+	if h := l.High(0); h != 7 {
+		t.Fatalf("high = %d, want 7 (a replica does not number its own expiries)", h)
+	}
+}
