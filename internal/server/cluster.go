@@ -268,6 +268,8 @@ func (c *conn) binCluster(op protocol.Opcode, extras, key, rest []byte, vlen, hk
 			c.binNotMyVBucket()
 			return skip()
 		}
+		// An operator's state change overrides a takeover running here.
+		cl.streams.AbortTakeover(vb)
 		if st != vbucket.Replica {
 			// A replica promoted (or dropped) stops following its source.
 			cl.streams.StopReplication(vb)
@@ -304,6 +306,7 @@ func (c *conn) binCluster(op protocol.Opcode, extras, key, rest []byte, vlen, hk
 		// Dead first, so no new item lands in vb, then drop its items
 		// from the store's list for vb: time in proportion to the
 		// vbucket, never a scan.
+		cl.streams.AbortTakeover(vb)
 		cl.streams.StopReplication(vb)
 		if _, err := cl.vbs.Set(vb, vbucket.Dead); err != nil {
 			c.binError(protocol.StatusInvalid)

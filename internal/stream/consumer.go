@@ -232,11 +232,17 @@ func (c *consumer) handle(pk *packet) (done bool, err error) {
 		if len(pk.extras) != 1 {
 			return false, errBadPacket
 		}
+		// Only the handover's two steps, in order: replica → pending →
+		// active. A vbucket whose state someone else changed meanwhile
+		// (SET_VBUCKET, DEL_VBUCKET) refuses, and the handover aborts.
 		st := vbucket.State(pk.extras[0])
 		status := protocol.StatusOK
-		if !c.takeover || (st != vbucket.Pending && st != vbucket.Active) {
+		switch {
+		case !c.takeover:
 			status = protocol.StatusInvalid
-		} else if _, err := c.n.States.Set(vb, st); err != nil {
+		case st == vbucket.Pending && c.n.States.CompareAndSet(vb, vbucket.Replica, vbucket.Pending):
+		case st == vbucket.Active && c.n.States.CompareAndSet(vb, vbucket.Pending, vbucket.Active):
+		default:
 			status = protocol.StatusInvalid
 		}
 		if err := c.ack(); err != nil {

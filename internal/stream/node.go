@@ -44,7 +44,14 @@ type Node struct {
 	consumers map[string]map[*cstream]struct{} // by source node
 	reps      map[string]*replicator           // replication by source node
 	repOf     map[uint16]string                // vbucket → its replication source
-	takeovers map[uint16]string                // vbucket → source of a takeover in progress
+	takeovers map[uint16]*takeoverRun          // takeovers in progress, by vbucket
+}
+
+// takeoverRun is a takeover in progress on this node (the consumer side).
+type takeoverRun struct {
+	src    string
+	cancel context.CancelFunc
+	done   chan struct{} // closed when Takeover returns
 }
 
 // progress is a consumer's position in a vbucket's history.
@@ -58,7 +65,7 @@ func NewNode(st *store.Store, states *vbucket.Table, maxRing int) *Node {
 	n := &Node{Store: st, States: states, Log: NewLog(states, maxRing),
 		prog: make([]progress, states.Len()), producers: map[*producer]struct{}{},
 		consumers: map[string]map[*cstream]struct{}{}, reps: map[string]*replicator{},
-		repOf: map[uint16]string{}, takeovers: map[uint16]string{}}
+		repOf: map[uint16]string{}, takeovers: map[uint16]*takeoverRun{}}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	if d, err := time.ParseDuration(os.Getenv("VBCACHE_FAILPOINT_HANDOVER_PAUSE")); err == nil {
 		n.handoverPause = d
@@ -157,17 +164,21 @@ func (n *Node) Takeover(ctx context.Context, vb int, src string) error {
 	if vb < 0 || vb >= n.States.Len() {
 		return ErrBadVBucket
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	run := &takeoverRun{src: src, cancel: cancel, done: make(chan struct{})}
 	n.mu.Lock()
 	if _, busy := n.takeovers[uint16(vb)]; busy {
 		n.mu.Unlock()
 		return ErrBusy
 	}
-	n.takeovers[uint16(vb)] = src
+	n.takeovers[uint16(vb)] = run
 	n.mu.Unlock()
 	defer func() {
 		n.mu.Lock()
 		delete(n.takeovers, uint16(vb))
 		n.mu.Unlock()
+		close(run.done)
 	}()
 	switch n.States.Get(vb) {
 	case vbucket.Active:
@@ -201,6 +212,21 @@ func (n *Node) Takeover(ctx context.Context, vb int, src string) error {
 	n.Forget(vb)
 	n.States.CompareAndSet(vb, vbucket.Replica, vbucket.Dead)
 	return fmt.Errorf("takeover of vbucket %d from %s failed: %w", vb, src, err)
+}
+
+// AbortTakeover stops a takeover of vb in progress on this node (the
+// operator changed or deleted the vbucket here) and waits until it has
+// stopped. The source, cut off before it told this node to turn active,
+// turns itself back active.
+func (n *Node) AbortTakeover(vb int) {
+	n.mu.Lock()
+	run := n.takeovers[uint16(vb)]
+	n.mu.Unlock()
+	if run == nil {
+		return
+	}
+	run.cancel()
+	<-run.done
 }
 
 // replicator keeps one consumer connection to a source node streaming the

@@ -111,12 +111,16 @@ func (n *Node) ServeProducer(nc net.Conn, buffered []byte, name string) {
 	nc.Close() // unblocks a writer stuck in Write
 	wg.Wait()
 	p.mu.Lock()
-	streams := p.streams
-	p.streams = nil
+	streams := append([]*pstream(nil), p.streams...)
 	p.mu.Unlock()
+	// Finish (and turn back active) before the streams disappear from
+	// "stats streams", so nobody sees a dead vbucket with no stream.
 	for _, s := range streams {
 		p.finish(s)
 	}
+	p.mu.Lock()
+	p.streams = nil
+	p.mu.Unlock()
 }
 
 // finish releases a stream; a takeover that made the vbucket dead here
@@ -331,6 +335,7 @@ func (p *producer) writeLoop() {
 }
 
 func (p *producer) remove(s *pstream) {
+	p.finish(s)
 	p.mu.Lock()
 	for i, t := range p.streams {
 		if t == s {
@@ -339,7 +344,6 @@ func (p *producer) remove(s *pstream) {
 		}
 	}
 	p.mu.Unlock()
-	p.finish(s)
 }
 
 func (p *producer) end(s *pstream, reason uint32) {
@@ -541,8 +545,12 @@ func (p *producer) handover(s *pstream) error {
 	return p.flush()
 }
 
-// statusNoAnswer stands for "no answer came" in setState.
-const statusNoAnswer protocol.Status = 0xffff
+// Pseudo-statuses of setState: the request went out and no answer came
+// (the consumer may have acted on it), or it could not go out at all.
+const (
+	statusNoAnswer protocol.Status = 0xffff
+	statusGone     protocol.Status = 0xfffe
+)
 
 // setState tells the consumer to move the vbucket to st and waits for its
 // answer.
@@ -551,12 +559,21 @@ func (p *producer) setState(s *pstream, st vbucket.State) protocol.Status {
 	case <-s.resp:
 	default:
 	}
+	select {
+	case <-p.done:
+		// The consumer's side is closed: it cannot read this request.
+		return statusGone
+	default:
+	}
 	p.out = appendReq(p.out, OpSetState, s.vb, s.opaque, 0, []byte{byte(st)}, nil, nil)
+	if err := p.flush(); err != nil {
+		// A failed write leaves nothing the consumer could act on (a
+		// socket with an error takes no bytes; a partial packet is
+		// never applied).
+		return statusGone
+	}
 	if st == vbucket.Active {
 		s.sentActive = true
-	}
-	if err := p.flush(); err != nil {
-		return statusNoAnswer
 	}
 	t := time.NewTimer(handoverTimeout)
 	defer t.Stop()

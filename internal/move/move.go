@@ -1,0 +1,394 @@
+// Package move moves one vbucket from one node to another, as DESIGN.md §3
+// describes, and settles every way that can fail. The cluster manager and
+// `vbcache ctl move-vbucket` both call Move; it is synchronous, starts no
+// goroutine that outlives it, and talks to the nodes only through their
+// control requests (internal/admin).
+//
+// # The happy path
+//
+//  1. Preflight: the source holds the vbucket active; the target does not.
+//     The process id of each node is noted, so that a node that restarts
+//     during the move (and so lost its copy) is recognised later.
+//  2. TAKEOVER on the target. The target streams the vbucket from the
+//     source (replica while it copies, pending for the handover); the
+//     source turns dead once drained, sends the rest and tells the target
+//     to turn active (internal/stream). TAKEOVER is answered when the
+//     vbucket is active on the target, or with the reason it is not.
+//  3. Publish the new map: the newest cluster config (by revEpoch, rev)
+//     among the nodes, with row vb's active set to the target (added to
+//     serverList, nodes and nodesExt if absent; removed from the row's
+//     replicas), rev+1, pushed with SET_CLUSTER_CONFIG to every node of its
+//     serverList and to both ends of the move. When no node holds a config
+//     there is nothing to publish, and Result says so.
+//  4. Only once both ends of the move hold the new map (or there is no map)
+//     is the old copy deleted (DEL_VBUCKET on the source). Until then the
+//     dead copy is the fallback if the target is lost.
+//
+// # Recovery rules
+//
+// When TAKEOVER fails (the node answered an error, or the connection
+// broke, or it timed out), Move looks at both nodes, every Settle/50 for up
+// to Options.Settle (default 5 s), and applies the first rule that fits.
+// "Settled" means the target is not pending and neither node still has a
+// stream of the vbucket between them open: the takeover is over on both
+// sides, so no state can change behind our back. "Lost" means connection
+// refused (on one machine: the process is gone) or a different process id
+// than at preflight (the node restarted and every vbucket it held is gone).
+//
+// The invariant each rule keeps is "never two actives": the target turns
+// active only when the source, already dead, tells it to; so the source
+// being active proves the target is not, and the target being active
+// proves the source turned dead for good (it stays dead once it has sent
+// "go active").
+//
+//   - R1 the target is active → the move happened (only its answer was
+//     lost): publish and delete the old copy as on the happy path. If the
+//     source is reachable and active too, that is two actives, which the
+//     stream protocol must never produce: nothing is touched and the move
+//     is unresolved.
+//   - R2 the target is pending, or a stream of the vbucket is still open on
+//     either node → the handover is in flight: wait.
+//   - R3 the source is active → aborted cleanly: the source never told the
+//     target to go active (or the target refused), so the target cannot be
+//     active. The target's partial copy (replica) is dropped with
+//     DEL_VBUCKET when the target is reachable and settled.
+//   - R4 the source is dead (reachable, same process) and the target is
+//     settled and not active, or lost → set the source active again and
+//     drop the target's copy. Justification: the target is not active and
+//     no stream can make it so (settled, or its process is gone), and the
+//     source's dead copy holds every write it ever acknowledged (a dead
+//     vbucket keeps its items until DEL_VBUCKET). This deliberately does
+//     NOT promote a replica target here, though the source "sent
+//     everything before go active": sent is not received. When the
+//     connection broke after the last mutations were written, the target
+//     may lack some of them, while the source certainly has them.
+//   - R5 the source is lost and the target is settled as a replica → the
+//     handover had begun (a target that fails before it turns pending
+//     drops its copy and goes dead, internal/stream Node.Takeover), so the
+//     target holds every write the source acknowledged before the
+//     handover began, and the source can answer nothing: promote the
+//     target (SET_VBUCKET active) and publish the map. The old copy is not
+//     deleted (its node is gone). Writes the source acknowledged between
+//     the drain and its turning dead, and the tail it had not yet sent,
+//     are lost with the source; this is a cache, and the alternative is
+//     losing the whole vbucket.
+//   - Anything else (a node that times out without refusing, the source
+//     lost while the target is dead or lost, a state the protocol does not
+//     produce, or R2 still waiting when Settle runs out) → unresolved:
+//     states are left alone and the error says what each node reported.
+//
+// The rules act as soon as one fits, so R4 does not wait for the source
+// to turn itself back active (it does so when its stream ends without
+// "go active"): setting it active ourselves gives the same state.
+//
+// Move's ctx bounds the preflight and the TAKEOVER request. Closing the
+// TAKEOVER connection does not stop the move on the target (the request
+// runs on the node, not on the connection), so recovery always runs,
+// bounded by Settle, even after ctx ended.
+package move
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/vbcache/vbcache/internal/admin"
+	"github.com/vbcache/vbcache/internal/vbucket"
+)
+
+// Options tune a move. The zero value uses the defaults.
+type Options struct {
+	// Nodes are further nodes to read the cluster config from (and to
+	// push the new one to), besides the two ends of the move and the
+	// config's serverList.
+	Nodes []string
+	// Settle bounds recovery after a failed TAKEOVER: how long Move waits
+	// for the two nodes to reach a state a rule can act on (default 5 s).
+	Settle time.Duration
+	// MoveTimeout bounds the TAKEOVER request itself (default 10 minutes).
+	MoveTimeout time.Duration
+	// RequestTimeout bounds every other control request (default 3 s).
+	RequestTimeout time.Duration
+	// Logf, if set, receives a line per step.
+	Logf func(format string, args ...any)
+}
+
+// Defaults for Options' zero values.
+const (
+	DefaultSettle         = 5 * time.Second
+	DefaultMoveTimeout    = 10 * time.Minute
+	DefaultRequestTimeout = 3 * time.Second
+)
+
+func (o Options) withDefaults() Options {
+	if o.Settle <= 0 {
+		o.Settle = DefaultSettle
+	}
+	if o.MoveTimeout <= 0 {
+		o.MoveTimeout = DefaultMoveTimeout
+	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = DefaultRequestTimeout
+	}
+	return o
+}
+
+func (o *Options) logf(format string, args ...any) {
+	if o.Logf != nil {
+		o.Logf(format, args...)
+	}
+}
+
+// Outcome is how a move ended.
+type Outcome uint8
+
+const (
+	// NotStarted: the preflight failed; nothing was changed.
+	NotStarted Outcome = iota
+	// Moved: the vbucket is active on the target and dead on the source.
+	Moved
+	// Aborted: the vbucket is active on the source, as before the move.
+	Aborted
+	// Promoted: the source was lost during the handover and the target,
+	// which held the vbucket as a replica, was made active.
+	Promoted
+	// Unresolved: Move could not tell what happened and changed nothing
+	// after the failure; Result.Detail says what each node reported.
+	Unresolved
+)
+
+// String returns the outcome's name.
+func (o Outcome) String() string {
+	switch o {
+	case NotStarted:
+		return "not-started"
+	case Moved:
+		return "moved"
+	case Aborted:
+		return "aborted"
+	case Promoted:
+		return "promoted"
+	case Unresolved:
+		return "unresolved"
+	}
+	return fmt.Sprintf("outcome(%d)", uint8(o))
+}
+
+// Errors Move wraps; test with errors.Is.
+var (
+	ErrPreflight    = errors.New("move: preflight failed")
+	ErrAborted      = errors.New("move: aborted, the source is active")
+	ErrUnresolved   = errors.New("move: unresolved")
+	ErrNotPublished = errors.New("move: new map not published")
+)
+
+// Result reports a move.
+type Result struct {
+	VBucket  int
+	From, To string
+	Outcome  Outcome
+	// TakeoverErr is what the TAKEOVER request returned (nil: success).
+	TakeoverErr error
+	// Rule names the recovery rule applied after a failed TAKEOVER.
+	Rule string
+	// Detail describes the recovery: what each node reported.
+	Detail string
+
+	// Published is true when the new map was stored by the nodes that
+	// matter (both ends, or the target alone after source loss); Rev and
+	// RevEpoch are then its revision. NoConfig is true when no node had a
+	// config, so none was published.
+	Published     bool
+	NoConfig      bool
+	Rev, RevEpoch int64
+	// PublishedTo lists the nodes that hold the new map; PublishFailed the
+	// others, with the reason.
+	PublishedTo   []string
+	PublishFailed map[string]string
+	// OldCopyDeleted is true when DEL_VBUCKET on the source succeeded;
+	// DeleteErr says why it was not, if it was tried.
+	OldCopyDeleted bool
+	DeleteErr      error
+	// TargetCopyDropped is true when an aborted move dropped the target's
+	// partial copy.
+	TargetCopyDropped bool
+
+	// Timings.
+	Duration                               time.Duration // the whole move
+	Preflight, Takeover, Recovery, Publish time.Duration
+	Delete                                 time.Duration
+}
+
+// String is the outcome line, e.g. "moved vbucket 5 from a to b; map rev
+// 7 published to 3 nodes; old copy deleted".
+func (r *Result) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s vbucket %d from %s to %s", r.Outcome, r.VBucket, r.From, r.To)
+	if r.Rule != "" {
+		fmt.Fprintf(&b, " (recovery %s)", r.Rule)
+	}
+	switch {
+	case r.Published:
+		fmt.Fprintf(&b, "; map rev %d (epoch %d) published to %d nodes", r.Rev, r.RevEpoch, len(r.PublishedTo))
+	case r.NoConfig:
+		b.WriteString("; no node holds a cluster map, none published")
+	case r.Outcome == Moved || r.Outcome == Promoted:
+		b.WriteString("; map NOT published")
+	}
+	if r.OldCopyDeleted {
+		b.WriteString("; old copy deleted")
+	}
+	if r.TargetCopyDropped {
+		b.WriteString("; target's partial copy dropped")
+	}
+	return b.String()
+}
+
+// Timings is a line of the move's durations.
+func (r *Result) Timings() string {
+	ms := func(d time.Duration) string { return d.Round(time.Microsecond).String() }
+	return fmt.Sprintf("total %s: preflight %s, takeover %s, recovery %s, publish %s, delete %s",
+		ms(r.Duration), ms(r.Preflight), ms(r.Takeover), ms(r.Recovery), ms(r.Publish), ms(r.Delete))
+}
+
+// Move moves vbucket vb from the node at from to the node at to (both
+// host:port) and settles the outcome (see the package comment). The error
+// is nil when the vbucket ends active on the target with the map
+// published (or no map anywhere): Outcome Moved, or Promoted after the
+// source was lost. Otherwise it wraps ErrPreflight, ErrAborted,
+// ErrUnresolved or ErrNotPublished, and Result says what happened.
+func Move(ctx context.Context, vb int, from, to string, opt Options) (res Result, err error) {
+	opt = opt.withDefaults()
+	start := time.Now()
+	res = Result{VBucket: vb, From: from, To: to}
+	defer func() { res.Duration = time.Since(start) }()
+	if from == to {
+		return res, fmt.Errorf("%w: source and target are both %s", ErrPreflight, from)
+	}
+	if vb < 0 || vb > 0xffff {
+		return res, fmt.Errorf("%w: vbucket %d out of range", ErrPreflight, vb)
+	}
+	m := &mover{vb: vb, from: from, to: to, opt: opt}
+
+	// 1. Preflight.
+	t0 := time.Now()
+	fv := m.observe(ctx, from, "", "")
+	tv := m.observe(ctx, to, "", from)
+	res.Preflight = time.Since(t0)
+	switch {
+	case fv.reach != reachOK:
+		return res, fmt.Errorf("%w: source %s: %v", ErrPreflight, from, fv.err)
+	case fv.state != vbucket.Active:
+		return res, fmt.Errorf("%w: source %s holds vbucket %d as %s, not active", ErrPreflight, from, vb, fv.state)
+	case tv.reach != reachOK:
+		return res, fmt.Errorf("%w: target %s: %v", ErrPreflight, to, tv.err)
+	case tv.state == vbucket.Active:
+		return res, fmt.Errorf("%w: target %s already holds vbucket %d active", ErrPreflight, to, vb)
+	}
+	m.fromPID, m.toPID = fv.pid, tv.pid
+	opt.logf("preflight: %s holds vbucket %d active (pid %s); %s holds it %s (pid %s)", from, vb, fv.pid, to, tv.state, tv.pid)
+
+	// 2. TAKEOVER on the target.
+	t0 = time.Now()
+	res.TakeoverErr = m.takeover(ctx)
+	res.Takeover = time.Since(t0)
+	if res.TakeoverErr == nil {
+		opt.logf("takeover: vbucket %d active on %s after %s", vb, to, res.Takeover.Round(time.Millisecond))
+		res.Outcome = Moved
+		return res, m.finish(&res, true /* deleteOld */)
+	}
+	opt.logf("takeover failed after %s: %v", res.Takeover.Round(time.Millisecond), res.TakeoverErr)
+
+	// Recovery (the rules in the package comment).
+	t0 = time.Now()
+	err = m.recover(&res)
+	res.Recovery = time.Since(t0)
+	return res, err
+}
+
+// mover is one Move's state.
+type mover struct {
+	vb             int
+	from, to       string
+	fromPID, toPID string
+	opt            Options
+}
+
+// takeover sends TAKEOVER to the target and waits for its answer. The
+// connection is closed if ctx ends; the move itself goes on on the node.
+func (m *mover) takeover(ctx context.Context) error {
+	c, err := admin.Dial(ctx, m.to)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	c.MoveTimeout = m.opt.MoveTimeout
+	err = c.Takeover(m.vb, m.from)
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("%w (%v)", ctx.Err(), err)
+	}
+	return err
+}
+
+// finish publishes the map after the vbucket became active on the target
+// and, if deleteOld, then deletes the source's copy. res.Outcome is set.
+func (m *mover) finish(res *Result, deleteOld bool) error {
+	ctx := context.Background() // bounded by RequestTimeout per request
+	t0 := time.Now()
+	p := m.publish(ctx)
+	res.Publish = time.Since(t0)
+	res.Rev, res.RevEpoch, res.NoConfig = p.rev, p.epoch, p.noConfig
+	res.PublishedTo, res.PublishFailed = p.stored, p.failed
+	need := []string{m.to}
+	if deleteOld {
+		need = append(need, m.from)
+	}
+	if !p.noConfig {
+		res.Published = p.err == nil
+		for _, n := range need {
+			if _, bad := p.failed[n]; bad {
+				res.Published = false
+			}
+		}
+		if !res.Published {
+			why := p.err
+			if why == nil {
+				why = fmt.Errorf("%v", p.failed)
+			}
+			return fmt.Errorf("%w: vbucket %d is active on %s but the map says otherwise: %v; the old copy on %s is kept",
+				ErrNotPublished, m.vb, m.to, why, m.from)
+		}
+		m.opt.logf("published map rev %d (epoch %d) to %s", p.rev, p.epoch, strings.Join(p.stored, ","))
+	} else {
+		m.opt.logf("no node holds a cluster map: nothing published")
+	}
+	if !deleteOld {
+		return nil
+	}
+	t0 = time.Now()
+	res.DeleteErr = m.withConn(ctx, m.from, func(c *admin.Conn) error { return c.DelVBucket(m.vb) })
+	res.Delete = time.Since(t0)
+	res.OldCopyDeleted = res.DeleteErr == nil
+	if res.DeleteErr != nil {
+		// The copy is dead: it serves nothing and only holds memory.
+		m.opt.logf("could not delete the old copy on %s: %v", m.from, res.DeleteErr)
+	}
+	return nil
+}
+
+// withConn runs f on a fresh control connection to addr.
+func (m *mover) withConn(ctx context.Context, addr string, f func(c *admin.Conn) error) error {
+	dctx, cancel := context.WithTimeout(ctx, m.opt.RequestTimeout)
+	defer cancel()
+	c, err := admin.Dial(dctx, addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.Timeout = m.opt.RequestTimeout
+	return f(c)
+}

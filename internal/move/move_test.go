@@ -1,0 +1,342 @@
+package move
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vbcache/vbcache/internal/admin"
+	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/vbmap"
+	"github.com/vbcache/vbcache/internal/vbucket"
+	"github.com/vbcache/vbcache/test/nodeproc"
+)
+
+// The tests run real vbcache processes (test/nodeproc) in cluster mode
+// with 16 vbuckets, and drive them over real sockets.
+
+const numVBuckets = 16
+
+var bin string // the vbcache binary, built once by TestMain
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "vbcache-move")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	bin, err = nodeproc.BuildVbcache(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// startNode starts a cluster-mode node (all vbuckets dead) with extra
+// environment variables.
+func startNode(t *testing.T, env ...string) *nodeproc.Node {
+	t.Helper()
+	return nodeproc.StartEnv(t, nodeproc.Vbcache, bin, env, "--vbuckets", strconv.Itoa(numVBuckets))
+}
+
+// failpoint makes a source node hold every handover, dead, for 20 s (the
+// test kills a node in that window).
+const failpoint = "VBCACHE_FAILPOINT_HANDOVER_PAUSE=20s"
+
+func dial(t *testing.T, addr string) *admin.Conn {
+	t.Helper()
+	c, err := admin.Dial(context.Background(), addr)
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// keysFor returns n keys that hash to vb.
+func keysFor(vb, n int) []string {
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		k := fmt.Sprintf("key-%d", i)
+		if vbmap.VBucketString(k, numVBuckets) == vb {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func setKeys(t *testing.T, c *admin.Conn, vb int, keys []string) {
+	t.Helper()
+	for _, k := range keys {
+		if _, err := c.Do(protocol.OpSet, uint16(vb), make([]byte, 8), []byte(k), []byte("v-"+k)); err != nil {
+			t.Fatalf("set %s on %s: %v", k, c.Addr, err)
+		}
+	}
+}
+
+// checkKeys requires every key readable with its value on c.
+func checkKeys(t *testing.T, c *admin.Conn, vb int, keys []string) {
+	t.Helper()
+	for _, k := range keys {
+		v, err := c.Do(protocol.OpGet, uint16(vb), nil, []byte(k), nil)
+		if err != nil || string(v) != "v-"+k {
+			t.Fatalf("get %s on %s: %q, %v", k, c.Addr, v, err)
+		}
+	}
+}
+
+func state(t *testing.T, c *admin.Conn, vb int) vbucket.State {
+	t.Helper()
+	st, err := c.GetVBucket(vb)
+	if err != nil {
+		t.Fatalf("GET_VBUCKET %d on %s: %v", vb, c.Addr, err)
+	}
+	return st
+}
+
+// waitState polls (the nodes are real processes: there is no clock to
+// advance) until vb is st on c, for at most 5 s.
+func waitState(t *testing.T, c *admin.Conn, vb int, st vbucket.State) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for state(t, c, vb) != st {
+		if time.Now().After(deadline) {
+			t.Fatalf("vbucket %d on %s never became %s", vb, c.Addr, st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// terse returns a config over servers, rev rev, epoch 1, one replica,
+// vbucket vb on [active, replica] and the others spread.
+func terse(t *testing.T, servers []string, rev int64, vb int, row []int) []byte {
+	t.Helper()
+	cfg := vbmap.Spread(servers, numVBuckets)
+	cfg.Rev, cfg.Name, cfg.BucketCapabilities = rev, "default", []string{"cccp"}
+	cfg.VBucketServerMap.NumReplicas = 1
+	for i := range cfg.VBucketServerMap.VBucketMap {
+		cfg.VBucketServerMap.VBucketMap[i] = []int{i % len(servers), -1}
+	}
+	cfg.VBucketServerMap.VBucketMap[vb] = row
+	for _, s := range servers {
+		host, p, _ := net.SplitHostPort(s)
+		port, _ := strconv.Atoi(p)
+		cfg.Nodes = append(cfg.Nodes, vbmap.Node{Hostname: net.JoinHostPort(host, "8091"), Ports: vbmap.NodePorts{Direct: port}})
+		cfg.NodesExt = append(cfg.NodesExt, vbmap.NodeExt{Hostname: host, Services: map[string]int{"kv": port, "mgmt": 8091}})
+	}
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A field the project does not model must survive the move.
+	return []byte(strings.Replace(string(b), "{", `{"clusterCapabilitiesVer":[1,0],`, 1))
+}
+
+func pushConfig(t *testing.T, c *admin.Conn, cfg []byte, rev int64) {
+	t.Helper()
+	if err := c.SetClusterConfig(cfg, 1, rev); err != nil {
+		t.Fatalf("SET_CLUSTER_CONFIG on %s: %v", c.Addr, err)
+	}
+}
+
+func config(t *testing.T, c *admin.Conn) (*vbmap.Config, []byte) {
+	t.Helper()
+	raw, err := c.ClusterConfig()
+	if err != nil {
+		t.Fatalf("GET_CLUSTER_CONFIG on %s: %v", c.Addr, err)
+	}
+	cfg, err := vbmap.Parse(raw)
+	if err != nil {
+		t.Fatalf("config on %s: %v\n%s", c.Addr, err, raw)
+	}
+	return cfg, raw
+}
+
+// TestMoveWithItems moves a vbucket of 5000 items from A to B while C,
+// which holds the map but not the vbucket, only learns the new map. B is
+// not in the map's serverList before the move.
+func TestMoveWithItems(t *testing.T) {
+	na, nb, nc := startNode(t), startNode(t), startNode(t)
+	a, b, c := dial(t, na.Addr), dial(t, nb.Addr), dial(t, nc.Addr)
+	const vb = 3
+	if err := a.SetVBucket(vb, vbucket.Active); err != nil {
+		t.Fatal(err)
+	}
+	keys := keysFor(vb, 5000)
+	setKeys(t, a, vb, keys)
+	cfg := terse(t, []string{na.Addr, nc.Addr}, 5, vb, []int{0, 1})
+	pushConfig(t, a, cfg, 5)
+	pushConfig(t, c, cfg, 5)
+
+	res, err := Move(context.Background(), vb, na.Addr, nb.Addr, Options{Logf: t.Logf})
+	t.Logf("%s\n%s", res.String(), res.Timings())
+	if err != nil || res.Outcome != Moved {
+		t.Fatalf("Move: %v, %v", res.Outcome, err)
+	}
+	if !res.Published || res.Rev != 6 || !res.OldCopyDeleted {
+		t.Fatalf("published %v rev %d deleted %v", res.Published, res.Rev, res.OldCopyDeleted)
+	}
+	if st := state(t, b, vb); st != vbucket.Active {
+		t.Fatalf("target: %s", st)
+	}
+	if st := state(t, a, vb); st != vbucket.Dead {
+		t.Fatalf("source: %s", st)
+	}
+	checkKeys(t, b, vb, keys)
+	// The old copy is gone: "stats vbucket" lists a dead vbucket only
+	// while it still holds items.
+	lines, err := a.Stats("vbucket")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range lines {
+		if strings.HasPrefix(kv[0], "vb_"+strconv.Itoa(vb)) {
+			t.Errorf("source still lists %s %s", kv[0], kv[1])
+		}
+	}
+	for _, n := range []*admin.Conn{a, b, c} {
+		got, raw := config(t, n)
+		if got.Rev != 6 || got.RevEpoch != 1 {
+			t.Errorf("%s: rev %d epoch %d", n.Addr, got.Rev, got.RevEpoch)
+		}
+		m := got.VBucketServerMap
+		if row := m.VBucketMap[vb]; m.ServerList[row[0]] != nb.Addr || row[1] != 1 {
+			t.Errorf("%s: row %d is %v over %v", n.Addr, vb, row, m.ServerList)
+		}
+		if r := m.VBucketMap[vb+1]; r[0] != 0 { // others untouched
+			t.Errorf("%s: row %d changed: %v", n.Addr, vb+1, r)
+		}
+		last := got.NodesExt[len(got.NodesExt)-1]
+		if len(got.NodesExt) != 3 || last.Services["kv"] != nb.Port || last.Services["mgmt"] != 8091 || len(got.Nodes) != 3 {
+			t.Errorf("%s: nodes %+v nodesExt %+v", n.Addr, got.Nodes, got.NodesExt)
+		}
+		if !strings.Contains(string(raw), `"clusterCapabilitiesVer":[1,0]`) {
+			t.Errorf("%s: unmodelled field lost: %s", n.Addr, raw)
+		}
+	}
+}
+
+// TestMoveTargetKilled kills the target while the source holds the
+// handover (dead here, pending there): the move is aborted and the source
+// is active again with every key.
+func TestMoveTargetKilled(t *testing.T) {
+	na, nb := startNode(t, failpoint), startNode(t)
+	a := dial(t, na.Addr)
+	const vb = 7
+	if err := a.SetVBucket(vb, vbucket.Active); err != nil {
+		t.Fatal(err)
+	}
+	keys := keysFor(vb, 1000)
+	setKeys(t, a, vb, keys)
+
+	type out struct {
+		res Result
+		err error
+	}
+	done := make(chan out, 1)
+	go func() {
+		res, err := Move(context.Background(), vb, na.Addr, nb.Addr, Options{Settle: 3 * time.Second, Logf: t.Logf})
+		done <- out{res, err}
+	}()
+	waitState(t, a, vb, vbucket.Dead) // the handover is held: B is pending
+	if err := nb.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	o := <-done
+	t.Logf("%s\n%s\n%s", o.res.String(), o.res.Detail, o.res.Timings())
+	// R3: the source turned itself back active (it never told the dead
+	// target to turn active); Move did not have to.
+	if o.res.Outcome != Aborted || !errors.Is(o.err, ErrAborted) || o.res.Rule != "R3" {
+		t.Fatalf("Move: %v (%s), %v", o.res.Outcome, o.res.Rule, o.err)
+	}
+	if st := state(t, a, vb); st != vbucket.Active {
+		t.Fatalf("source: %s", st)
+	}
+	checkKeys(t, a, vb, keys)
+}
+
+// TestMoveSourceKilledInHandover kills the source while it holds the
+// handover (dead there, pending on the target): the target is promoted
+// and holds every write acknowledged before the move began.
+func TestMoveSourceKilledInHandover(t *testing.T) {
+	na, nb := startNode(t, failpoint), startNode(t)
+	a, b := dial(t, na.Addr), dial(t, nb.Addr)
+	const vb = 9
+	if err := a.SetVBucket(vb, vbucket.Active); err != nil {
+		t.Fatal(err)
+	}
+	keys := keysFor(vb, 2000)
+	setKeys(t, a, vb, keys)
+	cfg := terse(t, []string{na.Addr, nb.Addr}, 10, vb, []int{0, 1})
+	pushConfig(t, a, cfg, 10)
+	pushConfig(t, b, cfg, 10)
+
+	type out struct {
+		res Result
+		err error
+	}
+	done := make(chan out, 1)
+	go func() {
+		res, err := Move(context.Background(), vb, na.Addr, nb.Addr, Options{Settle: 3 * time.Second, Logf: t.Logf})
+		done <- out{res, err}
+	}()
+	waitState(t, b, vb, vbucket.Pending)
+	waitState(t, a, vb, vbucket.Dead)
+	if err := na.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	o := <-done
+	t.Logf("%s\n%s\n%s", o.res.String(), o.res.Detail, o.res.Timings())
+	if o.err != nil || o.res.Outcome != Promoted || o.res.Rule != "R5" {
+		t.Fatalf("Move: %v (%s), %v", o.res.Outcome, o.res.Rule, o.err)
+	}
+	if !o.res.Published || o.res.Rev != 11 || o.res.OldCopyDeleted {
+		t.Fatalf("published %v rev %d deleted %v", o.res.Published, o.res.Rev, o.res.OldCopyDeleted)
+	}
+	if st := state(t, b, vb); st != vbucket.Active {
+		t.Fatalf("target: %s", st)
+	}
+	checkKeys(t, b, vb, keys)
+	got, _ := config(t, b)
+	if row := got.VBucketServerMap.VBucketMap[vb]; row[0] != 1 || row[1] != -1 {
+		t.Errorf("row %d is %v, want [1 -1] (the target leaves the replicas)", vb, row)
+	}
+}
+
+// TestMovePreflight: nothing is touched when the source does not hold the
+// vbucket active, or the target already does.
+func TestMovePreflight(t *testing.T) {
+	na, nb := startNode(t), startNode(t)
+	a, b := dial(t, na.Addr), dial(t, nb.Addr)
+	res, err := Move(context.Background(), 1, na.Addr, nb.Addr, Options{})
+	if !errors.Is(err, ErrPreflight) || res.Outcome != NotStarted || !strings.Contains(err.Error(), "dead, not active") {
+		t.Fatalf("source dead: %v, %v", res.Outcome, err)
+	}
+	if err := a.SetVBucket(1, vbucket.Active); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetVBucket(1, vbucket.Active); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Move(context.Background(), 1, na.Addr, nb.Addr, Options{}); !errors.Is(err, ErrPreflight) {
+		t.Fatalf("target active: %v", err)
+	}
+	if _, err := Move(context.Background(), 1, na.Addr, na.Addr, Options{}); !errors.Is(err, ErrPreflight) {
+		t.Fatalf("same node: %v", err)
+	}
+	if st := state(t, a, 1); st != vbucket.Active {
+		t.Fatalf("source touched: %s", st)
+	}
+}

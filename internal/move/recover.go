@@ -1,0 +1,252 @@
+package move
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vbcache/vbcache/internal/admin"
+	"github.com/vbcache/vbcache/internal/vbucket"
+)
+
+// reach is how a node answered.
+type reach uint8
+
+const (
+	reachOK      reach = iota // it answered
+	reachRefused              // connection refused: nothing listens there
+	reachNoReply              // timeout, reset, an error answer: it may be alive
+)
+
+// view is one observation of one node.
+type view struct {
+	reach     reach
+	err       error         // why not reachOK
+	state     vbucket.State // the vbucket's state there
+	pid       string        // the process id ("stats" pid)
+	restarted bool          // pid differs from the preflight's: its copies are gone
+	streaming bool          // a stream of the vbucket between the two ends is open here
+}
+
+// lost reports whether the node's copy of the vbucket is certainly gone:
+// its process is gone or was replaced.
+func (v view) lost() bool { return v.reach == reachRefused || (v.reach == reachOK && v.restarted) }
+
+func (v view) String() string {
+	switch v.reach {
+	case reachRefused:
+		return "connection refused (process gone)"
+	case reachNoReply:
+		return fmt.Sprintf("no answer (%v)", v.err)
+	}
+	s := v.state.String()
+	if v.restarted {
+		s += ", restarted (pid " + v.pid + ")"
+	}
+	if v.streaming {
+		s += ", stream open"
+	}
+	return s
+}
+
+// observe asks the node at addr for the vbucket's state, its pid (compared
+// with pid0 when set) and whether a stream of the vbucket is open there:
+// a consumer fed from peer (on the target), or a takeover producer (on
+// the source; the producer names the consumer by the target's own name,
+// which need not be the address Move uses, so any takeover stream of the
+// vbucket counts).
+func (m *mover) observe(ctx context.Context, addr, pid0, peer string) view {
+	var v view
+	err := m.withConn(ctx, addr, func(c *admin.Conn) error {
+		st, err := c.GetVBucket(m.vb)
+		if err != nil {
+			return err
+		}
+		v.state = st
+		gen, err := c.Stats("")
+		if err != nil {
+			return err
+		}
+		for _, kv := range gen {
+			if kv[0] == "pid" {
+				v.pid = kv[1]
+			}
+		}
+		v.restarted = pid0 != "" && v.pid != pid0
+		streams, err := c.Stats("streams")
+		if err != nil {
+			return err
+		}
+		v.streaming = streamOpen(streams, m.vb, peer)
+		return nil
+	})
+	switch {
+	case err == nil:
+		v.reach = reachOK
+	case admin.Refused(err):
+		v.reach, v.err = reachRefused, err
+	default:
+		v.reach, v.err = reachNoReply, err
+	}
+	return v
+}
+
+// streamOpen reports whether "stats streams" lines show a stream of vb:
+// a consumer of it fed from peer (peer != ""), or a takeover producer of
+// it. The lines are "consumer:<src>:vb_<n>:<field>" and
+// "producer:<name>:vb_<n>:type" = "takeover"; names hold colons, so the
+// vbucket is found from the end.
+func streamOpen(lines [][2]string, vb int, peer string) bool {
+	vbPart := ":vb_" + strconv.Itoa(vb) + ":"
+	for _, kv := range lines {
+		k := kv[0]
+		if peer != "" && strings.HasPrefix(k, "consumer:"+peer+vbPart) {
+			return true
+		}
+		if strings.HasPrefix(k, "producer:") && strings.HasSuffix(k, vbPart+"type") && kv[1] == "takeover" {
+			return true
+		}
+	}
+	return false
+}
+
+// action is what a recovery rule decides.
+type action uint8
+
+const (
+	actWait       action = iota // not settled yet: look again
+	actMoved                    // R1: the target is active
+	actAborted                  // R3: the source is active
+	actReactivate               // R4: set the source active again
+	actPromote                  // R5: set the target active
+	actUnresolved               // nothing safe to do
+)
+
+// decide is the recovery rules of the package comment, as a pure function
+// of one observation of the source (f) and the target (t). rule names the
+// rule for the report.
+func decide(f, t view) (a action, rule string) {
+	fActive := f.reach == reachOK && f.state == vbucket.Active
+	// R1. The target turns active only when the source, already dead for
+	// good, tells it to: the move happened. Both active would break the
+	// protocol's promise; touch nothing.
+	if t.reach == reachOK && t.state == vbucket.Active {
+		if fActive {
+			return actUnresolved, "both-active"
+		}
+		return actMoved, "R1"
+	}
+	// R2. A pending target or an open stream: the handover may still
+	// turn the target active (or the source back active). Wait.
+	if (t.reach == reachOK && (t.state == vbucket.Pending || t.streaming)) || (f.reach == reachOK && f.streaming) {
+		return actWait, "R2"
+	}
+	// R3. The source is active: it never sent "go active" (it stays dead
+	// once it has), so the target is not active and, its stream closed,
+	// cannot become so.
+	if fActive {
+		if f.restarted {
+			// A new process holds it active: someone else set it so.
+			// Not this move's doing; touch nothing.
+			return actUnresolved, "source-restarted-active"
+		}
+		return actAborted, "R3"
+	}
+	// R4. The source is dead and holds every write it acknowledged; the
+	// target is not active and cannot become so (settled here, or its
+	// process is gone). One active again: the source.
+	if f.reach == reachOK && !f.restarted && (f.state == vbucket.Dead || f.state == vbucket.Unknown) {
+		if t.lost() || t.reach == reachOK {
+			return actReactivate, "R4"
+		}
+		return actWait, "R4-wait" // the target does not answer: it may be active
+	}
+	// R5. The source is gone. A target that kept the vbucket as a replica
+	// had turned pending, so the handover had begun and it holds what
+	// the source acknowledged before: promote it.
+	if f.lost() {
+		if t.reach == reachOK && !t.restarted && t.state == vbucket.Replica {
+			return actPromote, "R5"
+		}
+		if t.reach == reachNoReply {
+			return actWait, "R5-wait"
+		}
+		return actUnresolved, "source-and-copy-lost"
+	}
+	if f.reach == reachNoReply {
+		return actWait, "source-silent" // it may come back active, or turn back active
+	}
+	// The source in replica or pending: not a state a move leaves.
+	return actUnresolved, "unexpected-state"
+}
+
+// recover applies the rules until one acts or Settle runs out.
+func (m *mover) recover(res *Result) error {
+	ctx := context.Background() // recovery must run even when the caller's ctx ended; Settle bounds it
+	deadline := time.Now().Add(m.opt.Settle)
+	poll := max(m.opt.Settle/50, 20*time.Millisecond)
+	var f, t view
+	var a action
+	var rule string
+	for {
+		t = m.observe(ctx, m.to, m.toPID, m.from)
+		f = m.observe(ctx, m.from, m.fromPID, "")
+		a, rule = decide(f, t)
+		if a != actWait {
+			break
+		}
+		if time.Now().After(deadline) {
+			a = actUnresolved
+			rule += "-timeout"
+			break
+		}
+		time.Sleep(poll) // real nodes settle in real time; there is no clock to advance
+	}
+	res.Rule = rule
+	res.Detail = fmt.Sprintf("source %s: %v; target %s: %v", m.from, f, m.to, t)
+	m.opt.logf("recovery %s: %s", rule, res.Detail)
+	switch a {
+	case actMoved:
+		res.Outcome = Moved
+		return m.finish(res, true /* deleteOld */)
+	case actAborted:
+		res.Outcome = Aborted
+		m.dropTarget(ctx, res, t)
+		return fmt.Errorf("%w: vbucket %d stays on %s: takeover: %v", ErrAborted, m.vb, m.from, res.TakeoverErr)
+	case actReactivate:
+		err := m.withConn(ctx, m.from, func(c *admin.Conn) error { return c.SetVBucket(m.vb, vbucket.Active) })
+		if err != nil {
+			res.Outcome = Unresolved
+			return fmt.Errorf("%w: could not set vbucket %d active again on %s (%v); %s", ErrUnresolved, m.vb, m.from, err, res.Detail)
+		}
+		res.Outcome = Aborted
+		m.dropTarget(ctx, res, t)
+		return fmt.Errorf("%w: vbucket %d active again on %s: takeover: %v", ErrAborted, m.vb, m.from, res.TakeoverErr)
+	case actPromote:
+		err := m.withConn(ctx, m.to, func(c *admin.Conn) error { return c.SetVBucket(m.vb, vbucket.Active) })
+		if err != nil {
+			res.Outcome = Unresolved
+			return fmt.Errorf("%w: source lost and promoting %s failed (%v); %s", ErrUnresolved, m.to, err, res.Detail)
+		}
+		res.Outcome = Promoted
+		return m.finish(res, false /* deleteOld: its node is gone */)
+	}
+	res.Outcome = Unresolved
+	return fmt.Errorf("%w: vbucket %d (%s): %s; takeover: %v", ErrUnresolved, m.vb, rule, res.Detail, res.TakeoverErr)
+}
+
+// dropTarget deletes the target's partial copy after an abort, when the
+// target answered, is settled and holds one (a replica; a pending target
+// is never settled).
+func (m *mover) dropTarget(ctx context.Context, res *Result, t view) {
+	if t.reach != reachOK || t.state != vbucket.Replica || t.streaming {
+		return
+	}
+	err := m.withConn(ctx, m.to, func(c *admin.Conn) error { return c.DelVBucket(m.vb) })
+	res.TargetCopyDropped = err == nil
+	if err != nil {
+		m.opt.logf("could not drop the partial copy on %s: %v", m.to, err)
+	}
+}
