@@ -60,6 +60,14 @@ func (v view) String() string {
 func (m *mover) observe(ctx context.Context, addr, pid0, peer string) view {
 	var v view
 	err := m.withConn(ctx, addr, func(c *admin.Conn) error {
+		// Streams first, then the state: a producer turns the vbucket
+		// back active before its stream leaves "stats streams", so a
+		// view with no stream open shows the state after the revert.
+		streams, err := c.Stats("streams")
+		if err != nil {
+			return err
+		}
+		v.streaming = streamOpen(streams, m.vb, peer)
 		st, err := c.GetVBucket(m.vb)
 		if err != nil {
 			return err
@@ -75,11 +83,6 @@ func (m *mover) observe(ctx context.Context, addr, pid0, peer string) view {
 			}
 		}
 		v.restarted = pid0 != "" && v.pid != pid0
-		streams, err := c.Stats("streams")
-		if err != nil {
-			return err
-		}
-		v.streaming = streamOpen(streams, m.vb, peer)
 		return nil
 	})
 	switch {
