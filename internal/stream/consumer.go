@@ -29,6 +29,9 @@ type consumer struct {
 	tx       store.Tx
 	streams  map[uint16]*cstream
 	unacked  int // bytes received since the last BUFFER_ACK
+
+	firstDown time.Time // when the first replication stream went down
+	downErr   error
 }
 
 // cstream is one vbucket's stream on a consumer.
@@ -48,6 +51,25 @@ type cstream struct {
 	completeSeen        atomic.Uint64
 	items               atomic.Uint64
 }
+
+// streamDown notes that a replication stream was refused or ended. The
+// others go on; the connection ends (and the replicator reconnects, which
+// retries it) when every stream is down, or retryDown after the first.
+func (c *consumer) streamDown(s *cstream, err error) error {
+	s.ended = true
+	if c.firstDown.IsZero() {
+		c.firstDown = time.Now()
+		c.downErr = err
+	}
+	for _, t := range c.streams {
+		if !t.ended {
+			return nil
+		}
+	}
+	return err
+}
+
+const retryDown = 2 * time.Second
 
 // errEnded is returned by run for a takeover stream that ended without
 // handing the vbucket over.
@@ -100,13 +122,22 @@ func (c *consumer) run(ctx context.Context) error {
 	var pk packet
 	var buf []byte
 	for {
+		if !c.firstDown.IsZero() && r.Buffered() == 0 {
+			nc.SetReadDeadline(c.firstDown.Add(retryDown))
+		}
 		if err := readPacket(r, &pk, &buf); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
+			if c.downErr != nil {
+				return c.downErr
+			}
 			return err
 		}
 		c.unacked += pk.size
+		if !c.firstDown.IsZero() && time.Since(c.firstDown) > retryDown {
+			return c.downErr // reconnect: retry the streams that are down
+		}
 		done, err := c.handle(&pk)
 		if err != nil {
 			return err
@@ -164,7 +195,11 @@ func (c *consumer) handle(pk *packet) (done bool, err error) {
 			for _, s := range c.streams {
 				if s.opaque == pk.Opaque {
 					if pk.Status != protocol.StatusOK {
-						return false, fmt.Errorf("stream of vbucket %d refused by %s: status %#x", s.vb, c.src, uint16(pk.Status))
+						err := fmt.Errorf("stream of vbucket %d refused by %s: status %#x", s.vb, c.src, uint16(pk.Status))
+						if c.takeover {
+							return false, err
+						}
+						return false, c.streamDown(s, err)
 					}
 					s.open = true
 				}
@@ -266,7 +301,7 @@ func (c *consumer) handle(pk *packet) (done bool, err error) {
 			}
 			return false, fmt.Errorf("%w: reason %d", errEnded, reason)
 		}
-		return false, fmt.Errorf("%w: vbucket %d, reason %d", errEnded, vb, reason)
+		return false, c.streamDown(s, fmt.Errorf("%w: vbucket %d, reason %d", errEnded, vb, reason))
 	default:
 		return false, fmt.Errorf("%w: opcode %#x", errBadPacket, pk.Opcode)
 	}

@@ -232,13 +232,27 @@ func (n *Node) AbortTakeover(vb int) {
 // replicator keeps one consumer connection to a source node streaming the
 // vbuckets replicated from it, reconnecting with backoff. Its goroutine is
 // owned by the Node (Node.wg) and stops when its context is cancelled.
+//
+// Changing the set of vbuckets restarts the connection (the consumer
+// resumes every stream from where it was, which costs a round trip, not a
+// copy). Additions within reconfigureDelay share one restart, so setting
+// up the replicas of a whole cluster is not quadratic.
 type replicator struct {
 	src    string
-	vbs    map[uint16]struct{}
-	cancel context.CancelFunc
-	done   chan struct{}
-	err    atomic.Pointer[string] // the last connection error, for stats
+	cancel context.CancelFunc // stops the goroutine
+	done   chan struct{}      // closed when the goroutine returns
+
+	// Under Node.mu:
+	vbs        map[uint16]struct{}
+	connCancel context.CancelFunc // ends the current connection
+	connDone   chan struct{}      // closed when the current connection's run returns
+	restarting bool               // a coalesced restart is scheduled
+	changed    chan struct{}      // cap 1: the set changed (wakes an idle goroutine)
+
+	err atomic.Pointer[string] // the last connection error, for stats
 }
+
+const reconfigureDelay = 10 * time.Millisecond
 
 // Replicate makes vb a replica here fed from the node at src (star or
 // chained: src may itself hold a replica). It returns at once; the stream
@@ -272,72 +286,101 @@ func (n *Node) Replicate(vb int, src string) error {
 	defer n.mu.Unlock()
 	n.repOf[uint16(vb)] = src
 	r := n.reps[src]
-	vbs := map[uint16]struct{}{uint16(vb): {}}
-	if r != nil {
-		for v := range r.vbs {
-			vbs[v] = struct{}{}
-		}
-		n.stopReplicatorLocked(r)
+	if r == nil {
+		r = n.startReplicatorLocked(src)
 	}
-	n.startReplicatorLocked(src, vbs)
+	r.vbs[uint16(vb)] = struct{}{}
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
+	if r.connCancel != nil && !r.restarting {
+		r.restarting = true
+		time.AfterFunc(reconfigureDelay, func() {
+			n.mu.Lock()
+			r.restarting = false
+			cancel := r.connCancel
+			n.mu.Unlock()
+			if cancel != nil {
+				cancel()
+			}
+		})
+	}
 	return nil
 }
 
-// StopReplication stops feeding vb (it keeps its state and items).
+// StopReplication stops feeding vb (it keeps its state and items). When it
+// returns, nothing more is applied to vb by replication.
 func (n *Node) StopReplication(vb int) {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	src, ok := n.repOf[uint16(vb)]
 	if !ok {
+		n.mu.Unlock()
 		return
 	}
 	delete(n.repOf, uint16(vb))
 	r := n.reps[src]
 	if r == nil {
+		n.mu.Unlock()
 		return
 	}
-	vbs := map[uint16]struct{}{}
-	for v := range r.vbs {
-		if v != uint16(vb) {
-			vbs[v] = struct{}{}
-		}
+	delete(r.vbs, uint16(vb))
+	if len(r.vbs) == 0 {
+		delete(n.reps, src)
+		r.cancel()
+		n.mu.Unlock()
+		<-r.done
+		return
 	}
-	n.stopReplicatorLocked(r)
-	if len(vbs) > 0 {
-		n.startReplicatorLocked(src, vbs)
-	}
-}
-
-// stopReplicatorLocked cancels r and waits for its goroutine. n.mu is held;
-// the goroutine never takes n.mu while it is being stopped... it does (to
-// record progress), so n.mu is released while waiting.
-func (n *Node) stopReplicatorLocked(r *replicator) {
-	delete(n.reps, r.src)
-	r.cancel()
+	cancel, done := r.connCancel, r.connDone
 	n.mu.Unlock()
-	<-r.done
-	n.mu.Lock()
+	if cancel != nil {
+		cancel()
+		<-done // the connection that fed vb has stopped applying
+	}
 }
 
-func (n *Node) startReplicatorLocked(src string, vbs map[uint16]struct{}) {
+// startReplicatorLocked starts the goroutine for src. n.mu is held.
+func (n *Node) startReplicatorLocked(src string) *replicator {
 	ctx, cancel := context.WithCancel(n.ctx)
-	r := &replicator{src: src, vbs: vbs, cancel: cancel, done: make(chan struct{})}
+	r := &replicator{src: src, vbs: map[uint16]struct{}{}, cancel: cancel, done: make(chan struct{}),
+		changed: make(chan struct{}, 1)}
 	n.reps[src] = r
-	list := make([]uint16, 0, len(vbs))
-	for v := range vbs {
-		list = append(list, v)
-	}
-	sort.Slice(list, func(i, j int) bool { return list[i] < list[j] })
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
 		defer close(r.done)
 		backoff := 50 * time.Millisecond
 		for ctx.Err() == nil {
-			c := &consumer{n: n, src: src, vbs: list}
-			err := c.run(ctx)
+			n.mu.Lock()
+			list := make([]uint16, 0, len(r.vbs))
+			for v := range r.vbs {
+				list = append(list, v)
+			}
+			cctx, ccancel := context.WithCancel(ctx)
+			r.connCancel, r.connDone = ccancel, make(chan struct{})
+			connDone := r.connDone
+			n.mu.Unlock()
+			sort.Slice(list, func(i, j int) bool { return list[i] < list[j] })
+			var err error
+			if len(list) > 0 {
+				c := &consumer{n: n, src: src, vbs: list}
+				err = c.run(cctx)
+			} else {
+				select {
+				case <-cctx.Done():
+				case <-r.changed:
+				}
+			}
+			reconfigured := cctx.Err() != nil && ctx.Err() == nil
+			ccancel()
+			close(connDone)
 			if ctx.Err() != nil {
 				return
+			}
+			if reconfigured || len(list) == 0 {
+				backoff = 50 * time.Millisecond
+				continue
 			}
 			msg := err.Error()
 			r.err.Store(&msg)
@@ -346,11 +389,14 @@ func (n *Node) startReplicatorLocked(src string, vbs map[uint16]struct{}) {
 			case <-ctx.Done():
 				t.Stop()
 				return
+			case <-r.changed:
+				t.Stop()
 			case <-t.C:
 			}
 			backoff = min(2*backoff, 2*time.Second)
 		}
 	}()
+	return r
 }
 
 // Moved returns how many takeovers this node completed as the source.
