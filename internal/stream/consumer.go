@@ -226,6 +226,7 @@ func (c *consumer) handle(pk *packet) (done bool, err error) {
 			s.setComplete(0)
 		}
 		c.n.Log.Adopt(vb, uuid, flags&SnapReset != 0)
+		c.n.Log.EnsureRing(vb)
 		s.uuid, s.snapStart, s.snapEnd, s.snapFlags, s.inSnap = uuid, start, end, flags, true
 		s.diskSeq = c.n.Log.High(vb)
 		s.producerHigh.Store(max(s.producerHigh.Load(), end))

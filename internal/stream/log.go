@@ -219,11 +219,30 @@ func (l *Log) High(vb int) uint64 {
 }
 
 // Advance moves vb's last sequence number up to seq (a consumer that has
-// completed a backfill snapshot ending at seq).
+// completed a backfill snapshot ending at seq). The ring's entries up to
+// seq were numbered here, not by the producer (a backfill's items carry no
+// history), so no stream may resume inside them: a consumer positioned
+// before seq starts over.
 func (l *Log) Advance(vb int, seq uint64) {
 	v := &l.vbs[vb]
 	v.mu.Lock()
 	v.high = max(v.high, seq)
+	if v.ring != nil {
+		v.ring.dropped = max(v.ring.dropped, seq)
+	}
+	v.mu.Unlock()
+}
+
+// EnsureRing creates vb's ring if it has none, so that the history this
+// node receives can be streamed on (a chained replica, or the replicas of
+// a vbucket this node takes over) without a backfill.
+func (l *Log) EnsureRing(vb int) {
+	v := &l.vbs[vb]
+	v.mu.Lock()
+	if v.ring == nil {
+		v.ring = newRing()
+		v.ring.dropped = v.high
+	}
 	v.mu.Unlock()
 }
 

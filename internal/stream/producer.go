@@ -532,6 +532,10 @@ func (p *producer) handover(s *pstream) error {
 	case protocol.StatusOK:
 		p.end(s, EndOK)
 		p.n.moved.Add(1)
+		// This node's copy is the consumer's history up to now: should it
+		// become the new active's replica, it resumes from here.
+		uuid, high := p.n.Log.Lineage(vb)
+		p.n.setProgress(vb, uuid, high)
 		return p.flush()
 	case statusNoAnswer:
 		// The consumer may or may not have turned active: stay dead.
