@@ -1,0 +1,258 @@
+package streams
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/vbucket"
+)
+
+// want is what each key of a vbucket should hold ("" with ok false: gone).
+type want map[string]string
+
+// checkReplica waits until every key of w reads back from the replica
+// (GET_REPLICA) as w says, deletions included.
+func checkReplica(t *testing.T, c *ctl, vb int, w want) {
+	t.Helper()
+	eventually(t, 20*time.Second, func() (bool, string) {
+		for k, v := range w {
+			got, ok := c.getOp(protocol.OpGetReplica, vb, k)
+			if (v == "") == ok || got != v {
+				return false, fmt.Sprintf("%s on replica %s: %q (present %v), want %q", k, c.Addr, got, ok, v)
+			}
+		}
+		return true, ""
+	})
+}
+
+// TestReplicaCatchesUpFromLog: a replica started after some writes gets
+// them by backfill, and the writes and deletions after it from the log.
+func TestReplicaCatchesUpFromLog(t *testing.T) {
+	nodes := startNodes(t, 2)
+	a, r := dialCtl(t, nodes[0].Addr), dialCtl(t, nodes[1].Addr)
+	const vb = 3
+	a.setState(vb, vbucket.Active)
+	keys := keysFor("log", vb, 400)
+	w := want{}
+	for i, k := range keys[:200] {
+		a.set(vb, k, "before"+strconv.Itoa(i))
+		w[k] = "before" + strconv.Itoa(i)
+	}
+	r.must(r.Replicate(vb, a.Addr), "REPLICATE")
+	for i, k := range keys[200:] {
+		a.set(vb, k, "after"+strconv.Itoa(i))
+		w[k] = "after" + strconv.Itoa(i)
+	}
+	for i := 0; i < 200; i += 10 { // deletions of backfilled keys
+		k := keys[i]
+		a.del(vb, k)
+		w[k] = ""
+	}
+	for _, k := range keys[250:300] { // overwrites of live ones
+		a.set(vb, k, "again")
+		w[k] = "again"
+	}
+	checkReplica(t, r, vb, w)
+	if st := r.state(vb); st != vbucket.Replica {
+		t.Errorf("replica state %v", st)
+	}
+	// Caught up: the active's producer stream shows no lag.
+	eventually(t, 10*time.Second, func() (bool, string) {
+		m := a.stats("streams")
+		sb, _ := streamStat(m, fmt.Sprintf("vb_%d:", vb), ":seqno_behind")
+		bb, _ := streamStat(m, fmt.Sprintf("vb_%d:", vb), ":bytes_behind")
+		return sb == "0" && bb == "0", fmt.Sprintf("seqno_behind %q bytes_behind %q", sb, bb)
+	})
+}
+
+// TestReplicaBackfillAfterLogOverflow: a replica whose stream was stopped
+// while the active's log ring (--stream-log-bytes=65536) overflowed
+// starts over with a full backfill when replication resumes, and ends
+// with every key and every deletion right.
+func TestReplicaBackfillAfterLogOverflow(t *testing.T) {
+	nodes := startNodes(t, 2, "--stream-log-bytes=65536")
+	a, r := dialCtl(t, nodes[0].Addr), dialCtl(t, nodes[1].Addr)
+	const vb = 11
+	a.setState(vb, vbucket.Active)
+	keys := keysFor("ovf", vb, 300)
+	w := want{}
+	for _, k := range keys {
+		a.set(vb, k, "v0")
+		w[k] = "v0"
+	}
+	r.must(r.Replicate(vb, a.Addr), "REPLICATE")
+	checkReplica(t, r, vb, w)
+	r.must(r.StopReplication(vb), "STOP_REPLICATION")
+	// 40 passes over 300 keys: 12,000 mutations, far more entries than a
+	// 64 KiB ring holds (24 bytes each plus the key).
+	const passes = 40
+	for p := 1; p <= passes; p++ {
+		for i, k := range keys {
+			switch {
+			case i%7 == 0 && p%2 == 1:
+				a.del(vb, k) // deleted and written again, alternately
+			default:
+				a.set(vb, k, "v"+strconv.Itoa(p))
+				w[k] = "v" + strconv.Itoa(p)
+			}
+		}
+	}
+	for i := 0; i < len(keys); i += 14 { // and some gone for good
+		a.del(vb, keys[i])
+		w[keys[i]] = ""
+	}
+	// Stopped: the replica still has the old values.
+	if got, _ := r.getOp(protocol.OpGetReplica, vb, keys[1]); got != "v0" {
+		t.Fatalf("replica moved on while stopped: %q", got)
+	}
+	r.must(r.Replicate(vb, a.Addr), "REPLICATE again")
+	checkReplica(t, r, vb, w)
+	// It was a backfill: the stream sent about one item per live key,
+	// not one per mutation since the stop.
+	m := a.stats("streams")
+	sent, ok := streamStat(m, fmt.Sprintf("vb_%d:", vb), ":items_sent")
+	n, _ := strconv.Atoi(sent)
+	if !ok || n == 0 || n > 2*len(keys) {
+		t.Errorf("items_sent %q after the resume, want a backfill of about %d items (stats: %v)", sent, len(keys), m)
+	}
+	if rb, _ := strconv.Atoi(m["log_ring_bytes"]); rb > 65536 {
+		t.Errorf("log_ring_bytes %d over the 65536 budget", rb)
+	}
+}
+
+// TestReplicationStarAndChain: r1 and r2 replicate from the active
+// (star), r3 from r1 (chained), all three set up before the writes end
+// and while r1 is still backfilling; all end identical to the active.
+func TestReplicationStarAndChain(t *testing.T) {
+	nodes := startNodes(t, 4)
+	a := dialCtl(t, nodes[0].Addr)
+	r1, r2, r3 := dialCtl(t, nodes[1].Addr), dialCtl(t, nodes[2].Addr), dialCtl(t, nodes[3].Addr)
+	const vb = 17
+	a.setState(vb, vbucket.Active)
+	keys := keysFor("star", vb, 3000)
+	w := want{}
+	val := strings.Repeat("s", 200)
+	for i, k := range keys[:2000] {
+		a.set(vb, k, val+strconv.Itoa(i))
+		w[k] = val + strconv.Itoa(i)
+	}
+	r1.must(r1.Replicate(vb, a.Addr), "REPLICATE r1 ← a")
+	r3.must(r3.Replicate(vb, r1.Addr), "REPLICATE r3 ← r1")
+	r2.must(r2.Replicate(vb, a.Addr), "REPLICATE r2 ← a")
+	for i, k := range keys[2000:] {
+		a.set(vb, k, "live"+strconv.Itoa(i))
+		w[k] = "live" + strconv.Itoa(i)
+	}
+	for i := 0; i < 2000; i += 13 {
+		k := keys[i]
+		a.del(vb, k)
+		w[k] = ""
+	}
+	for _, c := range []*ctl{r1, r2, r3} {
+		checkReplica(t, c, vb, w)
+	}
+	// r1 is a producer too (for r3), and its stream shows no lag.
+	eventually(t, 10*time.Second, func() (bool, string) {
+		m := r1.stats("streams")
+		sb, ok := streamStat(m, "producer:"+r3.Addr+fmt.Sprintf(":vb_%d:", vb), ":seqno_behind")
+		return ok && sb == "0", fmt.Sprintf("r1's stream to r3: seqno_behind %q (%v)", sb, m)
+	})
+}
+
+// TestPromoteReplicaAfterActiveKilled: once the active's stats show the
+// replica acknowledged everything (seqno_behind 0), SIGKILL the active and
+// promote the replica: it has every write.
+func TestPromoteReplicaAfterActiveKilled(t *testing.T) {
+	nodes := startNodes(t, 2)
+	a, r := dialCtl(t, nodes[0].Addr), dialCtl(t, nodes[1].Addr)
+	const vb = 21
+	a.setState(vb, vbucket.Active)
+	r.must(r.Replicate(vb, a.Addr), "REPLICATE")
+	keys := keysFor("promo", vb, 1000)
+	for i, k := range keys {
+		a.set(vb, k, "p"+strconv.Itoa(i))
+	}
+	a.del(vb, keys[0])
+	eventually(t, 10*time.Second, func() (bool, string) {
+		m := a.stats("streams")
+		high, _ := streamStat(m, fmt.Sprintf("vb_%d:", vb), ":high_seqno")
+		acked, _ := streamStat(m, fmt.Sprintf("vb_%d:", vb), ":acked_seqno")
+		sb, _ := streamStat(m, fmt.Sprintf("vb_%d:", vb), ":seqno_behind")
+		return sb == "0" && high == strconv.Itoa(len(keys)+1) && acked == high,
+			fmt.Sprintf("high %s acked %s behind %s", high, acked, sb)
+	})
+	if err := nodes[0].Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if !nodes[0].WaitExit(10 * time.Second) {
+		t.Fatal("the active did not die")
+	}
+	r.setState(vb, vbucket.Active)
+	for i, k := range keys {
+		got, ok := r.getOp(protocol.OpGet, vb, k)
+		if i == 0 {
+			if ok {
+				t.Errorf("%s was deleted on the active, promoted replica has %q", k, got)
+			}
+			continue
+		}
+		if want := "p" + strconv.Itoa(i); got != want {
+			t.Fatalf("%s on the promoted replica: %q (present %v), want %q", k, got, ok, want)
+		}
+	}
+	// It serves writes as the active now.
+	r.set(vb, keys[0], "after-promotion")
+	if got, _ := r.getOp(protocol.OpGet, vb, keys[0]); got != "after-promotion" {
+		t.Errorf("write after promotion: %q", got)
+	}
+}
+
+// TestTakeoverOntoItsReplica: a TAKEOVER on the node that already
+// replicates the vbucket continues from the replica's position and ends
+// with the replica active holding everything, the old active dead.
+func TestTakeoverOntoItsReplica(t *testing.T) {
+	nodes := startNodes(t, 2)
+	a, r := dialCtl(t, nodes[0].Addr), dialCtl(t, nodes[1].Addr)
+	const vb = 25
+	a.setState(vb, vbucket.Active)
+	r.must(r.Replicate(vb, a.Addr), "REPLICATE")
+	keys := keysFor("tor", vb, 600)
+	w := want{}
+	for i, k := range keys[:400] {
+		a.set(vb, k, "r"+strconv.Itoa(i))
+		w[k] = "r" + strconv.Itoa(i)
+	}
+	checkReplica(t, r, vb, w)
+	for i, k := range keys[400:] { // some the replica may not have yet
+		a.set(vb, k, "t"+strconv.Itoa(i))
+	}
+	a.del(vb, keys[0])
+	r.must(r.Takeover(vb, a.Addr), "TAKEOVER")
+	if st := a.state(vb); st != vbucket.Dead {
+		t.Errorf("old active is %v, want dead", st)
+	}
+	if st := r.state(vb); st != vbucket.Active {
+		t.Fatalf("new active is %v", st)
+	}
+	for i, k := range keys {
+		got, ok := r.getOp(protocol.OpGet, vb, k)
+		want := "r" + strconv.Itoa(i)
+		if i >= 400 {
+			want = "t" + strconv.Itoa(i-400)
+		}
+		if i == 0 {
+			if ok {
+				t.Errorf("%s deleted before the takeover, new active has %q", k, got)
+			}
+			continue
+		}
+		if got != want {
+			t.Fatalf("%s on the new active: %q (present %v), want %q", k, got, ok, want)
+		}
+	}
+}
