@@ -2,6 +2,8 @@ package server
 
 import (
 	"encoding/binary"
+	"strconv"
+	"strings"
 
 	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/store"
@@ -449,16 +451,27 @@ func (c *conn) binStats(group []byte) {
 		c.slabStats()
 	case g == "sizes":
 		c.statLine("sizes_status", "disabled")
-	case g == "vbucket" && s.cl != nil:
-		c.vbucketStats()
-	case g == "streams" && s.cl != nil:
-		c.streamStats()
+	case (g == "vbucket" || strings.HasPrefix(g, "vbucket ")) && s.cl != nil:
+		c.vbucketStats(binVBArg(g))
+	case (g == "streams" || strings.HasPrefix(g, "streams ")) && s.cl != nil:
+		c.streamStats(binVBArg(g))
 	default:
 		c.binStat = false
 		c.binError(protocol.StatusKeyNotFound)
 		return
 	}
 	c.statLine("", "")
+}
+
+// binVBArg is the vbucket number after a binary stats group's name (-1:
+// none).
+func binVBArg(g string) int {
+	if _, a, ok := strings.Cut(g, " "); ok {
+		if n, err := strconv.Atoi(a); err == nil && n >= 0 {
+			return n
+		}
+	}
+	return -1
 }
 
 // appendStatPacket appends one Stat response (memcached's append_bin_stats).

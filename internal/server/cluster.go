@@ -397,9 +397,12 @@ func (c *conn) getClusterConfig(extras []byte) {
 // vbucketStats is "stats vbucket" (text and binary), after Couchbase's:
 // "vb_<n> <state>" for every vbucket that is not dead or still holds
 // items, with its item count and bytes (memcached's item sizes).
-func (c *conn) vbucketStats() {
+func (c *conn) vbucketStats(only int) {
 	cl := c.s.cl
 	for vb := 0; vb < cl.vbs.Len(); vb++ {
+		if only >= 0 && vb != only {
+			continue
+		}
 		st := cl.vbs.Get(vb)
 		items, bytes := c.s.store.VBucketUsage(vb)
 		if (st == vbucket.Dead || st == 0) && items == 0 {

@@ -58,6 +58,17 @@ func yesNo(b bool) string {
 	return "no"
 }
 
+// statVBArg is the optional vbucket number after "stats vbucket" or
+// "stats streams" (-1: all).
+func statVBArg(t *protocol.Tokens) int {
+	if t.N >= 4 {
+		if n, err := strconv.Atoi(string(t.T[2])); err == nil && n >= 0 {
+			return n
+		}
+	}
+	return -1
+}
+
 // stats is memcached's process_stat.
 func (c *conn) stats() {
 	t := &c.toks
@@ -134,14 +145,14 @@ func (c *conn) stats() {
 			c.reply("ERROR")
 			return
 		}
-		c.vbucketStats()
+		c.vbucketStats(statVBArg(t))
 		c.out = append(c.out, "END\r\n"...)
 	case "streams":
 		if c.s.cl == nil {
 			c.reply("ERROR")
 			return
 		}
-		c.streamStats()
+		c.streamStats(statVBArg(t))
 		c.out = append(c.out, "END\r\n"...)
 	case "extstore":
 		// Debian's memcached is built with extstore and prints no extstore

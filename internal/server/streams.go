@@ -75,7 +75,7 @@ func (c *conn) binStreams(op protocol.Opcode, extras, key []byte, skip func() (i
 	return 0, 0, false
 }
 
-// streamStats is "stats streams".
-func (c *conn) streamStats() {
-	c.s.cl.streams.Stats(c.statLine)
+// streamStats is "stats streams [vbucket]".
+func (c *conn) streamStats(only int) {
+	c.s.cl.streams.Stats(only, c.statLine)
 }

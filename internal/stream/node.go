@@ -405,7 +405,9 @@ func (n *Node) Moved() uint64 { return n.moved.Load() }
 // Stats calls add for every "stats streams" line: each producer's streams
 // (what it sent, what was acknowledged, the lag in sequence numbers and
 // bytes) and each consumer stream (where it got to).
-func (n *Node) Stats(add func(name, value string)) {
+//
+// With only >= 0, just that vbucket's streams are shown.
+func (n *Node) Stats(only int, add func(name, value string)) {
 	n.mu.Lock()
 	prods := make([]*producer, 0, len(n.producers))
 	for p := range n.producers {
@@ -436,9 +438,12 @@ func (n *Node) Stats(add func(name, value string)) {
 	add("log_ring_bytes", fmt.Sprint(n.Log.RingBytes()))
 	add("takeovers_out", fmt.Sprint(n.moved.Load()))
 	for _, p := range prods {
-		p.stats(add)
+		p.stats(only, add)
 	}
 	for _, c := range cons {
+		if only >= 0 && int(c.s.vb) != only {
+			continue
+		}
 		q := fmt.Sprintf("consumer:%s:vb_%d:", c.src, c.s.vb)
 		done := c.s.completeSeen.Load()
 		high := c.s.producerHigh.Load()

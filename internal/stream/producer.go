@@ -591,7 +591,7 @@ func (p *producer) setState(s *pstream, st vbucket.State) protocol.Status {
 }
 
 // streamStats reports a producer's streams.
-func (p *producer) stats(add func(name, value string)) {
+func (p *producer) stats(only int, add func(name, value string)) {
 	p.mu.Lock()
 	streams := append([]*pstream(nil), p.streams...)
 	unacked := p.unacked
@@ -600,6 +600,9 @@ func (p *producer) stats(add func(name, value string)) {
 	add(pre+"unacked_bytes", fmt.Sprint(unacked))
 	for _, s := range streams {
 		vb := int(s.vb)
+		if only >= 0 && vb != only {
+			continue
+		}
 		q := fmt.Sprintf("%svb_%d:", pre, vb)
 		kind := "replication"
 		if s.takeover {
