@@ -60,6 +60,24 @@ func runCtl(args []string, stdout, stderr io.Writer) int {
 		ctlUsage(stdout)
 		return 0
 	}
+	// "vbcache ctl --manager URL SUBCOMMAND …": the manager's URL may come
+	// before the subcommand too.
+	if a := args[0]; a == "--manager" || a == "-manager" || strings.HasPrefix(a, "--manager=") || strings.HasPrefix(a, "-manager=") {
+		var url string
+		if _, v, ok := strings.Cut(a, "="); ok {
+			url, args = v, args[1:]
+		} else if len(args) >= 2 {
+			url, args = args[1], args[2:]
+		} else {
+			fmt.Fprintln(stderr, "vbcache ctl: --manager needs a URL")
+			return 2
+		}
+		ctlManagerDefault = url
+		if len(args) == 0 {
+			ctlUsage(stderr)
+			return 2
+		}
+	}
 	for _, c := range ctlCommands {
 		if c.name == args[0] {
 			return c.run(args[1:], stdout, stderr)

@@ -1,0 +1,319 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/vbcache/vbcache/internal/manager"
+)
+
+// The manager's subcommands of "vbcache ctl": they talk to a manager's
+// HTTP API (internal/manager/http.go), found with --manager URL or the
+// VBCACHE_MANAGER environment variable.
+
+func init() {
+	cmds := []ctlCommand{
+		{"status", "[--manager URL]", "the cluster: leader, members, health, vbuckets per node, rebalance", ctlStatus},
+		{"add-node", "[--manager URL] HOST:PORT", "make a running node a member (a rebalance gives it vbuckets)", ctlAddNode},
+		{"remove-node", "[--manager URL] HOST:PORT", "take a node out of the members (a rebalance moves its vbuckets away)", ctlRemoveNode},
+		{"rebalance", "[--manager URL] [--wait]", "move vbuckets to the planned map of the members, with a progress bar", ctlRebalance},
+		{"stop-rebalance", "[--manager URL]", "stop the rebalance after the moves in flight (the map stays valid)", ctlStopRebalance},
+		{"failover", "[--manager URL] HOST:PORT", "take a node out now: promote its replicas, publish the map, rebuild replicas", ctlFailover},
+		{"map", "[--manager URL] [--json]", "print the vbucket map", ctlMap},
+	}
+	// Before "help", which stays last.
+	n := len(ctlCommands)
+	ctlCommands = append(ctlCommands[:n-1:n-1], append(cmds, ctlCommands[n-1])...)
+}
+
+// ctlManagerDefault is a --manager given before the subcommand.
+var ctlManagerDefault string
+
+// managerURL adds --manager to fs and returns where it is stored.
+func managerURL(fs *flag.FlagSet) *string {
+	def := ctlManagerDefault
+	if def == "" {
+		def = os.Getenv("VBCACHE_MANAGER")
+	}
+	if def == "" {
+		def = "http://127.0.0.1:11212"
+	}
+	return fs.String("manager", def, "the manager's URL (or VBCACHE_MANAGER)")
+}
+
+// mgrCall sends a request to the manager and decodes a JSON answer into
+// out (when not nil). A non-2xx answer is an error with the manager's
+// message.
+func mgrCall(base, method, path string, q url.Values, out any) error {
+	u := strings.TrimRight(base, "/") + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequest(method, u, nil)
+	if err != nil {
+		return err
+	}
+	client := &http.Client{Timeout: 60 * time.Second}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("manager %s: %w", base, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			return fmt.Errorf("%s", e.Error)
+		}
+		return fmt.Errorf("manager answered %s: %s", resp.Status, bytes.TrimSpace(body))
+	}
+	if out != nil {
+		return json.Unmarshal(body, out)
+	}
+	return nil
+}
+
+// ctlOneNode parses "[--manager URL] HOST:PORT".
+func ctlOneNode(name, usage string, args []string, stderr io.Writer) (base, node string, status int, done bool) {
+	fs := ctlFlags(name, usage, stderr)
+	mu := managerURL(fs)
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return "", "", 0, true
+		}
+		return "", "", 2, true
+	}
+	if fs.NArg() != 1 {
+		return "", "", ctlUsageErr(stderr, fs, "want one HOST:PORT"), true
+	}
+	if err := ctlAddr("node", fs.Arg(0)); err != nil {
+		return "", "", ctlUsageErr(stderr, fs, "%v", err), true
+	}
+	return *mu, fs.Arg(0), 0, false
+}
+
+func ctlAddNode(args []string, stdout, stderr io.Writer) int {
+	base, node, st, done := ctlOneNode("add-node", "[--manager URL] HOST:PORT", args, stderr)
+	if done {
+		return st
+	}
+	if err := mgrCall(base, "POST", "/nodes", url.Values{"node": {node}}, nil); err != nil {
+		fmt.Fprintf(stderr, "vbcache ctl add-node: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s is a member; \"vbcache ctl rebalance\" gives it vbuckets\n", node)
+	return 0
+}
+
+func ctlRemoveNode(args []string, stdout, stderr io.Writer) int {
+	base, node, st, done := ctlOneNode("remove-node", "[--manager URL] HOST:PORT", args, stderr)
+	if done {
+		return st
+	}
+	if err := mgrCall(base, "DELETE", "/nodes", url.Values{"node": {node}}, nil); err != nil {
+		fmt.Fprintf(stderr, "vbcache ctl remove-node: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s is no longer a member; \"vbcache ctl rebalance\" moves its vbuckets away\n", node)
+	return 0
+}
+
+func ctlFailover(args []string, stdout, stderr io.Writer) int {
+	base, node, st, done := ctlOneNode("failover", "[--manager URL] HOST:PORT", args, stderr)
+	if done {
+		return st
+	}
+	if err := mgrCall(base, "POST", "/failover", url.Values{"node": {node}}, nil); err != nil {
+		fmt.Fprintf(stderr, "vbcache ctl failover: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s failed over: its replicas are active, the map is published, replicas are being rebuilt\n", node)
+	return 0
+}
+
+func ctlStopRebalance(args []string, stdout, stderr io.Writer) int {
+	fs := ctlFlags("stop-rebalance", "[--manager URL]", stderr)
+	mu := managerURL(fs)
+	if st, done := parseCtl(fs, args, stderr); done {
+		return st
+	}
+	if err := mgrCall(*mu, "POST", "/rebalance/stop", nil, nil); err != nil {
+		fmt.Fprintf(stderr, "vbcache ctl stop-rebalance: %v\n", err)
+		return 1
+	}
+	fmt.Fprintln(stdout, "the rebalance stops after the moves in flight")
+	return 0
+}
+
+func ctlStatus(args []string, stdout, stderr io.Writer) int {
+	fs := ctlFlags("status", "[--manager URL]", stderr)
+	mu := managerURL(fs)
+	if st, done := parseCtl(fs, args, stderr); done {
+		return st
+	}
+	var s manager.Status
+	if err := mgrCall(*mu, "GET", "/status", nil, &s); err != nil {
+		fmt.Fprintf(stderr, "vbcache ctl status: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "leader %s   rev %d   %d vbuckets   %d replica(s)\n\n", s.Leader, s.Rev, s.NumVBuckets, s.Replicas)
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tMEMBER\tHEALTH\tACTIVE\tREPLICA\tNOTE")
+	for _, n := range s.Nodes {
+		health := "up"
+		switch {
+		case !n.Probed:
+			health = "?"
+		case !n.Healthy:
+			health = "down " + n.DownFor
+		}
+		note := ""
+		if n.Incoming > 0 {
+			note = fmt.Sprintf("+%d active after rebalance", n.Incoming)
+		}
+		if n.LastErr != "" && !n.Healthy {
+			note = n.LastErr
+		}
+		fmt.Fprintf(tw, "%s\t%v\t%s\t%d\t%d\t%s\n", n.Addr, n.Member, health, n.Active, n.Replica, note)
+	}
+	tw.Flush()
+	if len(s.FailedOver) > 0 {
+		fmt.Fprintf(stdout, "\nfailed over: %s\n", strings.Join(s.FailedOver, " "))
+	}
+	if r := s.Rebalance; r != nil {
+		fmt.Fprintf(stdout, "\n%s\n", rebalanceLine(r))
+	}
+	return 0
+}
+
+// rebalanceLine describes a rebalance in one line.
+func rebalanceLine(r *manager.Rebalance) string {
+	switch {
+	case r.Running && r.Stopping:
+		return fmt.Sprintf("rebalance stopping: %d of %d vbuckets moved", r.Done, r.Total)
+	case r.Running:
+		return fmt.Sprintf("rebalance running: %d of %d vbuckets moved, %s", r.Done, r.Total, mb(r.Bytes))
+	case r.Err != "":
+		return fmt.Sprintf("last rebalance failed after %d of %d vbuckets: %s", r.Done, r.Total, r.Err)
+	}
+	return fmt.Sprintf("last rebalance: %d of %d vbuckets moved in %v", r.Done, r.Total, r.Finished.Sub(r.Started).Round(time.Millisecond))
+}
+
+func mb(b uint64) string { return fmt.Sprintf("%.1f MB", float64(b)/1e6) }
+
+func ctlRebalance(args []string, stdout, stderr io.Writer) int {
+	fs := ctlFlags("rebalance", "[--manager URL] [--wait]", stderr)
+	mu := managerURL(fs)
+	wait := fs.Bool("wait", false, "return when the rebalance has finished (non-zero exit if it failed)")
+	if st, done := parseCtl(fs, args, stderr); done {
+		return st
+	}
+	if err := mgrCall(*mu, "POST", "/rebalance", nil, nil); err != nil {
+		fmt.Fprintf(stderr, "vbcache ctl rebalance: %v\n", err)
+		return 1
+	}
+	if !*wait {
+		fmt.Fprintln(stdout, "rebalance started; \"vbcache ctl status\" shows its progress")
+		return 0
+	}
+	start := time.Now()
+	for {
+		var s manager.Status
+		if err := mgrCall(*mu, "GET", "/status", nil, &s); err != nil {
+			fmt.Fprintf(stderr, "\nvbcache ctl rebalance: %v\n", err)
+			return 1
+		}
+		r := s.Rebalance
+		if r == nil {
+			fmt.Fprintln(stderr, "\nvbcache ctl rebalance: the manager reports no rebalance")
+			return 1
+		}
+		fmt.Fprintf(stdout, "\r%s", progressBar(r, time.Since(start)))
+		if !r.Running {
+			fmt.Fprintln(stdout)
+			if r.Err != "" {
+				fmt.Fprintf(stderr, "vbcache ctl rebalance: failed: %s\n", r.Err)
+				return 1
+			}
+			fmt.Fprintf(stdout, "rebalance done: %d vbuckets moved in %v\n", r.Done, time.Since(start).Round(time.Millisecond))
+			return 0
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// progressBar renders "[#####.....] 412/768 vbuckets  12.3 MB  ETA 5s".
+func progressBar(r *manager.Rebalance, elapsed time.Duration) string {
+	const width = 30
+	frac := 1.0
+	if r.Total > 0 {
+		frac = float64(r.Done) / float64(r.Total)
+	}
+	n := int(frac * width)
+	bar := strings.Repeat("#", n) + strings.Repeat(".", width-n)
+	eta := "?"
+	if r.Done > 0 && r.Done < r.Total {
+		eta = (time.Duration(float64(elapsed) / frac * (1 - frac))).Round(time.Second).String()
+	} else if r.Done >= r.Total {
+		eta = "0s"
+	}
+	return fmt.Sprintf("[%s] %d/%d vbuckets  %s  ETA %s   ", bar, r.Done, r.Total, mb(r.Bytes), eta)
+}
+
+func ctlMap(args []string, stdout, stderr io.Writer) int {
+	fs := ctlFlags("map", "[--manager URL] [--json]", stderr)
+	mu := managerURL(fs)
+	asJSON := fs.Bool("json", false, "print the cluster config JSON the nodes and clients get")
+	if st, done := parseCtl(fs, args, stderr); done {
+		return st
+	}
+	if *asJSON {
+		var raw json.RawMessage
+		if err := mgrCall(*mu, "GET", "/pools/default/b/default", nil, &raw); err != nil {
+			fmt.Fprintf(stderr, "vbcache ctl map: %v\n", err)
+			return 1
+		}
+		var buf bytes.Buffer
+		json.Indent(&buf, raw, "", "  ")
+		buf.WriteByte('\n')
+		stdout.Write(buf.Bytes())
+		return 0
+	}
+	var m struct {
+		Rev     int64    `json:"rev"`
+		Servers []string `json:"servers"`
+		Map     [][]int  `json:"vBucketMap"`
+		Forward [][]int  `json:"vBucketMapForward"`
+	}
+	if err := mgrCall(*mu, "GET", "/map", nil, &m); err != nil {
+		fmt.Fprintf(stderr, "vbcache ctl map: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "rev %d, %d vbuckets\n", m.Rev, len(m.Map))
+	for i, s := range m.Servers {
+		fmt.Fprintf(stdout, "  %d  %s\n", i, s)
+	}
+	fmt.Fprintln(stdout, "vbucket: active replicas…")
+	for vb, row := range m.Map {
+		fmt.Fprintf(stdout, "%5d: %v", vb, row)
+		if m.Forward != nil && fmt.Sprint(m.Forward[vb]) != fmt.Sprint(row) {
+			fmt.Fprintf(stdout, " -> %v", m.Forward[vb])
+		}
+		fmt.Fprintln(stdout)
+	}
+	return 0
+}

@@ -1,0 +1,272 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/vbcache/vbcache/internal/admin"
+	"github.com/vbcache/vbcache/internal/manager"
+)
+
+// runLocal is "vbcache local": a manager with an embedded etcd and N node
+// processes on loopback, the proxy's port first (base), the manager's HTTP
+// API on base+1, the nodes on base+2 … base+1+N. Ctrl-C stops everything
+// and removes the data directory unless --keep.
+func runLocal(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("vbcache local", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	nodes := fs.Int("nodes", 3, "number of cache nodes")
+	replicas := fs.Int("replicas", 1, "replicas per vbucket (0-3)")
+	base := fs.Int("base-port", 11211, "first port: proxy, then manager (base+1), then nodes (base+2 …)")
+	vbuckets := fs.Int("vbuckets", 1024, "number of vbuckets")
+	memory := fs.Int("m", 64, "memory per node in megabytes (memcached's -m)")
+	dataDir := fs.String("data-dir", "", "where the embedded etcd keeps its data (default: a new temporary directory)")
+	keep := fs.Bool("keep", false, "keep the data directory when stopping")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: vbcache local [flags]\n\nStarts a whole cluster on this machine: an embedded etcd, a manager and\nN cache nodes, populated and rebalanced; Ctrl-C stops it.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *nodes < 1 || *nodes > 64 || *replicas < 0 || *replicas > 3 || *base < 1 || *base+1+*nodes > 65535 {
+		fmt.Fprintln(stderr, "vbcache local: want 1-64 nodes, 0-3 replicas and ports below 65536")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logger := log.New(stderr, "", log.LstdFlags)
+	if err := local(ctx, localConfig{nodes: *nodes, replicas: *replicas, base: *base, vbuckets: *vbuckets,
+		memory: *memory, dataDir: *dataDir, keep: *keep}, stdout, logger); err != nil {
+		fmt.Fprintf(stderr, "vbcache local: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+type localConfig struct {
+	nodes, replicas, base, vbuckets, memory int
+	dataDir                                 string
+	keep                                    bool
+}
+
+func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Logger) error {
+	dir := c.dataDir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "vbcache-local-")
+		if err != nil {
+			return err
+		}
+		dir = d
+	}
+	if !c.keep {
+		defer os.RemoveAll(dir)
+	}
+	// Check the ports first: a clear message beats a half-started cluster.
+	for p := c.base + 1; p <= c.base+1+c.nodes; p++ {
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			return fmt.Errorf("port %d is taken (choose another --base-port): %w", p, err)
+		}
+		ln.Close()
+	}
+	etcdClient, etcdPeer, err := freePorts(2)
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	// The nodes: child processes, stopped when local returns.
+	var addrs []string
+	var procs []*exec.Cmd
+	defer func() {
+		for _, p := range procs {
+			p.Process.Signal(syscall.SIGTERM)
+		}
+		for _, p := range procs {
+			done := make(chan struct{})
+			go func() { p.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				p.Process.Kill()
+				<-done
+			}
+		}
+	}()
+	for i := range c.nodes {
+		port := c.base + 2 + i
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		cmd := exec.Command(exe, "server", "--vbuckets", strconv.Itoa(c.vbuckets), "-p", strconv.Itoa(port),
+			"-l", "127.0.0.1", "-U", "0", "-m", strconv.Itoa(c.memory))
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if os.Geteuid() == 0 {
+			cmd.Args = append(cmd.Args, "-u", "root")
+		}
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("starting node %s: %w", addr, err)
+		}
+		procs = append(procs, cmd)
+		addrs = append(addrs, addr)
+	}
+	for _, a := range addrs {
+		if err := waitListening(ctx, a, 10*time.Second); err != nil {
+			return err
+		}
+	}
+	mf := managerFlags{listen: net.JoinHostPort("127.0.0.1", strconv.Itoa(c.base+1)), dataDir: filepath.Join(dir, "etcd"), etcdName: "vbcache",
+		etcdClient: "http://127.0.0.1:" + strconv.Itoa(etcdClient), etcdPeer: "http://127.0.0.1:" + strconv.Itoa(etcdPeer),
+		vbuckets: c.vbuckets, replicas: c.replicas, failoverAfter: 10 * time.Second, maxMoves: 8, prefix: "/vbcache/default"}
+	ready := make(chan *manager.Manager, 1)
+	mctx, mstop := context.WithCancel(ctx)
+	defer mstop()
+	merr := make(chan error, 1)
+	go func() { merr <- runManager(mctx, mf, logger, ready) }() // owned here: mstop ends it
+	var m *manager.Manager
+	select {
+	case m = <-ready:
+	case err := <-merr:
+		return err
+	case <-ctx.Done():
+		return nil
+	}
+	for {
+		if leading, _ := m.Leader(); leading {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-merr:
+			return err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	st := m.State()
+	for _, a := range addrs {
+		if containsString(st.Nodes, a) {
+			continue
+		}
+		if err := m.AddNode(ctx, a); err != nil {
+			return err
+		}
+	}
+	start := time.Now()
+	if err := m.StartRebalance(ctx); err != nil && !errors.Is(err, manager.ErrRebalancing) {
+		return err
+	}
+	for {
+		s := m.State()
+		if s.Rebalance == nil || !s.Rebalance.Running {
+			if s.Rebalance != nil && s.Rebalance.Err != "" {
+				return fmt.Errorf("rebalance: %s", s.Rebalance.Err)
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	mgr := "http://" + mf.listen
+	fmt.Fprintf(stdout, `vbcache local: %d nodes, %d vbuckets, %d replica(s), ready in %v
+
+  nodes (binary, text, meta):   %s
+  manager (HTTP API):           %s
+  cluster map for clients:      %s/pools/default/b/default
+  proxy:                        port %d is reserved for "vbcache proxy" (not yet part of local)
+
+  vbcache ctl --manager %s status
+  vbcache server --vbuckets %d -p PORT -l 127.0.0.1   then   vbcache ctl --manager %s add-node 127.0.0.1:PORT && vbcache ctl --manager %s rebalance --wait
+
+Data in %s (%s at exit). Ctrl-C stops the cluster.
+`, c.nodes, c.vbuckets, c.replicas, time.Since(start).Round(time.Millisecond), joinAddrs(addrs), mgr, mgr, c.base,
+		mgr, c.vbuckets, mgr, mgr, dir, map[bool]string{true: "kept", false: "removed"}[c.keep])
+	select {
+	case <-ctx.Done():
+	case err := <-merr:
+		return err
+	}
+	fmt.Fprintln(stdout, "vbcache local: stopping")
+	mstop()
+	<-merr
+	return nil
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func joinAddrs(a []string) string {
+	s := ""
+	for i, x := range a {
+		if i > 0 {
+			s += " "
+		}
+		s += x
+	}
+	return s
+}
+
+// freePorts returns n loopback ports that were free a moment ago.
+func freePorts(n int) (int, int, error) {
+	var ports []int
+	var lns []net.Listener
+	defer func() {
+		for _, l := range lns {
+			l.Close()
+		}
+	}()
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, 0, err
+		}
+		lns = append(lns, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports[0], ports[1], nil
+}
+
+// waitListening waits until addr answers a control request.
+func waitListening(ctx context.Context, addr string, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		c, err := admin.Dial(ctx, addr)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("node %s did not start: %w", addr, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/vbcache/vbcache/internal/manager"
+)
+
+// managerFlags are "vbcache manager"'s settings; "vbcache local" fills
+// them too.
+type managerFlags struct {
+	listen        string
+	advertise     string
+	dataDir       string
+	etcdEndpoints string
+	etcdClient    string
+	etcdPeer      string
+	etcdName      string
+	etcdCluster   string
+	etcdToken     string
+	vbuckets      int
+	replicas      int
+	chain         bool
+	failoverAfter time.Duration
+	maxMoves      int
+	prefix        string
+}
+
+func (f *managerFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:11212", "HTTP API address (the config, the streaming config, ctl)")
+	fs.StringVar(&f.advertise, "advertise", "", "URL other managers and clients use to reach this one (default http://LISTEN)")
+	fs.StringVar(&f.dataDir, "data-dir", "vbcache-manager.etcd", "data directory of the embedded etcd member")
+	fs.StringVar(&f.etcdEndpoints, "etcd-endpoints", "", "comma-separated endpoints of an external etcd cluster (then no embedded member runs)")
+	fs.StringVar(&f.etcdClient, "etcd-client-url", "http://127.0.0.1:2379", "embedded etcd: client URL")
+	fs.StringVar(&f.etcdPeer, "etcd-peer-url", "http://127.0.0.1:2380", "embedded etcd: peer URL")
+	fs.StringVar(&f.etcdName, "etcd-name", "vbcache", "embedded etcd: this member's name")
+	fs.StringVar(&f.etcdCluster, "etcd-initial-cluster", "", "embedded etcd: the members of a new multi-member cluster, name=peerURL,… (default: this member alone)")
+	fs.StringVar(&f.etcdToken, "etcd-initial-cluster-token", "vbcache", "embedded etcd: the token of a new multi-member cluster")
+	fs.IntVar(&f.vbuckets, "vbuckets", 1024, "number of vbuckets of a new cluster (a power of two; fixed for the cluster's life)")
+	fs.IntVar(&f.replicas, "replicas", 1, "number of replicas of a new cluster (0-3)")
+	fs.BoolVar(&f.chain, "chain", false, "chained replication (replica 2 from replica 1) instead of star")
+	fs.DurationVar(&f.failoverAfter, "failover-after", 10*time.Second, "fail over a node that stops answering for this long (0: only by hand)")
+	fs.IntVar(&f.maxMoves, "max-moves", 4, "vbucket moves at once during a rebalance")
+	fs.StringVar(&f.prefix, "prefix", "/vbcache/default", "etcd key prefix of this cluster's state")
+}
+
+// runManagerCmd is "vbcache manager".
+func runManagerCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("vbcache manager", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f managerFlags
+	f.register(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: vbcache manager [flags]\n\nRuns a cluster manager: the cluster map in etcd (an embedded member by\ndefault), membership, rebalance, failover, and the HTTP API that\n\"vbcache ctl\" and proxies use.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logger := log.New(stderr, "", log.LstdFlags)
+	if err := runManager(ctx, f, logger, nil); err != nil {
+		fmt.Fprintf(stderr, "vbcache manager: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// runManager runs a manager (and its embedded etcd unless endpoints are
+// given) until ctx ends. ready, if not nil, receives the manager once it
+// serves HTTP.
+func runManager(ctx context.Context, f managerFlags, logger *log.Logger, ready chan<- *manager.Manager) error {
+	endpoints := splitList(f.etcdEndpoints)
+	if len(endpoints) == 0 {
+		e, err := manager.StartEtcd(manager.EtcdMember{Name: f.etcdName, Dir: f.dataDir, ClientURL: f.etcdClient, PeerURL: f.etcdPeer,
+			Cluster: f.etcdCluster, Token: f.etcdToken, QuietLogs: true})
+		if err != nil {
+			return fmt.Errorf("embedded etcd in %s: %w", f.dataDir, err)
+		}
+		defer e.Close()
+		endpoints = []string{f.etcdClient}
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: quietZap()})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return err
+	}
+	adv := f.advertise
+	if adv == "" {
+		adv = "http://" + ln.Addr().String()
+	}
+	_, portStr, _ := net.SplitHostPort(ln.Addr().String())
+	port, _ := strconv.Atoi(portStr)
+	m, err := manager.New(manager.Config{Etcd: cli, Prefix: f.prefix, Advertise: adv, MgmtPort: port,
+		NumVBuckets: f.vbuckets, Replicas: f.replicas, Chain: f.chain, FailoverAfter: f.failoverAfter,
+		MaxMoves: f.maxMoves, Logf: logger.Printf})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }() // owned here: Shutdown below ends it
+	runDone := make(chan error, 1)
+	go func() { runDone <- m.Run(ctx) }() // owned here: ends with ctx
+	if ready != nil {
+		ready <- m
+	}
+	logger.Printf("vbcache manager: HTTP on %s, etcd %s", adv, strings.Join(endpoints, ","))
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-errc:
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	srv.Shutdown(sctx)
+	cancel()
+	if serveErr == nil {
+		<-runDone
+	}
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	return nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,83 @@
+package manager
+
+import (
+	"fmt"
+	"net/url"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// EmbeddedEtcd is a single-member etcd run inside the manager's process,
+// the default store for a cluster on one machine.
+type EmbeddedEtcd struct {
+	e         *embed.Etcd
+	ClientURL string // where clients reach it
+}
+
+// EtcdMember describes one embedded member of a (possibly multi-member)
+// etcd cluster: tests run three of them to exercise leader loss.
+type EtcdMember struct {
+	Name       string
+	Dir        string
+	ClientURL  string // e.g. http://127.0.0.1:2379
+	PeerURL    string // e.g. http://127.0.0.1:2380
+	Cluster    string // initial cluster: "n1=http://…,n2=http://…"; empty: just this member
+	Token      string // initial cluster token
+	QuietLogs  bool   // log only errors
+	StartLimit time.Duration
+}
+
+// StartEtcd starts an embedded etcd member and waits until it serves.
+func StartEtcd(m EtcdMember) (*EmbeddedEtcd, error) {
+	cfg := embed.NewConfig()
+	cfg.Name = m.Name
+	if cfg.Name == "" {
+		cfg.Name = "vbcache"
+	}
+	cfg.Dir = m.Dir
+	cu, err := url.Parse(m.ClientURL)
+	if err != nil {
+		return nil, fmt.Errorf("etcd client URL: %w", err)
+	}
+	pu, err := url.Parse(m.PeerURL)
+	if err != nil {
+		return nil, fmt.Errorf("etcd peer URL: %w", err)
+	}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	if m.Cluster != "" {
+		cfg.InitialCluster = m.Cluster
+	} else {
+		cfg.InitialCluster = cfg.Name + "=" + m.PeerURL
+	}
+	if m.Token != "" {
+		cfg.InitialClusterToken = m.Token
+	}
+	cfg.LogLevel = "error"
+	if !m.QuietLogs {
+		cfg.LogLevel = "warn"
+	}
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, err
+	}
+	limit := m.StartLimit
+	if limit == 0 {
+		limit = 60 * time.Second
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd: %w", err)
+	case <-time.After(limit):
+		e.Server.Stop()
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd did not become ready in %v", limit)
+	}
+	return &EmbeddedEtcd{e: e, ClientURL: m.ClientURL}, nil
+}
+
+// Close stops the member.
+func (e *EmbeddedEtcd) Close() { e.e.Close() }

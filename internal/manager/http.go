@@ -1,0 +1,201 @@
+package manager
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"slices"
+	"time"
+)
+
+// The HTTP API. Reads are served by any manager from its copy of the
+// state; changes go to the leader (a follower proxies them there).
+//
+//	GET  /pools/default/b/default    the current config JSON (Couchbase's terse bucket config)
+//	GET  /pools/default/bs/default   streaming: every new config, each followed by "\n\n\n\n"
+//	GET  /status                     leader, members, health, rebalance progress (JSON)
+//	GET  /map                        the map as JSON (servers, vBucketMap, forward map)
+//	POST /nodes?node=HOST:PORT       add a member
+//	DELETE /nodes?node=HOST:PORT     remove a member (the next rebalance moves its vbuckets)
+//	POST /rebalance                  start a rebalance
+//	POST /rebalance/stop             stop it after the moves in flight
+//	POST /failover?node=HOST:PORT    fail a node over now
+//
+// Errors are JSON {"error": "..."} with a 4xx or 5xx status.
+
+// Status is what GET /status answers.
+type Status struct {
+	Leader      string                `json:"leader"`
+	This        string                `json:"this"`
+	Leading     bool                  `json:"leading"`
+	Rev         int64                 `json:"rev"`
+	NumVBuckets int                   `json:"numVBuckets"`
+	Replicas    int                   `json:"replicas"`
+	Nodes       []NodeStatus          `json:"nodes"`
+	FailedOver  []string              `json:"failedOver,omitempty"`
+	Rebalance   *Rebalance            `json:"rebalance,omitempty"`
+	Health      map[string]nodeHealth `json:"-"`
+}
+
+// NodeStatus is one server's line in Status.
+type NodeStatus struct {
+	Addr     string `json:"addr"`
+	Member   bool   `json:"member"`
+	Healthy  bool   `json:"healthy"`
+	Active   int    `json:"active"`
+	Replica  int    `json:"replica"`
+	DownFor  string `json:"downFor,omitempty"`
+	LastErr  string `json:"error,omitempty"`
+	Probed   bool   `json:"probed"`
+	Incoming int    `json:"incoming,omitempty"` // vbuckets the rebalance will give it
+}
+
+// Status returns the cluster's status as this manager sees it.
+func (m *Manager) Status() Status {
+	s := m.State()
+	leading, leader := m.Leader()
+	st := Status{Leader: leader, This: m.cfg.Advertise, Leading: leading, Rev: s.Rev, NumVBuckets: s.NumVBuckets,
+		Replicas: s.Replicas, FailedOver: s.FailedOver, Rebalance: s.Rebalance}
+	addrs := append(append([]string{}, s.Servers...), s.Nodes...)
+	slices.Sort(addrs)
+	addrs = slices.Compact(addrs)
+	for _, a := range addrs {
+		ns := NodeStatus{Addr: a, Member: slices.Contains(s.Nodes, a)}
+		i := slices.Index(s.Servers, a)
+		for vb, row := range s.Map {
+			for j, x := range row {
+				if x == i && i >= 0 {
+					if j == 0 {
+						ns.Active++
+					} else {
+						ns.Replica++
+					}
+				}
+			}
+			if s.Forward != nil && i >= 0 && s.Forward[vb][0] == i && row[0] != i {
+				ns.Incoming++
+			}
+		}
+		m.mu.Lock()
+		h := m.health[a]
+		if h != nil {
+			ns.Probed, ns.Healthy, ns.LastErr = true, h.OK, h.Err
+			if !h.OK && !h.DownSince.IsZero() {
+				ns.DownFor = time.Since(h.DownSince).Round(time.Second).String()
+			}
+		}
+		m.mu.Unlock()
+		st.Nodes = append(st.Nodes, ns)
+	}
+	return st
+}
+
+// Handler returns the HTTP API.
+func (m *Manager) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /pools/default/b/default", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(m.ConfigJSON())
+	})
+	mux.HandleFunc("GET /pools/default/bs/default", m.serveStream)
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, m.Status()) })
+	mux.HandleFunc("GET /map", func(w http.ResponseWriter, r *http.Request) {
+		s := m.State()
+		writeJSON(w, http.StatusOK, map[string]any{"rev": s.Rev, "servers": s.Servers, "vBucketMap": s.Map, "vBucketMapForward": s.Forward, "replicas": s.Replicas})
+	})
+	change := func(fn func(ctx context.Context, r *http.Request) (any, error)) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if leading, leader := m.Leader(); !leading {
+				if leader == "" || leader == m.cfg.Advertise {
+					writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "no leader yet"})
+					return
+				}
+				u, err := url.Parse(leader)
+				if err != nil {
+					writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
+					return
+				}
+				httputil.NewSingleHostReverseProxy(u).ServeHTTP(w, r)
+				return
+			}
+			res, err := fn(r.Context(), r)
+			if err != nil {
+				code := http.StatusBadRequest
+				if errors.Is(err, ErrNotLeader) {
+					code = http.StatusServiceUnavailable
+				}
+				writeJSON(w, code, map[string]string{"error": err.Error()})
+				return
+			}
+			if res == nil {
+				res = map[string]string{"result": "ok"}
+			}
+			writeJSON(w, http.StatusOK, res)
+		}
+	}
+	node := func(r *http.Request) string { return r.URL.Query().Get("node") }
+	mux.HandleFunc("POST /nodes", change(func(ctx context.Context, r *http.Request) (any, error) {
+		return nil, m.AddNode(ctx, node(r))
+	}))
+	mux.HandleFunc("DELETE /nodes", change(func(ctx context.Context, r *http.Request) (any, error) {
+		return nil, m.RemoveNode(ctx, node(r))
+	}))
+	mux.HandleFunc("POST /rebalance", change(func(ctx context.Context, r *http.Request) (any, error) {
+		return nil, m.StartRebalance(ctx)
+	}))
+	mux.HandleFunc("POST /rebalance/stop", change(func(ctx context.Context, r *http.Request) (any, error) {
+		return nil, m.StopRebalance(ctx)
+	}))
+	mux.HandleFunc("POST /failover", change(func(ctx context.Context, r *http.Request) (any, error) {
+		return nil, m.Failover(m.leaderContext(), node(r), true)
+	}))
+	return mux
+}
+
+// serveStream pushes every new config to the client (Couchbase's
+// streaming bucket endpoint), until the client goes.
+func (m *Manager) serveStream(w http.ResponseWriter, r *http.Request) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	ch := make(chan struct{}, 1)
+	m.mu.Lock()
+	m.subs[ch] = struct{}{}
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.subs, ch)
+		m.mu.Unlock()
+	}()
+	w.Header().Set("Content-Type", "application/json")
+	var last int64 = -1
+	for {
+		s := m.State()
+		if s.Rev != last {
+			last = s.Rev
+			b, _ := json.Marshal(s.Config(m.cfg.MgmtPort))
+			if _, err := w.Write(append(b, "\n\n\n\n"...)); err != nil {
+				return
+			}
+			fl.Flush()
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-ch:
+		}
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}

@@ -1,0 +1,482 @@
+package manager
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/vbcache/vbcache/internal/admin"
+	"github.com/vbcache/vbcache/internal/protocol"
+)
+
+// Config configures a manager.
+type Config struct {
+	Etcd   *clientv3.Client // the cluster state's store
+	Prefix string           // etcd key prefix (default "/vbcache/default")
+
+	// Advertise is the URL other managers and clients reach this one at
+	// (http://host:port); it is the value this manager campaigns with.
+	Advertise string
+	// MgmtPort is the port advertised as services.mgmt in configs (the
+	// manager's HTTP port; Couchbase's SDKs insist on one).
+	MgmtPort int
+
+	NumVBuckets int  // for a new cluster (default 1024)
+	Replicas    int  // for a new cluster (0-3)
+	Chain       bool // for a new cluster: chained replication
+
+	// FailoverAfter is how long a node holding vbuckets may stop
+	// answering before it is failed over automatically (0: never; only
+	// when the cluster has replicas).
+	FailoverAfter time.Duration
+	ProbeInterval time.Duration // health probes (default 1 s)
+	MaxMoves      int           // vbucket moves at once in a rebalance (default 4)
+	SessionTTL    int           // seconds; the leader's lease (default 5)
+
+	Logf func(format string, args ...any)
+}
+
+func (c *Config) setDefaults() {
+	if c.Prefix == "" {
+		c.Prefix = "/vbcache/default"
+	}
+	if c.NumVBuckets == 0 {
+		c.NumVBuckets = 1024
+	}
+	if c.ProbeInterval == 0 {
+		c.ProbeInterval = time.Second
+	}
+	if c.MaxMoves == 0 {
+		c.MaxMoves = 4
+	}
+	if c.SessionTTL == 0 {
+		c.SessionTTL = 5
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+}
+
+// Manager is one cluster manager process's state. Run drives it.
+type Manager struct {
+	cfg Config
+	cli *clientv3.Client
+
+	// opMu serialises the leader's state-changing operations (add and
+	// remove node, failover, rebalance start and each move's commit).
+	opMu sync.Mutex
+
+	mu      sync.Mutex // protects everything below
+	st      *State     // the latest state seen (leader: written; follower: watched)
+	stRev   int64      // etcd mod revision of st
+	leading bool
+	elect   *concurrency.Election
+	leader  string // the leader's URL, as far as this manager knows
+	health  map[string]*nodeHealth
+	subs    map[chan struct{}]struct{} // config stream listeners
+	rebDone chan struct{}
+	conns   map[string]*nodeConn
+	moving  map[int]bool    // vbuckets being moved now
+	leadCtx context.Context // the current leadership's context (nil when following)
+
+	// Publishing (publish): pushes coalesce, so concurrent moves share
+	// them. pubMu protects pubWant, pubDone and pubBusy; pubCond waits on
+	// pubMu.
+	pubMu   sync.Mutex
+	pubCond *sync.Cond
+	pubWant *State // the newest state asked to be published
+	pubDone int64  // the newest rev pushed to every node
+	pubBusy bool   // a push is running
+
+	prof struct { // time spent per step of moves, for the rebalance's log line
+		takeover, catchup, commit, push atomic.Int64
+	}
+}
+
+// nodeHealth is what the probes learned about a node.
+type nodeHealth struct {
+	OK        bool      `json:"ok"`
+	LastOK    time.Time `json:"lastOK,omitzero"`
+	DownSince time.Time `json:"downSince,omitzero"`
+	Err       string    `json:"error,omitempty"`
+}
+
+// nodeConn is a control connection to a node, used by one goroutine at a
+// time (mu). TAKEOVER uses a connection of its own.
+type nodeConn struct {
+	mu sync.Mutex // protects c
+	c  *admin.Conn
+}
+
+// New returns a manager; Run starts it.
+func New(cfg Config) (*Manager, error) {
+	cfg.setDefaults()
+	if cfg.Etcd == nil {
+		return nil, errors.New("manager: no etcd client")
+	}
+	if cfg.NumVBuckets < 1 || cfg.NumVBuckets > 65536 || cfg.NumVBuckets&(cfg.NumVBuckets-1) != 0 {
+		return nil, fmt.Errorf("manager: %d vbuckets: want a power of two from 1 to 65536", cfg.NumVBuckets)
+	}
+	if cfg.Replicas < 0 || cfg.Replicas > 3 {
+		return nil, fmt.Errorf("manager: %d replicas: want 0 to 3", cfg.Replicas)
+	}
+	m := &Manager{cfg: cfg, cli: cfg.Etcd, health: map[string]*nodeHealth{}, subs: map[chan struct{}]struct{}{},
+		conns: map[string]*nodeConn{}, moving: map[int]bool{}}
+	m.pubCond = sync.NewCond(&m.pubMu)
+	return m, nil
+}
+
+func (m *Manager) stateKey() string  { return m.cfg.Prefix + "/state" }
+func (m *Manager) leaderKey() string { return m.cfg.Prefix + "/leader" }
+
+// Run loads and watches the state and campaigns for leadership until ctx
+// ends. While it leads it probes nodes, fails them over and runs
+// rebalances. It returns when ctx ends.
+func (m *Manager) Run(ctx context.Context) error {
+	if err := m.load(ctx); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		m.watch(ctx)
+	}()
+	defer wg.Wait()
+	for ctx.Err() == nil {
+		if err := m.campaign(ctx); err != nil && ctx.Err() == nil {
+			m.cfg.Logf("manager: %v; campaigning again", err)
+			sleep(ctx, time.Second)
+		}
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// load reads the state, creating a new cluster's when there is none.
+func (m *Manager) load(ctx context.Context) error {
+	for {
+		resp, err := m.cli.Get(ctx, m.stateKey())
+		if err != nil {
+			return fmt.Errorf("manager: reading state: %w", err)
+		}
+		if len(resp.Kvs) > 0 {
+			var s State
+			if err := json.Unmarshal(resp.Kvs[0].Value, &s); err != nil {
+				return fmt.Errorf("manager: state in etcd: %w", err)
+			}
+			m.setState(&s, resp.Kvs[0].ModRevision)
+			return nil
+		}
+		s := newState(m.cfg.NumVBuckets, m.cfg.Replicas, m.cfg.Chain, fmt.Sprintf("%016x", rand.Uint64()))
+		data, _ := json.Marshal(s)
+		tr, err := m.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(m.stateKey()), "=", 0)).
+			Then(clientv3.OpPut(m.stateKey(), string(data))).Commit()
+		if err != nil {
+			return fmt.Errorf("manager: creating state: %w", err)
+		}
+		if tr.Succeeded {
+			m.setState(s, tr.Header.Revision)
+			return nil
+		}
+	}
+}
+
+func (m *Manager) setState(s *State, rev int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if rev < m.stRev {
+		return
+	}
+	m.st, m.stRev = s, rev
+	for ch := range m.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// State returns a copy of the current state.
+func (m *Manager) State() *State {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.st.clone()
+}
+
+// watch follows the state key, so followers serve the current map.
+func (m *Manager) watch(ctx context.Context) {
+	for ctx.Err() == nil {
+		m.mu.Lock()
+		rev := m.stRev
+		m.mu.Unlock()
+		wc := m.cli.Watch(clientv3.WithRequireLeader(ctx), m.stateKey(), clientv3.WithRev(rev+1))
+		for resp := range wc {
+			for _, ev := range resp.Events {
+				if ev.Type != clientv3.EventTypePut {
+					continue
+				}
+				var s State
+				if json.Unmarshal(ev.Kv.Value, &s) == nil {
+					m.setState(&s, ev.Kv.ModRevision)
+				}
+			}
+		}
+		sleep(ctx, 200*time.Millisecond)
+	}
+}
+
+// ErrNotLeader is returned by state changes on a manager that does not
+// lead (or lost the leadership during the change).
+var ErrNotLeader = errors.New("manager: not the leader")
+
+// update applies fn to a copy of the state and writes it, if this manager
+// still leads and nobody wrote meanwhile.
+func (m *Manager) update(ctx context.Context, fn func(s *State) error) (*State, error) {
+	t0 := time.Now()
+	defer func() { m.prof.commit.Add(int64(time.Since(t0))) }()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.leading || m.elect == nil {
+		return nil, ErrNotLeader
+	}
+	s := m.st.clone()
+	if err := fn(s); err != nil {
+		return nil, err
+	}
+	data, err := json.Marshal(s)
+	if err != nil {
+		return nil, err
+	}
+	tr, err := m.cli.Txn(ctx).If(
+		clientv3.Compare(clientv3.CreateRevision(m.elect.Key()), "=", m.elect.Rev()),
+		clientv3.Compare(clientv3.ModRevision(m.stateKey()), "=", m.stRev),
+	).Then(clientv3.OpPut(m.stateKey(), string(data))).Commit()
+	if err != nil {
+		return nil, err
+	}
+	if !tr.Succeeded {
+		return nil, ErrNotLeader
+	}
+	m.st, m.stRev = s, tr.Header.Revision
+	for ch := range m.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	return s.clone(), nil
+}
+
+// campaign waits to lead, then leads until the session or ctx ends.
+func (m *Manager) campaign(ctx context.Context) error {
+	sess, err := concurrency.NewSession(m.cli, concurrency.WithTTL(m.cfg.SessionTTL), concurrency.WithContext(ctx))
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	e := concurrency.NewElection(sess, m.leaderKey())
+	obsCtx, obsStop := context.WithCancel(ctx)
+	defer obsStop()
+	go func() { // owned by campaign: ends with obsCtx
+		for resp := range e.Observe(obsCtx) {
+			if len(resp.Kvs) > 0 {
+				m.mu.Lock()
+				m.leader = string(resp.Kvs[0].Value)
+				m.mu.Unlock()
+			}
+		}
+	}()
+	if err := e.Campaign(ctx, m.cfg.Advertise); err != nil {
+		return err
+	}
+	// Re-read the state: the old leader may have written after our watch
+	// last saw it.
+	if err := m.load(ctx); err != nil {
+		return err
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	m.mu.Lock()
+	m.leading, m.elect, m.leader = true, e, m.cfg.Advertise
+	m.mu.Unlock()
+	m.cfg.Logf("manager: leading (%s)", m.cfg.Advertise)
+	defer func() {
+		m.mu.Lock()
+		m.leading, m.elect = false, nil
+		m.mu.Unlock()
+	}()
+	done := make(chan struct{})
+	go func() { // owned by campaign: the leader's duties
+		defer close(done)
+		m.lead(lctx)
+	}()
+	select {
+	case <-sess.Done():
+		m.cfg.Logf("manager: lost the leadership (session ended)")
+	case <-ctx.Done():
+	}
+	cancel()
+	<-done
+	if ctx.Err() == nil {
+		return errors.New("leadership lost")
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
+	e.Resign(rctx)
+	rcancel()
+	return nil
+}
+
+// lead runs the leader's duties until ctx ends: bring every node in line
+// with the map, resume a rebalance, probe and fail over.
+func (m *Manager) lead(ctx context.Context) {
+	m.mu.Lock()
+	m.leadCtx = ctx
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.leadCtx = nil
+		m.mu.Unlock()
+	}()
+	s := m.State()
+	m.pushConfig(ctx, s)
+	if s.Rebalance != nil && s.Rebalance.Running {
+		m.cfg.Logf("manager: resuming the rebalance (%d of %d done)", s.Rebalance.Done, s.Rebalance.Total)
+		m.launchRebalance(ctx)
+	}
+	m.probeLoop(ctx)
+	m.mu.Lock()
+	done := m.rebDone
+	m.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+// conn runs fn on a control connection to addr, dialling if needed and
+// dropping the connection after an error that is not a node's answer.
+func (m *Manager) conn(ctx context.Context, addr string, fn func(c *admin.Conn) error) error {
+	m.mu.Lock()
+	nc := m.conns[addr]
+	if nc == nil {
+		nc = &nodeConn{}
+		m.conns[addr] = nc
+	}
+	m.mu.Unlock()
+	nc.mu.Lock()
+	defer nc.mu.Unlock()
+	if nc.c == nil {
+		c, err := admin.Dial(ctx, addr)
+		if err != nil {
+			return err
+		}
+		c.Timeout = 5 * time.Second
+		nc.c = c
+	}
+	err := fn(nc.c)
+	var se *admin.StatusError
+	if err != nil && !errors.As(err, &se) {
+		nc.c.Close()
+		nc.c = nil
+	}
+	return err
+}
+
+// publish returns once a config at least as new as s has been pushed to
+// every node. Callers that arrive while a push runs wait for it and, if it
+// was older than theirs, one of them pushes the newest state asked for: a
+// burst of commits costs a few pushes, not one each.
+func (m *Manager) publish(ctx context.Context, s *State) {
+	m.pubMu.Lock()
+	defer m.pubMu.Unlock()
+	if m.pubWant == nil || s.Rev > m.pubWant.Rev {
+		m.pubWant = s
+	}
+	for m.pubDone < s.Rev {
+		if m.pubBusy {
+			m.pubCond.Wait()
+			continue
+		}
+		m.pubBusy = true
+		w := m.pubWant
+		m.pubMu.Unlock()
+		m.pushConfig(ctx, w)
+		m.pubMu.Lock()
+		m.pubBusy = false
+		m.pubDone = max(m.pubDone, w.Rev)
+		m.pubCond.Broadcast()
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// pushConfig sends the state's config to every node it names and every
+// member. A node holding a newer config refuses it, which is fine.
+func (m *Manager) pushConfig(ctx context.Context, s *State) {
+	t0 := time.Now()
+	defer func() { m.prof.push.Add(int64(time.Since(t0))) }()
+	data, err := json.Marshal(s.Config(m.cfg.MgmtPort))
+	if err != nil {
+		return
+	}
+	targets := append(append([]string{}, s.Servers...), s.Nodes...)
+	slices.Sort(targets)
+	targets = slices.Compact(targets)
+	var wg sync.WaitGroup
+	for _, a := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := m.conn(ctx, a, func(c *admin.Conn) error {
+				return c.SetClusterConfig(data, s.RevEpoch, s.Rev)
+			})
+			if err != nil && !admin.IsStatus(err, protocol.StatusKeyExists) {
+				m.cfg.Logf("manager: pushing config rev %d to %s: %v", s.Rev, a, err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// ConfigJSON returns the current config JSON (what /pools/default/b/default serves).
+func (m *Manager) ConfigJSON() []byte {
+	s := m.State()
+	b, _ := json.Marshal(s.Config(m.cfg.MgmtPort))
+	return b
+}
+
+// Leader returns whether this manager leads and the leader's URL.
+func (m *Manager) Leader() (bool, string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.leading, m.leader
+}
+
+func splitHostPort(a string) (string, int) {
+	h, p, err := net.SplitHostPort(a)
+	if err != nil {
+		return a, 0
+	}
+	n, _ := strconv.Atoi(p)
+	return h, n
+}

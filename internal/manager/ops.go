@@ -1,0 +1,170 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"time"
+
+	"github.com/vbcache/vbcache/internal/admin"
+	"github.com/vbcache/vbcache/internal/protocol"
+)
+
+// Errors of the operations, for the HTTP API's answers.
+var (
+	ErrRebalancing = errors.New("a rebalance is running")
+	ErrUnknownNode = errors.New("not a member")
+	ErrKnownNode   = errors.New("already a member")
+)
+
+// AddNode makes addr a member. It holds no vbucket until a rebalance.
+// The node must answer and be in cluster mode with the cluster's number of
+// vbuckets.
+func (m *Manager) AddNode(ctx context.Context, addr string) error {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return fmt.Errorf("node address %q: %w", addr, err)
+	}
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	s := m.State()
+	if slices.Contains(s.Nodes, addr) {
+		return fmt.Errorf("%s: %w", addr, ErrKnownNode)
+	}
+	if err := m.checkNode(ctx, addr, s.NumVBuckets); err != nil {
+		return err
+	}
+	s, err := m.update(ctx, func(s *State) error {
+		s.Nodes = append(s.Nodes, addr)
+		s.FailedOver = slices.DeleteFunc(s.FailedOver, func(a string) bool { return a == addr })
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	m.publish(ctx, s)
+	return nil
+}
+
+// checkNode asks a node for its last vbucket's state: a standalone node
+// answers "unknown command", one with fewer vbuckets NOT_MY_VBUCKET.
+func (m *Manager) checkNode(ctx context.Context, addr string, n int) error {
+	c, err := admin.Dial(ctx, addr)
+	if err != nil {
+		return fmt.Errorf("node %s: %w", addr, err)
+	}
+	defer c.Close()
+	if _, err := c.GetVBucket(n - 1); err != nil {
+		if admin.IsStatus(err, protocol.StatusUnknown) {
+			return fmt.Errorf("node %s is not in cluster mode (start it with --vbuckets %d)", addr, n)
+		}
+		if admin.IsStatus(err, protocol.StatusNotMyVBucket) {
+			return fmt.Errorf("node %s has fewer vbuckets than the cluster's %d (start it with --vbuckets %d)", addr, n, n)
+		}
+		return fmt.Errorf("node %s: %w", addr, err)
+	}
+	if _, err := c.GetVBucket(n); err == nil {
+		return fmt.Errorf("node %s has more vbuckets than the cluster's %d (start it with --vbuckets %d)", addr, n, n)
+	}
+	return nil
+}
+
+// RemoveNode takes addr out of the members; the next rebalance moves its
+// vbuckets away.
+func (m *Manager) RemoveNode(ctx context.Context, addr string) error {
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	if !slices.Contains(m.State().Nodes, addr) {
+		return fmt.Errorf("%s: %w", addr, ErrUnknownNode)
+	}
+	_, err := m.update(ctx, func(s *State) error {
+		if s.Rebalance != nil && s.Rebalance.Running {
+			return ErrRebalancing
+		}
+		s.Nodes = slices.DeleteFunc(s.Nodes, func(a string) bool { return a == addr })
+		return nil
+	})
+	return err
+}
+
+// probeLoop checks every node's health each ProbeInterval and fails over
+// nodes that stay down, until ctx ends.
+func (m *Manager) probeLoop(ctx context.Context) {
+	t := time.NewTicker(m.cfg.ProbeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s := m.State()
+		targets := append(append([]string{}, s.Servers...), s.Nodes...)
+		slices.Sort(targets)
+		targets = slices.Compact(targets)
+		now := time.Now()
+		for _, a := range targets {
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			err := m.conn(pctx, a, func(c *admin.Conn) error {
+				c.Timeout = time.Second
+				_, err := c.Do(protocol.OpVersion, 0, nil, nil, nil)
+				c.Timeout = 5 * time.Second
+				return err
+			})
+			cancel()
+			m.mu.Lock()
+			h := m.health[a]
+			if h == nil {
+				h = &nodeHealth{}
+				m.health[a] = h
+			}
+			if err == nil {
+				h.OK, h.LastOK, h.DownSince, h.Err = true, now, time.Time{}, ""
+			} else {
+				if h.OK || h.DownSince.IsZero() {
+					h.DownSince = now
+				}
+				h.OK, h.Err = false, err.Error()
+			}
+			down := !h.OK && now.Sub(h.DownSince) >= m.cfg.FailoverAfter
+			m.mu.Unlock()
+			if down && m.cfg.FailoverAfter > 0 && s.Replicas > 0 && holdsVBuckets(s, a) && ctx.Err() == nil {
+				m.cfg.Logf("manager: %s down since %v: failing it over", a, m.healthOf(a).DownSince.Format(time.RFC3339))
+				if err := m.Failover(ctx, a, true); err != nil {
+					m.cfg.Logf("manager: automatic failover of %s: %v", a, err)
+				}
+			}
+		}
+	}
+}
+
+func (m *Manager) healthOf(a string) nodeHealth {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if h := m.health[a]; h != nil {
+		return *h
+	}
+	return nodeHealth{}
+}
+
+// healthy reports whether a's last probe answered (true when never probed).
+func (m *Manager) healthy(a string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h := m.health[a]
+	return h == nil || h.OK
+}
+
+func holdsVBuckets(s *State, a string) bool {
+	i := slices.Index(s.Servers, a)
+	if i < 0 {
+		return false
+	}
+	for _, row := range s.Map {
+		if slices.Contains(row, i) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,187 @@
+// Package cluster tests a whole vbcache cluster end to end: real node
+// processes, a real manager process with its embedded etcd, and the
+// vbucket client.
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vbcache/vbcache/internal/manager"
+	"github.com/vbcache/vbcache/memcache"
+	"github.com/vbcache/vbcache/test/nodeproc"
+)
+
+var vbcacheBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "vbcache-cluster-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	vbcacheBin, err = nodeproc.BuildVbcache(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// etcdFlags returns manager flags for an embedded etcd in a new directory
+// on free ports.
+func etcdFlags(t *testing.T) []string {
+	t.Helper()
+	c, err := nodeproc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := nodeproc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{"--data-dir", t.TempDir() + "/etcd",
+		"--etcd-client-url", fmt.Sprintf("http://127.0.0.1:%d", c),
+		"--etcd-peer-url", fmt.Sprintf("http://127.0.0.1:%d", p)}
+}
+
+// startNodes starts n cluster-mode nodes with 1024 vbuckets.
+func startNodes(t *testing.T, n int, flags ...string) []*nodeproc.Node {
+	t.Helper()
+	var out []*nodeproc.Node
+	for range n {
+		out = append(out, nodeproc.Start(t, nodeproc.Vbcache, vbcacheBin, append([]string{"--vbuckets", "1024", "-m", "256"}, flags...)...))
+	}
+	return out
+}
+
+// mgr is a manager's HTTP API.
+type mgr struct {
+	t   *testing.T
+	url string
+}
+
+func (m mgr) call(method, path string, q url.Values, out any) error {
+	u := m.url + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequest(method, u, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(b)))
+	}
+	if out != nil {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
+
+func (m mgr) must(method, path string, q url.Values) {
+	m.t.Helper()
+	if err := m.call(method, path, q, nil); err != nil {
+		m.t.Fatal(err)
+	}
+}
+
+func (m mgr) status() manager.Status {
+	m.t.Helper()
+	var s manager.Status
+	if err := m.call("GET", "/status", nil, &s); err != nil {
+		m.t.Fatal(err)
+	}
+	return s
+}
+
+func (m mgr) addNode(addr string) { m.must("POST", "/nodes", url.Values{"node": {addr}}) }
+
+// waitLeader waits until the manager reports a leader.
+func (m mgr) waitLeader() {
+	m.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var s manager.Status
+		if err := m.call("GET", "/status", nil, &s); err == nil && s.Leader != "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			m.t.Fatal("no leader within 30s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// rebalance starts a rebalance and waits for its end.
+func (m mgr) rebalance(limit time.Duration) *manager.Rebalance {
+	m.t.Helper()
+	m.must("POST", "/rebalance", nil)
+	return m.waitRebalance(limit)
+}
+
+func (m mgr) waitRebalance(limit time.Duration) *manager.Rebalance {
+	m.t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		var s manager.Status
+		err := m.call("GET", "/status", nil, &s)
+		if err == nil && s.Rebalance != nil && !s.Rebalance.Running {
+			if s.Rebalance.Err != "" {
+				m.t.Fatalf("rebalance failed: %s", s.Rebalance.Err)
+			}
+			return s.Rebalance
+		}
+		if time.Now().After(deadline) {
+			m.t.Fatalf("rebalance not done within %v (last status %+v, err %v)", limit, s.Rebalance, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// client returns a vbucket client bootstrapped from the nodes, patient
+// enough to ride through moves.
+func client(t *testing.T, seeds []string) *memcache.Client {
+	t.Helper()
+	c, err := memcache.NewCluster(context.Background(), seeds, &memcache.ClusterOptions{
+		RefreshInterval: 200 * time.Millisecond, MaxTries: 30, MinBackoff: 2 * time.Millisecond,
+		MaxBackoff: 50 * time.Millisecond, Timeout: 3 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func addrs(ns []*nodeproc.Node) []string {
+	var out []string
+	for _, n := range ns {
+		out = append(out, n.Addr)
+	}
+	return out
+}
+
+func nodeprocStartManager(t *testing.T, flags ...string) *nodeproc.Node {
+	t.Helper()
+	return nodeproc.StartManager(t, vbcacheBin, nil, flags...)
+}
