@@ -7,7 +7,7 @@
 //
 // The default run is CI-short. `go test ./test/streams -long` (or
 // VBCACHE_LONG=1) runs the long checker and the throughput test; their
-// results are recorded in docs/STREAMS-PERF.md.
+// results are recorded in docs/PERFORMANCE.md ("Streams").
 package streams
 
 import (
