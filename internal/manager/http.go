@@ -97,6 +97,10 @@ func (m *Manager) Status() Status {
 func (m *Manager) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /pools/default/b/default", func(w http.ResponseWriter, r *http.Request) {
+		if len(m.State().Servers) == 0 {
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": "the cluster has no node yet: add nodes and rebalance"})
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(m.ConfigJSON())
 	})
@@ -173,10 +177,12 @@ func (m *Manager) serveStream(w http.ResponseWriter, r *http.Request) {
 		m.mu.Unlock()
 	}()
 	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	fl.Flush() // the client learns at once that the stream is open
 	var last int64 = -1
 	for {
 		s := m.State()
-		if s.Rev != last {
+		if s.Rev != last && len(s.Servers) > 0 { // no config without a node
 			last = s.Rev
 			b, _ := json.Marshal(s.Config(m.cfg.MgmtPort))
 			if _, err := w.Write(append(b, "\n\n\n\n"...)); err != nil {

@@ -435,6 +435,9 @@ func (m *Manager) publish(ctx context.Context, s *State) {
 func (m *Manager) pushConfig(ctx context.Context, s *State) {
 	t0 := time.Now()
 	defer func() { m.prof.push.Add(int64(time.Since(t0))) }()
+	if len(s.Servers) == 0 {
+		return // no node holds anything yet: no config to give
+	}
 	data, err := json.Marshal(s.Config(m.cfg.MgmtPort))
 	if err != nil {
 		return

@@ -185,3 +185,5 @@ func nodeprocStartManager(t *testing.T, flags ...string) *nodeproc.Node {
 	t.Helper()
 	return nodeproc.StartManager(t, vbcacheBin, nil, flags...)
 }
+
+func mcItem(k, v string) *memcache.Item { return &memcache.Item{Key: k, Value: []byte(v)} }
