@@ -18,6 +18,7 @@ import (
 
 	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/manager"
+	"github.com/vbcache/vbcache/internal/proxy"
 )
 
 // runLocal is "vbcache local": a manager with an embedded etcd and N node
@@ -78,7 +79,7 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
 		defer os.RemoveAll(dir)
 	}
 	// Check the ports first: a clear message beats a half-started cluster.
-	for p := c.base + 1; p <= c.base+1+c.nodes; p++ {
+	for p := c.base; p <= c.base+1+c.nodes; p++ {
 		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 		if err != nil {
 			return fmt.Errorf("port %d is taken (choose another --base-port): %w", p, err)
@@ -187,18 +188,36 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
 		}
 	}
 	mgr := "http://" + mf.listen
+	// The proxy on the base port, following the manager's map.
+	pcfg := &proxy.Config{Listen: net.JoinHostPort("127.0.0.1", strconv.Itoa(c.base)), Manager: mgr}
+	if err := pcfg.Check(); err != nil {
+		return err
+	}
+	px, err := proxy.New(ctx, pcfg)
+	if err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	px.Version = version()
+	px.Logf = logger.Printf
+	pln, err := px.Listen()
+	if err != nil {
+		px.Close()
+		return fmt.Errorf("proxy: %w", err)
+	}
+	go px.Serve(pln) // owned here: px.Close ends it
+	defer px.Close()
 	fmt.Fprintf(stdout, `vbcache local: %d nodes, %d vbuckets, %d replica(s), ready in %v
 
   nodes (binary, text, meta):   %s
   manager (HTTP API):           %s
   cluster map for clients:      %s/pools/default/b/default
-  proxy:                        port %d is reserved for "vbcache proxy" (not yet part of local)
+  proxy (text, meta, binary):   127.0.0.1:%d   (telnet localhost %d reaches the cluster)
 
   vbcache ctl --manager %s status
   vbcache server --vbuckets %d -p PORT -l 127.0.0.1   then   vbcache ctl --manager %s add-node 127.0.0.1:PORT && vbcache ctl --manager %s rebalance --wait
 
 Data in %s (%s at exit). Ctrl-C stops the cluster.
-`, c.nodes, c.vbuckets, c.replicas, time.Since(start).Round(time.Millisecond), joinAddrs(addrs), mgr, mgr, c.base,
+`, c.nodes, c.vbuckets, c.replicas, time.Since(start).Round(time.Millisecond), joinAddrs(addrs), mgr, mgr, c.base, c.base,
 		mgr, c.vbuckets, mgr, mgr, dir, map[bool]string{true: "kept", false: "removed"}[c.keep])
 	select {
 	case <-ctx.Done():

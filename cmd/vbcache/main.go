@@ -45,6 +45,7 @@ func init() {
 		{"locate", "print the server of each key under a distribution (ketama, modulo, vbucket, …)", runLocate},
 		{"rehash", "the add-a-server experiment: which keys stay, per distribution, next to the theory", runRehash},
 		{"manager", "run the cluster manager: the map in etcd, rebalance, failover, the HTTP API", runManagerCmd},
+		{"proxy", "memcached-protocol proxy to a vbcache cluster or a static pool (ketama, modulo, …), twemproxy-style config", runProxy},
 		{"local", "a whole cluster on this machine: embedded etcd, a manager and N nodes", runLocal},
 		{"ctl", "drive a cluster: status, add-node, rebalance, failover, map; move-vbucket and vbucket states by hand", runCtl},
 		{"movecheck", "the takeover correctness checker: moves a vbucket back and forth under load and checks every answer", runMovecheck},

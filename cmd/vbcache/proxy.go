@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/vbcache/vbcache/internal/proxy"
+)
+
+// runProxy is "vbcache proxy": a memcached-protocol proxy in front of a
+// vbcache cluster or a static pool. The configuration is a pool file (-c,
+// twemproxy-like YAML; see internal/proxy.Config) or the shortcut flags.
+// SIGHUP, or a change of the file's modification time (polled every
+// second), reloads the pool without dropping client connections.
+func runProxy(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("vbcache proxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	file := fs.String("c", "", "pool file (YAML: listen, servers, distribution, hash, timeout, … or cluster/manager)")
+	listen := fs.String("listen", "127.0.0.1:22121", "address to listen on (without -c)")
+	cluster := fs.String("cluster", "", "comma-separated vbcache nodes to bootstrap from (without -c)")
+	mgr := fs.String("manager", "", "vbcache manager URL whose streaming map to follow (without -c)")
+	servers := fs.String("servers", "", "comma-separated static pool host:port[:weight] (without -c)")
+	dist := fs.String("distribution", "ketama", "distribution of a static pool: ketama, modula, or memcache's names")
+	hash := fs.String("hash", "", "hash of a static pool (md5 for ketama; crc32a, crc32, one_at_a_time for modula)")
+	timeout := fs.Int("timeout", 0, "upstream timeout in milliseconds (0: 2000)")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: vbcache proxy -c FILE\n       vbcache proxy [--listen ADDR] --cluster NODE,… | --manager URL | --servers A,B [--distribution ketama]\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	load := func() (*proxy.Config, error) {
+		if *file != "" {
+			return proxy.LoadConfig(*file)
+		}
+		cfg := &proxy.Config{Listen: *listen, Timeout: *timeout}
+		switch {
+		case *cluster != "":
+			cfg.Cluster = &proxy.ClusterConfig{Nodes: splitList(*cluster)}
+		case *mgr != "":
+			cfg.Manager = *mgr
+		case *servers != "":
+			cfg.Servers = splitList(*servers)
+			cfg.Distribution, cfg.Hash = *dist, *hash
+		default:
+			return nil, errors.New("give -c FILE, or --cluster, --manager or --servers")
+		}
+		return cfg, cfg.Check()
+	}
+	cfg, err := load()
+	if err != nil {
+		fmt.Fprintf(stderr, "vbcache proxy: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logger := log.New(stderr, "", log.LstdFlags)
+	if err := serveProxy(ctx, cfg, load, *file, logger); err != nil {
+		fmt.Fprintf(stderr, "vbcache proxy: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// serveProxy runs a proxy until ctx ends, reloading on SIGHUP and, when
+// file is set, when its modification time changes.
+func serveProxy(ctx context.Context, cfg *proxy.Config, load func() (*proxy.Config, error), file string, logger *log.Logger) error {
+	bctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	p, err := proxy.New(bctx, cfg)
+	cancel()
+	if err != nil {
+		return err
+	}
+	p.Version = version()
+	p.Logf = logger.Printf
+	ln, err := p.Listen()
+	if err != nil {
+		p.Close()
+		return err
+	}
+	serr := make(chan error, 1)
+	go func() { serr <- p.Serve(ln) }() // owned here: p.Close ends it
+	logger.Printf("vbcache proxy: listening on %s", ln.Addr())
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var mtime time.Time
+	if file != "" {
+		if fi, err := os.Stat(file); err == nil {
+			mtime = fi.ModTime()
+		}
+	}
+	reload := func(why string) {
+		cfg, err := load()
+		if err == nil {
+			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err = p.Reload(rctx, cfg)
+			cancel()
+		}
+		if err != nil {
+			logger.Printf("vbcache proxy: reload (%s) failed, keeping the old pool: %v", why, err)
+			return
+		}
+		logger.Printf("vbcache proxy: reloaded (%s)", why)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			p.Close()
+			<-serr
+			return nil
+		case err := <-serr:
+			p.Close()
+			return err
+		case <-hup:
+			if file != "" {
+				if fi, err := os.Stat(file); err == nil {
+					mtime = fi.ModTime()
+				}
+			}
+			reload("SIGHUP")
+		case <-tick.C:
+			if file == "" {
+				continue
+			}
+			fi, err := os.Stat(file)
+			if err != nil || fi.ModTime().Equal(mtime) {
+				continue
+			}
+			mtime = fi.ModTime()
+			reload("file changed")
+		}
+	}
+}

@@ -1,0 +1,278 @@
+package proxy
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"strings"
+
+	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/memcache"
+)
+
+// statusInternal is the binary status the proxy answers for an upstream
+// failure (memcached's PROTOCOL_BINARY_RESPONSE_EINTERNAL); the body says
+// what failed, as the text SERVER_ERROR line does.
+const statusInternal protocol.Status = 0x84
+
+// binaryPacket serves one binary request at the front of data: the common
+// key-value opcodes (the quiet variants too), Noop, Version, Stat, Quit,
+// Flush and Verbosity. Anything else gets "Unknown command". A bad magic
+// byte or inconsistent lengths close the connection, as memcached does.
+func (c *conn) binaryPacket(data []byte) (used, more int) {
+	var r protocol.Request
+	n, err := protocol.ParseRequest(data, &r)
+	if err != nil {
+		c.close = true
+		return 0, 0
+	}
+	if n == 0 {
+		if len(data) >= protocol.HeaderLen {
+			if r.BodyLen > maxBody {
+				c.close = true
+				return 0, 0
+			}
+			return 0, protocol.HeaderLen + int(r.BodyLen)
+		}
+		return 0, 0
+	}
+	op, quiet := r.Opcode.Loud()
+	resp := func(status protocol.Status, cas uint64, extras, key, value []byte) {
+		c.out = protocol.AppendResponse(c.out, r.Opcode, status, r.Opaque, cas, extras, key, value)
+	}
+	fail := func(status protocol.Status, msg string) {
+		if msg == "" {
+			msg = status.Text()
+		}
+		resp(status, 0, nil, nil, []byte(msg))
+	}
+	// upErr answers an upstream error; it reports false for nil.
+	upErr := func(u *upstream, key string, err error) bool {
+		switch {
+		case err == nil:
+			return false
+		case errors.Is(err, memcache.ErrCacheMiss):
+			fail(protocol.StatusKeyNotFound, "")
+		case errors.Is(err, memcache.ErrCASConflict):
+			fail(protocol.StatusKeyExists, "")
+		case errors.Is(err, memcache.ErrNotStored):
+			if op == protocol.OpAdd {
+				fail(protocol.StatusKeyExists, "")
+			} else {
+				fail(protocol.StatusNotStored, "")
+			}
+		case !answer(err):
+			fail(statusInternal, strings.TrimPrefix(failReply(u, key, err), "SERVER_ERROR "))
+		default:
+			switch m := errReply(u, key, err); {
+			case strings.Contains(m, "non-numeric"):
+				fail(protocol.StatusDeltaBadValue, "")
+			case strings.Contains(m, "too large"):
+				fail(protocol.StatusTooLarge, "")
+			case strings.HasPrefix(m, "CLIENT_ERROR"):
+				fail(protocol.StatusInvalid, "")
+			default:
+				fail(statusInternal, m)
+			}
+		}
+		return true
+	}
+	key := string(r.Key)
+	keyOK := len(r.Key) > 0 && len(r.Key) <= protocol.KeyMaxLength
+	switch op {
+	case protocol.OpGet, protocol.OpGetK, protocol.OpGAT, protocol.OpGATK:
+		touch := op == protocol.OpGAT || op == protocol.OpGATK
+		if !keyOK || (touch && len(r.Extras) != 4) || (!touch && len(r.Extras) != 0) || len(r.Value) != 0 {
+			fail(protocol.StatusInvalid, "")
+			break
+		}
+		u := c.p.acquire()
+		var it *memcache.Item
+		err := u.call(key, func(ctx context.Context) (err error) {
+			if touch {
+				it, err = u.mc.GetAndTouchContext(ctx, key, int32(binary.BigEndian.Uint32(r.Extras)))
+			} else {
+				it, err = u.mc.GetContext(ctx, key)
+			}
+			return err
+		})
+		if touch {
+			c.p.ctr.cmdTouch.Add(1)
+		} else {
+			c.p.ctr.cmdGet.Add(1)
+		}
+		var k []byte
+		if op == protocol.OpGetK || op == protocol.OpGATK {
+			k = r.Key
+		}
+		switch {
+		case err == nil:
+			if touch {
+				c.p.ctr.touchHits.Add(1)
+			} else {
+				c.p.ctr.getHits.Add(1)
+			}
+			var ext [4]byte
+			binary.BigEndian.PutUint32(ext[:], it.Flags)
+			resp(protocol.StatusOK, it.CasID, ext[:], k, it.Value)
+		case errors.Is(err, memcache.ErrCacheMiss):
+			if touch {
+				c.p.ctr.touchMisses.Add(1)
+			} else {
+				c.p.ctr.getMisses.Add(1)
+			}
+			if !quiet {
+				resp(protocol.StatusKeyNotFound, 0, nil, k, []byte("Not found"))
+			}
+		default:
+			upErr(u, key, err)
+		}
+		u.release()
+	case protocol.OpSet, protocol.OpAdd, protocol.OpReplace:
+		if !keyOK || len(r.Extras) != 8 {
+			fail(protocol.StatusInvalid, "")
+			break
+		}
+		it := &memcache.Item{Key: key, Value: r.Value, Flags: binary.BigEndian.Uint32(r.Extras),
+			Expiration: int32(binary.BigEndian.Uint32(r.Extras[4:])), CasID: r.CAS}
+		c.p.ctr.cmdSet.Add(1)
+		u := c.p.acquire()
+		err := u.call(key, func(ctx context.Context) error {
+			switch {
+			case r.CAS != 0 && op != protocol.OpAdd:
+				if op == protocol.OpReplace || op == protocol.OpSet {
+					return u.mc.CompareAndSwapContext(ctx, it)
+				}
+			case op == protocol.OpAdd:
+				return u.mc.AddContext(ctx, it)
+			case op == protocol.OpReplace:
+				return u.mc.ReplaceContext(ctx, it)
+			}
+			return u.mc.SetContext(ctx, it)
+		})
+		if !upErr(u, key, err) && !quiet {
+			resp(protocol.StatusOK, 0, nil, nil, nil)
+		}
+		u.release()
+	case protocol.OpAppend, protocol.OpPrepend:
+		if !keyOK || len(r.Extras) != 0 {
+			fail(protocol.StatusInvalid, "")
+			break
+		}
+		it := &memcache.Item{Key: key, Value: r.Value}
+		u := c.p.acquire()
+		err := u.call(key, func(ctx context.Context) error {
+			if op == protocol.OpAppend {
+				return u.mc.AppendContext(ctx, it)
+			}
+			return u.mc.PrependContext(ctx, it)
+		})
+		if !upErr(u, key, err) && !quiet {
+			resp(protocol.StatusOK, 0, nil, nil, nil)
+		}
+		u.release()
+	case protocol.OpDelete:
+		if !keyOK || len(r.Extras) != 0 || len(r.Value) != 0 {
+			fail(protocol.StatusInvalid, "")
+			break
+		}
+		u := c.p.acquire()
+		err := u.call(key, func(ctx context.Context) error { return u.mc.DeleteContext(ctx, key) })
+		if err == nil {
+			c.p.ctr.deleteHits.Add(1)
+		} else if errors.Is(err, memcache.ErrCacheMiss) {
+			c.p.ctr.deleteMisses.Add(1)
+		}
+		if !upErr(u, key, err) && !quiet {
+			resp(protocol.StatusOK, 0, nil, nil, nil)
+		}
+		u.release()
+	case protocol.OpIncrement, protocol.OpDecrement:
+		if !keyOK || len(r.Extras) != 20 || len(r.Value) != 0 {
+			fail(protocol.StatusInvalid, "")
+			break
+		}
+		delta := binary.BigEndian.Uint64(r.Extras)
+		initial := binary.BigEndian.Uint64(r.Extras[8:])
+		exp := binary.BigEndian.Uint32(r.Extras[16:])
+		u := c.p.acquire()
+		var v uint64
+		err := u.call(key, func(ctx context.Context) (err error) {
+			for range 2 {
+				if op == protocol.OpIncrement {
+					v, err = u.mc.IncrementContext(ctx, key, delta)
+				} else {
+					v, err = u.mc.DecrementContext(ctx, key, delta)
+				}
+				if !errors.Is(err, memcache.ErrCacheMiss) || exp == 0xffffffff {
+					return err
+				}
+				// Create with the initial value, as memcached does.
+				err = u.mc.AddContext(ctx, &memcache.Item{Key: key, Value: protocol.AppendUint(nil, initial), Expiration: int32(exp)})
+				if err == nil {
+					v = initial
+					return nil
+				}
+				if !errors.Is(err, memcache.ErrNotStored) {
+					return err
+				}
+			}
+			return err
+		})
+		if !upErr(u, key, err) && !quiet {
+			var b [8]byte
+			binary.BigEndian.PutUint64(b[:], v)
+			resp(protocol.StatusOK, 0, nil, nil, b[:])
+		}
+		u.release()
+	case protocol.OpTouch:
+		if !keyOK || len(r.Extras) != 4 || len(r.Value) != 0 {
+			fail(protocol.StatusInvalid, "")
+			break
+		}
+		u := c.p.acquire()
+		err := u.call(key, func(ctx context.Context) error {
+			return u.mc.TouchContext(ctx, key, int32(binary.BigEndian.Uint32(r.Extras)))
+		})
+		c.p.ctr.cmdTouch.Add(1)
+		if !upErr(u, key, err) {
+			resp(protocol.StatusOK, 0, nil, nil, nil)
+		}
+		u.release()
+	case protocol.OpNoop:
+		resp(protocol.StatusOK, 0, nil, nil, nil)
+	case protocol.OpVersion:
+		resp(protocol.StatusOK, 0, nil, nil, []byte(c.p.Version))
+	case protocol.OpQuit:
+		if !quiet {
+			resp(protocol.StatusOK, 0, nil, nil, nil)
+		}
+		c.close = true
+	case protocol.OpFlush:
+		if len(r.Extras) == 4 && binary.BigEndian.Uint32(r.Extras) != 0 {
+			fail(protocol.StatusInvalid, "flush with a delay is not supported by the proxy")
+			break
+		}
+		c.p.ctr.cmdFlush.Add(1)
+		u := c.p.acquire()
+		err := u.call("", func(ctx context.Context) error { return u.mc.FlushAllContext(ctx) })
+		if !upErr(u, "", err) && !quiet {
+			resp(protocol.StatusOK, 0, nil, nil, nil)
+		}
+		u.release()
+	case protocol.OpVerbosity:
+		resp(protocol.StatusOK, 0, nil, nil, nil)
+	case protocol.OpStat:
+		if len(r.Key) != 0 {
+			fail(protocol.StatusKeyNotFound, "")
+			break
+		}
+		for _, kv := range c.p.statLines() {
+			resp(protocol.StatusOK, 0, nil, []byte(kv[0]), []byte(kv[1]))
+		}
+		resp(protocol.StatusOK, 0, nil, nil, nil)
+	default:
+		fail(protocol.StatusUnknown, "")
+	}
+	return n, 0
+}

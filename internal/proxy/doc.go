@@ -1,0 +1,70 @@
+// Package proxy is "vbcache proxy": a memcached-protocol front end (text,
+// meta and binary, chosen per connection by the first byte as a node
+// does) over a memcache.Client upstream, in the spirit of twemproxy and
+// memcached's own proxy.
+//
+// # Data flow
+//
+// Each client connection has one goroutine (owned by the Proxy; Close
+// closes the socket and waits for it). It parses requests with
+// internal/protocol, memcached's tokenizer, runs each one against the
+// current upstream and appends the reply; replies are written when the
+// buffered input is drained, so a pipelining client gets them in batches.
+// A connection's requests run in order, one at a time, so "set k" then
+// "get k" on one connection always sees the set. Requests of all the
+// connections share the upstream client, which multiplexes and pipelines
+// them over a few connections per server (Config.ServerConnections). A
+// multi-key get is split by server and sent to all of them before any
+// answer is awaited (Client.GetMulti); the values are written in the
+// order of the request's keys.
+//
+// # Upstreams
+//
+// A pool (Config.Servers) is a memcache.Client over a selector built from
+// distribution and hash (Config.selectorName maps twemproxy's names onto
+// memcache's distributions), so keys land where libmemcached, twemproxy
+// or the other libraries memcache reproduces would put them. A cluster
+// (Config.Cluster or Config.Manager) is a memcache.NewCluster client: it
+// bootstraps from the nodes over GET_CLUSTER_CONFIG (0xb5), routes by
+// vbucket and retries NOT_MY_VBUCKET and TMPFAIL after learning the map.
+// With a manager, the proxy also follows its streaming endpoint
+// (/pools/default/bs/default) and makes the client refresh from the nodes
+// as soon as the manager announces a newer map (memcache.Client has no
+// hook to take a config from elsewhere). In cluster mode a request that
+// fails (a node down, a failover in progress) is retried after a map
+// refresh with a short backoff for up to ClusterConfig.RetryTimeout, so
+// the client sees latency, not an error.
+//
+// # Errors
+//
+// Answers from the servers (misses, NOT_STORED, EXISTS, CLIENT_ERROR …)
+// are passed on in the client's protocol. A failure to get an answer (the
+// server is down, Config.Timeout passed, a cluster's retries ran out) is
+// answered with "SERVER_ERROR proxy upstream <server>: <reason>" (binary:
+// status 0x84 with that text), never by hanging or closing the client's
+// connection. Bad input is answered as memcached answers it (ERROR,
+// CLIENT_ERROR …), and a line that is garbage closes the connection, as
+// memcached does.
+//
+// # Reload
+//
+// The upstream is an atomic pointer. Reload builds a new upstream from a
+// new Config and swaps it in; each request holds a reference to the
+// upstream it started on, and the old upstream's client is closed once the
+// last such request has finished (or after 30 s). Client connections are
+// never dropped by a reload. The listen address is not reloaded.
+//
+// # Locks
+//
+// Proxy.mu protects the set of connections and the closed flag;
+// Proxy.reloadMu serializes reloads; upstream.mu protects its reference
+// count; serverStats.mu protects the per-server map. No lock is held
+// while talking to an upstream, and none of them nests inside another.
+//
+// # Not supported
+//
+// flush_all with a delay, the meta flags that need item metadata the
+// client does not return (see meta.go), "me", binary SASL, and keys with
+// control characters (the client refuses them: CLIENT_ERROR). Stats for
+// items and slabs belong to the servers: ask them directly.
+package proxy

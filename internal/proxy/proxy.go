@@ -1,0 +1,333 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vbcache/vbcache/internal/protocol"
+)
+
+const (
+	readBufSize = 16 << 10
+	maxGetLine  = 64 << 20 // a multi-key get line may be this long
+	maxBody     = 64 << 20 // largest binary body or text value accepted
+	flushAt     = 256 << 10
+	drainLimit  = 30 * time.Second // how long a retired upstream may keep requests
+)
+
+// Proxy is a running proxy: a listener, the client connections and the
+// current upstream.
+type Proxy struct {
+	Version string // reported by "version"
+	Logf    func(string, ...any)
+
+	cur     atomic.Pointer[upstream] // the upstream new requests use
+	st      *serverStats
+	started time.Time
+
+	reloadMu sync.Mutex // serializes Reload; protects listenAddr
+	listen   string
+
+	mu     sync.Mutex // protects conns and closed
+	conns  map[*conn]struct{}
+	closed bool
+	ln     net.Listener
+
+	wg sync.WaitGroup // connection goroutines and retiring upstreams
+
+	ctr       counters
+	verbosity atomic.Int32
+}
+
+// counters are the memcached-style general stats.
+type counters struct {
+	currConns, totalConns, reloads, reloadErrors                         atomic.Int64
+	cmdGet, getHits, getMisses, cmdSet, cmdTouch, touchHits, touchMisses atomic.Int64
+	deleteHits, deleteMisses, incrHits, incrMisses, decrHits, decrMisses atomic.Int64
+	casHits, casMisses, casBadval, cmdFlush, bytesRead, bytesWritten     atomic.Int64
+	upstreamErrors                                                       atomic.Int64
+}
+
+// New builds a proxy for cfg and connects its upstream (a cluster's
+// bootstrap is bounded by ctx). Serve starts it.
+func New(ctx context.Context, cfg *Config) (*Proxy, error) {
+	p := &Proxy{st: newServerStats(), started: time.Now(), conns: make(map[*conn]struct{}), listen: cfg.Listen,
+		Version: "vbcache-proxy", Logf: log.Printf}
+	u, err := newUpstream(ctx, cfg, p.st)
+	if err != nil {
+		return nil, err
+	}
+	p.cur.Store(u)
+	return p, nil
+}
+
+// Listen opens the configured listen address (host:port, or a unix socket
+// path containing "/").
+func (p *Proxy) Listen() (net.Listener, error) {
+	if bytes.ContainsRune([]byte(p.listen), '/') {
+		os.Remove(p.listen)
+		return net.Listen("unix", p.listen)
+	}
+	return net.Listen("tcp", p.listen)
+}
+
+// Serve accepts clients on ln until Close. Each connection has one
+// goroutine, owned by the Proxy (Close waits for it).
+func (p *Proxy) Serve(ln net.Listener) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		ln.Close()
+		return net.ErrClosed
+	}
+	p.ln = ln
+	p.mu.Unlock()
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			p.mu.Lock()
+			closed := p.closed
+			p.mu.Unlock()
+			if closed {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			return err
+		}
+		c := &conn{p: p, nc: nc, rbuf: make([]byte, readBufSize)}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			nc.Close()
+			continue
+		}
+		p.conns[c] = struct{}{}
+		p.wg.Add(1)
+		p.mu.Unlock()
+		p.ctr.currConns.Add(1)
+		p.ctr.totalConns.Add(1)
+		go c.serve()
+	}
+}
+
+// Reload replaces the upstream with one built from cfg. Client connections
+// stay open: requests that start after Reload returns use the new
+// upstream, and the old one is closed once its requests have finished.
+// A changed listen address is not applied (it needs a restart); Reload
+// reports it in the log.
+func (p *Proxy) Reload(ctx context.Context, cfg *Config) error {
+	p.reloadMu.Lock()
+	defer p.reloadMu.Unlock()
+	u, err := newUpstream(ctx, cfg, p.st)
+	if err != nil {
+		p.ctr.reloadErrors.Add(1)
+		return err
+	}
+	if cfg.Listen != p.listen && p.Logf != nil {
+		p.Logf("vbcache proxy: listen changed from %s to %s: restart to apply", p.listen, cfg.Listen)
+	}
+	old := p.cur.Swap(u)
+	p.ctr.reloads.Add(1)
+	p.wg.Add(1)
+	go func() { // owned by p: Close waits for it
+		defer p.wg.Done()
+		old.retire(drainLimit)
+	}()
+	return nil
+}
+
+// Close stops accepting, closes every client connection, waits for their
+// goroutines and closes the upstream.
+func (p *Proxy) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	if p.ln != nil {
+		p.ln.Close()
+	}
+	for c := range p.conns {
+		c.nc.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+	p.cur.Load().retire(0)
+	return nil
+}
+
+// acquire returns the current upstream with a reference held.
+func (p *Proxy) acquire() *upstream {
+	for {
+		u := p.cur.Load()
+		if u.acquire() {
+			return u
+		}
+	}
+}
+
+// conn is one client connection, served by one goroutine: it reads
+// requests, runs each against the upstream in order (the upstream client
+// pipelines the requests of every connection over its few connections per
+// server) and writes the replies, flushing when the input is drained.
+// Requests of one connection run one at a time, so a pipelined
+// "set k … / get k" sees its own write.
+type conn struct {
+	p    *Proxy
+	nc   net.Conn
+	rbuf []byte // unread input is rbuf[r:w]
+	r, w int
+	out  []byte
+
+	mode    uint8 // 0 unknown, 1 text, 2 binary
+	toks    protocol.Tokens
+	noreply bool
+	close   bool
+	swallow int
+	keyBuf  [512]byte
+}
+
+func (c *conn) serve() {
+	defer c.p.wg.Done()
+	defer func() {
+		c.nc.Close()
+		c.p.mu.Lock()
+		delete(c.p.conns, c)
+		c.p.mu.Unlock()
+		c.p.ctr.currConns.Add(-1)
+	}()
+	for {
+		need := c.processInput()
+		if err := c.flush(); err != nil || c.close {
+			return
+		}
+		if c.r == c.w {
+			c.r, c.w = 0, 0
+			if cap(c.rbuf) > 4*readBufSize {
+				c.rbuf = make([]byte, readBufSize)
+			}
+		}
+		if need > len(c.rbuf)-c.r {
+			if c.r > 0 {
+				c.w = copy(c.rbuf, c.rbuf[c.r:c.w])
+				c.r = 0
+			}
+			if need > len(c.rbuf) {
+				nb := make([]byte, max(need, 2*len(c.rbuf)))
+				copy(nb, c.rbuf[:c.w])
+				c.rbuf = nb
+			}
+		} else if c.w == len(c.rbuf) {
+			if c.r > 0 {
+				c.w = copy(c.rbuf, c.rbuf[c.r:c.w])
+				c.r = 0
+			} else {
+				nb := make([]byte, 2*len(c.rbuf))
+				copy(nb, c.rbuf[:c.w])
+				c.rbuf = nb
+			}
+		}
+		n, err := c.nc.Read(c.rbuf[c.w:])
+		if n > 0 {
+			c.w += n
+			c.p.ctr.bytesRead.Add(int64(n))
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (c *conn) flush() error {
+	if len(c.out) == 0 {
+		return nil
+	}
+	n, err := c.nc.Write(c.out)
+	c.p.ctr.bytesWritten.Add(int64(n))
+	if cap(c.out) > 4<<20 {
+		c.out = nil
+	} else {
+		c.out = c.out[:0]
+	}
+	return err
+}
+
+// processInput runs every whole request buffered. It returns how many
+// bytes from c.r the next request needs when that is known.
+func (c *conn) processInput() (need int) {
+	for !c.close {
+		if c.swallow > 0 {
+			n := min(c.swallow, c.w-c.r)
+			c.r += n
+			c.swallow -= n
+			if c.swallow > 0 {
+				return 0
+			}
+		}
+		data := c.rbuf[c.r:c.w]
+		if len(data) == 0 {
+			return 0
+		}
+		if c.mode == 0 {
+			c.mode = 1
+			if data[0] == protocol.MagicRequest {
+				c.mode = 2
+			}
+		}
+		var used, more int
+		if c.mode == 2 {
+			used, more = c.binaryPacket(data)
+		} else {
+			used, more = c.textCommand(data)
+		}
+		if more > 0 {
+			return more
+		}
+		if used == 0 {
+			return 0
+		}
+		c.r += used
+		if len(c.out) >= flushAt {
+			if c.flush() != nil {
+				c.close = true
+			}
+		}
+	}
+	return 0
+}
+
+// textCommand handles one text command at the front of data: it returns
+// the bytes used, or more > 0 when the command needs that many bytes in
+// all, or (0, 0) when the line is not complete.
+func (c *conn) textCommand(data []byte) (used, more int) {
+	nl := bytes.IndexByte(data, '\n')
+	if nl < 0 {
+		if len(data) > protocol.LineMaxNoNewline {
+			// memcached: a long line that is not a get is garbage; close.
+			p := 0
+			for p < len(data) && data[p] == ' ' {
+				p++
+			}
+			if p > 100 || !(bytes.HasPrefix(data[p:], []byte("get ")) || bytes.HasPrefix(data[p:], []byte("gets "))) ||
+				len(data) >= maxGetLine {
+				c.close = true
+				return 0, 0
+			}
+		}
+		return 0, 0
+	}
+	line := protocol.TrimLine(data[:nl])
+	u, m := c.dispatch(line, data[nl+1:])
+	if m > 0 {
+		return 0, nl + 1 + m
+	}
+	return nl + 1 + u, 0
+}

@@ -1,0 +1,540 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/memcache"
+)
+
+func (c *conn) reply(s string) {
+	if c.noreply {
+		return
+	}
+	c.out = append(c.out, s...)
+	c.out = append(c.out, '\r', '\n')
+}
+
+// setNoreply is memcached's set_noreply_maybe: the last token "noreply".
+func (c *conn) setNoreply() bool {
+	t := &c.toks
+	c.noreply = t.N >= 2 && string(t.T[t.N-2]) == "noreply"
+	return c.noreply
+}
+
+// dispatch runs one text command line; rest holds the bytes after the
+// line. It returns the bytes of rest used, or more > 0 when the command
+// needs that many bytes of rest first. Parsing and the error replies
+// follow memcached (and internal/server/classic.go).
+func (c *conn) dispatch(line, rest []byte) (used, more int) {
+	t := &c.toks
+	c.noreply = false
+	protocol.Tokenize(line, t)
+	if t.N < 2 || len(t.T[0]) < 2 {
+		c.reply("ERROR")
+		return 0, 0
+	}
+	cmd, n := t.T[0], t.N
+	if cmd[0] == 'm' && len(cmd) == 2 {
+		switch cmd[1] {
+		case 'g':
+			c.metaGet()
+		case 's':
+			return c.metaSet(rest)
+		case 'd':
+			c.metaDelete()
+		case 'a':
+			c.metaArithmetic()
+		case 'n':
+			c.reply("MN")
+		case 'e':
+			c.reply("CLIENT_ERROR me is not supported by the proxy")
+		default:
+			c.reply("ERROR")
+		}
+		return 0, 0
+	}
+	switch string(cmd) {
+	case "get", "bget":
+		if n >= 3 {
+			c.get(false, false)
+			return 0, 0
+		}
+	case "gets":
+		if n >= 3 {
+			c.get(true, false)
+			return 0, 0
+		}
+	case "gat":
+		if n >= 3 {
+			c.get(false, true)
+			return 0, 0
+		}
+	case "gats":
+		if n >= 3 {
+			c.get(true, true)
+			return 0, 0
+		}
+	case "set", "add", "replace", "append", "prepend":
+		if n == 6 || n == 7 {
+			return c.update(string(cmd), rest)
+		}
+	case "cas":
+		if n == 7 || n == 8 {
+			return c.update("cas", rest)
+		}
+	case "incr", "decr":
+		if n == 4 || n == 5 {
+			c.arithmetic(cmd[0] == 'i')
+			return 0, 0
+		}
+	case "delete":
+		if n >= 3 && n <= 5 {
+			c.delete()
+			return 0, 0
+		}
+	case "touch":
+		if n == 4 || n == 5 {
+			c.touch()
+			return 0, 0
+		}
+	case "stats":
+		c.stats()
+		return 0, 0
+	case "flush_all":
+		if n >= 2 && n <= 4 {
+			c.flushAll()
+			return 0, 0
+		}
+	case "version":
+		c.reply("VERSION " + c.p.Version)
+		return 0, 0
+	case "quit":
+		c.close = true
+		return 0, 0
+	case "verbosity":
+		if n == 3 || n == 4 {
+			c.setNoreply()
+			lvl, ok := protocol.ParseUint32(t.T[1])
+			if !ok {
+				c.reply("CLIENT_ERROR bad command line format")
+				return 0, 0
+			}
+			c.p.verbosity.Store(int32(min(lvl, 2)))
+			c.reply("OK")
+			return 0, 0
+		}
+	case "shutdown":
+		c.reply("ERROR: shutdown not enabled")
+		return 0, 0
+	default:
+		// memcached drops connections that look like HTTP requests.
+		if bytes.HasPrefix(t.T[n-2], []byte("HTTP/")) {
+			c.close = true
+			return 0, 0
+		}
+	}
+	c.reply("ERROR")
+	return 0, 0
+}
+
+// failReply is the reply to an upstream failure: memcached's
+// SERVER_ERROR line, naming the upstream and the reason.
+func failReply(u *upstream, key string, err error) string {
+	reason := err.Error()
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		reason = "timeout"
+	case errors.Is(err, memcache.ErrNotMyVBucket):
+		reason = "vbucket map did not settle"
+	case errors.Is(err, memcache.ErrTemporaryFailure):
+		reason = "temporary failure"
+	}
+	reason = strings.TrimPrefix(reason, "memcache: ")
+	reason = strings.Map(func(r rune) rune {
+		if r < ' ' {
+			return ' '
+		}
+		return r
+	}, reason)
+	if len(reason) > 200 {
+		reason = reason[:200]
+	}
+	return "SERVER_ERROR proxy upstream " + u.addrOf(key) + ": " + reason
+}
+
+// errReply is the text reply for an error answer or failure from the
+// upstream (nil, a miss, NOT_STORED and EXISTS are handled by callers).
+func errReply(u *upstream, key string, err error) string {
+	if !answer(err) {
+		return failReply(u, key, err)
+	}
+	m := err.Error()
+	switch {
+	case errors.Is(err, memcache.ErrCacheMiss):
+		return "NOT_FOUND"
+	case errors.Is(err, memcache.ErrNotStored):
+		return "NOT_STORED"
+	case errors.Is(err, memcache.ErrCASConflict):
+		return "EXISTS"
+	case errors.Is(err, memcache.ErrMalformedKey):
+		return "CLIENT_ERROR bad command line format"
+	case strings.HasPrefix(m, "memcache: client error: "):
+		return "CLIENT_ERROR " + m[len("memcache: client error: "):]
+	case strings.HasPrefix(m, "memcache: server error: "):
+		return "SERVER_ERROR " + m[len("memcache: server error: "):]
+	case strings.HasPrefix(m, "memcache: server replied ERROR"):
+		return "ERROR"
+	case strings.HasPrefix(m, "memcache: status 0x6"):
+		return "CLIENT_ERROR cannot increment or decrement non-numeric value"
+	case strings.HasPrefix(m, "memcache: status 0x3"):
+		return "SERVER_ERROR object too large for cache"
+	case strings.HasPrefix(m, "memcache: status 0x4"):
+		return "CLIENT_ERROR bad command line format"
+	case strings.HasPrefix(m, "memcache: status 0x82"):
+		return "SERVER_ERROR out of memory storing object"
+	}
+	return "SERVER_ERROR " + strings.TrimPrefix(m, "memcache: ")
+}
+
+// get serves get, gets, gat and gats: the keys are split by server and
+// fetched in parallel (GetMulti), and the values written in request order.
+func (c *conn) get(withCAS, touch bool) {
+	t := &c.toks
+	var exptime int32
+	first := 1
+	if touch {
+		e, ok := protocol.ParseInt32(t.T[1])
+		if !ok {
+			c.reply("CLIENT_ERROR invalid exptime argument")
+			return
+		}
+		exptime, first = e, 2
+	}
+	var keys []string
+	for {
+		for i := first; i < t.N-1; i++ {
+			if len(t.T[i]) > protocol.KeyMaxLength {
+				c.reply("CLIENT_ERROR bad command line format")
+				return
+			}
+			keys = append(keys, string(t.T[i]))
+		}
+		if t.Rest == nil {
+			break
+		}
+		protocol.Tokenize(t.Rest, t)
+		first = 0
+	}
+	if len(keys) == 0 {
+		c.reply("ERROR")
+		return
+	}
+	u := c.p.acquire()
+	defer u.release()
+	items := make(map[string]*memcache.Item, len(keys))
+	var err error
+	switch {
+	case touch:
+		for _, k := range keys {
+			var it *memcache.Item
+			e := u.call(k, func(ctx context.Context) (err error) {
+				it, err = u.mc.GetAndTouchContext(ctx, k, exptime)
+				return err
+			})
+			c.p.ctr.cmdTouch.Add(1)
+			if it != nil {
+				items[k] = it
+				c.p.ctr.touchHits.Add(1)
+			} else if errors.Is(e, memcache.ErrCacheMiss) {
+				c.p.ctr.touchMisses.Add(1)
+			} else if e != nil && err == nil {
+				err = e
+			}
+		}
+	case len(keys) == 1:
+		var it *memcache.Item
+		err = u.call(keys[0], func(ctx context.Context) (err error) {
+			it, err = u.mc.GetContext(ctx, keys[0])
+			return err
+		})
+		if it != nil {
+			items[keys[0]] = it
+		}
+		if errors.Is(err, memcache.ErrCacheMiss) || errors.Is(err, memcache.ErrMalformedKey) {
+			err = nil
+		}
+	default:
+		err = u.callMulti(keys, func(ctx context.Context) error {
+			m, err := u.mc.GetMultiContext(ctx, keys)
+			for k, it := range m {
+				items[k] = it
+			}
+			return err
+		})
+		if errors.Is(err, memcache.ErrMalformedKey) {
+			err = nil
+		}
+	}
+	if err != nil {
+		c.reply(errReply(u, keys[0], err))
+		return
+	}
+	for _, k := range keys {
+		it := items[k]
+		if !touch {
+			c.p.ctr.cmdGet.Add(1)
+			if it == nil {
+				c.p.ctr.getMisses.Add(1)
+			} else {
+				c.p.ctr.getHits.Add(1)
+			}
+		}
+		if it == nil {
+			continue
+		}
+		c.out = append(c.out, "VALUE "...)
+		c.out = append(c.out, k...)
+		c.out = append(c.out, ' ')
+		c.out = protocol.AppendUint(c.out, uint64(it.Flags))
+		c.out = append(c.out, ' ')
+		c.out = protocol.AppendUint(c.out, uint64(len(it.Value)))
+		if withCAS {
+			c.out = append(c.out, ' ')
+			c.out = protocol.AppendUint(c.out, it.CasID)
+		}
+		c.out = append(c.out, '\r', '\n')
+		c.out = append(c.out, it.Value...)
+		c.out = append(c.out, '\r', '\n')
+	}
+	c.out = append(c.out, "END\r\n"...)
+}
+
+// update serves the storage commands (memcached's process_update_command).
+func (c *conn) update(verb string, rest []byte) (used, more int) {
+	t := &c.toks
+	c.setNoreply()
+	key := t.T[1]
+	if len(key) > protocol.KeyMaxLength {
+		c.reply("CLIENT_ERROR bad command line format")
+		return 0, 0
+	}
+	flags, ok1 := protocol.ParseUint32(t.T[2])
+	exp, ok2 := protocol.ParseInt32(t.T[3])
+	vlen, ok3 := protocol.ParseInt32(t.T[4])
+	if !ok1 || !ok2 || !ok3 {
+		c.reply("CLIENT_ERROR bad command line format")
+		return 0, 0
+	}
+	var casID uint64
+	if verb == "cas" {
+		v, ok := protocol.ParseUint64(t.T[5])
+		if !ok {
+			c.reply("CLIENT_ERROR bad command line format")
+			return 0, 0
+		}
+		casID = v
+	}
+	if vlen < 0 || vlen > 1<<31-1-2 {
+		c.reply("CLIENT_ERROR bad command line format")
+		return 0, 0
+	}
+	n := int(vlen) + 2
+	if n > maxBody {
+		// Like memcached's too large item: refuse and swallow the data.
+		c.noreply = false
+		c.reply("SERVER_ERROR object too large for cache")
+		if n > len(rest) {
+			c.swallow = n - len(rest)
+		}
+		return min(n, len(rest)), 0
+	}
+	if len(rest) < n {
+		return 0, n
+	}
+	data := rest[:n]
+	c.p.ctr.cmdSet.Add(1)
+	if data[n-2] != '\r' || data[n-1] != '\n' {
+		c.noreply = false
+		c.reply("CLIENT_ERROR bad data chunk")
+		return n, 0
+	}
+	it := &memcache.Item{Key: string(key), Value: data[:n-2], Flags: flags, Expiration: exp, CasID: casID}
+	u := c.p.acquire()
+	defer u.release()
+	err := u.call(it.Key, func(ctx context.Context) error {
+		switch verb {
+		case "set":
+			return u.mc.SetContext(ctx, it)
+		case "add":
+			return u.mc.AddContext(ctx, it)
+		case "replace":
+			return u.mc.ReplaceContext(ctx, it)
+		case "append":
+			return u.mc.AppendContext(ctx, it)
+		case "prepend":
+			return u.mc.PrependContext(ctx, it)
+		}
+		return u.mc.CompareAndSwapContext(ctx, it)
+	})
+	switch {
+	case err == nil:
+		if verb == "cas" {
+			c.p.ctr.casHits.Add(1)
+		}
+		c.reply("STORED")
+	case verb == "cas" && errors.Is(err, memcache.ErrCacheMiss):
+		c.p.ctr.casMisses.Add(1)
+		c.reply("NOT_FOUND")
+	case verb == "cas" && errors.Is(err, memcache.ErrCASConflict):
+		c.p.ctr.casBadval.Add(1)
+		c.reply("EXISTS")
+	default:
+		c.reply(errReply(u, it.Key, err))
+	}
+	return n, 0
+}
+
+// arithmetic serves incr and decr.
+func (c *conn) arithmetic(incr bool) {
+	t := &c.toks
+	c.setNoreply()
+	key := t.T[1]
+	if len(key) > protocol.KeyMaxLength {
+		c.reply("CLIENT_ERROR bad command line format")
+		return
+	}
+	delta, ok := protocol.ParseUint64(t.T[2])
+	if !ok {
+		c.reply("CLIENT_ERROR invalid numeric delta argument")
+		return
+	}
+	k := string(key)
+	u := c.p.acquire()
+	defer u.release()
+	var v uint64
+	err := u.call(k, func(ctx context.Context) (err error) {
+		if incr {
+			v, err = u.mc.IncrementContext(ctx, k, delta)
+		} else {
+			v, err = u.mc.DecrementContext(ctx, k, delta)
+		}
+		return err
+	})
+	hits, misses := &c.p.ctr.incrHits, &c.p.ctr.incrMisses
+	if !incr {
+		hits, misses = &c.p.ctr.decrHits, &c.p.ctr.decrMisses
+	}
+	switch {
+	case err == nil:
+		hits.Add(1)
+		c.reply(strconv.FormatUint(v, 10))
+	case errors.Is(err, memcache.ErrCacheMiss):
+		misses.Add(1)
+		c.reply("NOT_FOUND")
+	default:
+		c.reply(errReply(u, k, err))
+	}
+}
+
+// delete is memcached's process_delete_command with 1.6's rules for
+// "delete <key> 0".
+func (c *conn) delete() {
+	t := &c.toks
+	if t.N > 3 {
+		holdIsZero := string(t.T[2]) == "0"
+		setsNoreply := c.setNoreply()
+		valid := (t.N == 4 && (holdIsZero || setsNoreply)) || (t.N == 5 && holdIsZero && setsNoreply)
+		if !valid {
+			c.reply("CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]")
+			return
+		}
+	}
+	key := t.T[1]
+	if len(key) > protocol.KeyMaxLength {
+		c.reply("CLIENT_ERROR bad command line format")
+		return
+	}
+	k := string(key)
+	u := c.p.acquire()
+	defer u.release()
+	err := u.call(k, func(ctx context.Context) error { return u.mc.DeleteContext(ctx, k) })
+	switch {
+	case err == nil:
+		c.p.ctr.deleteHits.Add(1)
+		c.reply("DELETED")
+	case errors.Is(err, memcache.ErrCacheMiss):
+		c.p.ctr.deleteMisses.Add(1)
+		c.reply("NOT_FOUND")
+	default:
+		c.reply(errReply(u, k, err))
+	}
+}
+
+func (c *conn) touch() {
+	t := &c.toks
+	c.setNoreply()
+	key := t.T[1]
+	if len(key) > protocol.KeyMaxLength {
+		c.reply("CLIENT_ERROR bad command line format")
+		return
+	}
+	e, ok := protocol.ParseInt32(t.T[2])
+	if !ok {
+		c.reply("CLIENT_ERROR invalid exptime argument")
+		return
+	}
+	k := string(key)
+	u := c.p.acquire()
+	defer u.release()
+	err := u.call(k, func(ctx context.Context) error { return u.mc.TouchContext(ctx, k, e) })
+	c.p.ctr.cmdTouch.Add(1)
+	switch {
+	case err == nil:
+		c.p.ctr.touchHits.Add(1)
+		c.reply("TOUCHED")
+	case errors.Is(err, memcache.ErrCacheMiss):
+		c.p.ctr.touchMisses.Add(1)
+		c.reply("NOT_FOUND")
+	default:
+		c.reply(errReply(u, k, err))
+	}
+}
+
+// flushAll sends flush_all to every server. A delay is not supported by
+// the client and is refused.
+func (c *conn) flushAll() {
+	t := &c.toks
+	c.setNoreply()
+	want := 2
+	if c.noreply {
+		want = 3
+	}
+	if t.N != want {
+		e, ok := protocol.ParseInt32(t.T[1])
+		if !ok {
+			c.reply("CLIENT_ERROR invalid exptime argument")
+			return
+		}
+		if e > 0 {
+			c.reply("CLIENT_ERROR flush_all with a delay is not supported by the proxy")
+			return
+		}
+	}
+	c.p.ctr.cmdFlush.Add(1)
+	u := c.p.acquire()
+	defer u.release()
+	err := u.call("", func(ctx context.Context) error { return u.mc.FlushAllContext(ctx) })
+	if err != nil {
+		c.reply(errReply(u, "", err))
+		return
+	}
+	c.reply("OK")
+}

@@ -1,0 +1,523 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/vbmap"
+	"github.com/vbcache/vbcache/memcache"
+)
+
+// upstream is one generation of the proxy's upstream: a memcache.Client
+// built from one Config. A reload builds a new upstream, swaps it in, and
+// retires the old one, which closes its Client once the requests that
+// hold it (refs) have finished.
+type upstream struct {
+	cfg     *Config
+	mc      *memcache.Client
+	sel     memcache.ServerSelector // pool: the client's selector
+	cluster bool
+	timeout time.Duration
+	retry   time.Duration // cluster: how long a failing request is retried
+	st      *serverStats  // shared by every generation of a Proxy
+
+	// mirror is a cluster's map as this proxy last saw it, for stats
+	// (which server a key goes to); the client routes by its own copy.
+	mirror    atomic.Pointer[memcache.VBucket]
+	mirrorRev atomic.Pointer[[2]int64]
+
+	mu      sync.Mutex // protects refs and retired
+	refs    int
+	retired bool
+	drained chan struct{} // closed when retired and refs reach zero
+
+	cancel context.CancelFunc // ends the follower goroutine
+	done   chan struct{}      // closed when the follower has exited
+}
+
+// newUpstream builds and connects an upstream for cfg. ctx bounds the
+// bootstrap of a cluster.
+func newUpstream(ctx context.Context, cfg *Config, st *serverStats) (*upstream, error) {
+	u := &upstream{cfg: cfg, timeout: cfg.timeout(), st: st, drained: make(chan struct{}), done: make(chan struct{})}
+	fctx, cancel := context.WithCancel(context.Background())
+	u.cancel = cancel
+	if cfg.Cluster == nil {
+		servers, err := cfg.servers()
+		if err != nil {
+			return nil, err
+		}
+		name, err := cfg.selectorName()
+		if err != nil {
+			return nil, err
+		}
+		opts := &memcache.Options{AutoEject: cfg.AutoEjectHosts, FailureLimit: cfg.ServerFailureLimit,
+			RetryTimeout: ms(cfg.ServerRetryTimeout, 0)}
+		sel, err := memcache.NewSelector(name, servers, opts)
+		if err != nil {
+			return nil, err
+		}
+		u.sel = sel
+		u.mc = memcache.NewFromSelector(sel)
+		u.mc.Timeout = u.timeout
+		u.mc.MaxConns = cfg.conns()
+		u.mc.DialContext = st.dialer(u.timeout)
+		close(u.done)
+		return u, nil
+	}
+	u.cluster = true
+	u.retry = ms(cfg.Cluster.RetryTimeout, DefaultClusterRetry)
+	seeds := cfg.Cluster.Nodes
+	var body []byte
+	if m := cfg.Cluster.Manager; m != "" {
+		b, err := httpGet(ctx, strings.TrimRight(m, "/")+"/pools/default/b/default")
+		if err != nil {
+			cancel()
+			return nil, fmt.Errorf("proxy: manager %s: %w", m, err)
+		}
+		c, err := vbmap.Parse(b)
+		if err != nil {
+			cancel()
+			return nil, fmt.Errorf("proxy: manager %s: %w", m, err)
+		}
+		body = b
+		seeds = c.VBucketServerMap.ServerList
+	}
+	mc, err := memcache.NewCluster(ctx, seeds, &memcache.ClusterOptions{
+		RefreshInterval: ms(cfg.Cluster.RefreshInterval, DefaultClusterRefresh),
+		MaxTries:        10, MinBackoff: 2 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+		Timeout: u.timeout, DialContext: st.dialer(u.timeout)})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	mc.MaxConns = cfg.conns()
+	u.mc = mc
+	if body == nil {
+		body, _ = fetchClusterConfig(ctx, seeds, u.timeout)
+	}
+	if body != nil {
+		u.setMirror(body)
+	}
+	if cfg.Cluster.Manager != "" {
+		go u.followManager(fctx, cfg.Cluster.Manager)
+	} else {
+		go u.followNodes(fctx)
+	}
+	return u, nil
+}
+
+// setMirror applies a config to the stats mirror when it is newer.
+func (u *upstream) setMirror(body []byte) (newer bool) {
+	c, err := vbmap.Parse(body)
+	if err != nil {
+		return false
+	}
+	rev := [2]int64{c.RevEpoch, c.Rev}
+	if old := u.mirrorRev.Load(); old != nil && (rev[0] < old[0] || (rev[0] == old[0] && rev[1] <= old[1])) {
+		return false
+	}
+	vb, err := memcache.NewVBucketFromJSON(body)
+	if err != nil {
+		return false
+	}
+	u.mirror.Store(vb)
+	u.mirrorRev.Store(&rev)
+	return true
+}
+
+// followManager reads the manager's streaming map (each config JSON
+// followed by "\n\n\n\n") until ctx ends, reconnecting after a failure. A
+// config newer than the client's makes the client refresh at once from
+// the nodes (the client has no hook to take a config from elsewhere),
+// instead of at its next NOT_MY_VBUCKET or poll.
+func (u *upstream) followManager(ctx context.Context, base string) {
+	defer close(u.done)
+	url := strings.TrimRight(base, "/") + "/pools/default/bs/default"
+	for ctx.Err() == nil {
+		err := streamConfigs(ctx, url, func(body []byte) {
+			u.setMirror(body)
+			c, err := vbmap.Parse(body)
+			if err != nil {
+				return
+			}
+			e, r := u.mc.ConfigRevision()
+			if c.RevEpoch > e || (c.RevEpoch == e && c.Rev > r) {
+				rctx, cancel := context.WithTimeout(ctx, u.timeout)
+				u.mc.RefreshConfig(rctx)
+				cancel()
+			}
+		})
+		_ = err
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// streamConfigs calls f for each config of a streaming endpoint.
+func streamConfigs(ctx context.Context, url string, f func([]byte)) error {
+	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 64<<20)
+	sc.Split(func(data []byte, atEOF bool) (int, []byte, error) {
+		if i := bytes.Index(data, []byte("\n\n\n\n")); i >= 0 {
+			return i + 4, data[:i], nil
+		}
+		if atEOF && len(data) > 0 {
+			return len(data), data, nil
+		}
+		return 0, nil, nil
+	})
+	for sc.Scan() {
+		if b := bytes.TrimSpace(sc.Bytes()); len(b) > 0 {
+			f(append([]byte(nil), b...))
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	return io.ErrUnexpectedEOF
+}
+
+// followNodes keeps the stats mirror in step with the client's map: when
+// the client's revision moves past the mirror's, fetch the config over
+// 0xb5 from the map's servers.
+func (u *upstream) followNodes(ctx context.Context) {
+	defer close(u.done)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		e, r := u.mc.ConfigRevision()
+		if old := u.mirrorRev.Load(); old != nil && old[0] == e && old[1] == r {
+			continue
+		}
+		var seeds []string
+		if vb := u.mirror.Load(); vb != nil {
+			vb.Each(func(a net.Addr) error { seeds = append(seeds, a.String()); return nil })
+		}
+		seeds = append(seeds, u.cfg.Cluster.Nodes...)
+		if body, err := fetchClusterConfig(ctx, seeds, u.timeout); err == nil {
+			u.setMirror(body)
+		}
+	}
+}
+
+// fetchClusterConfig asks the servers in turn for their cluster config
+// with a bare binary GET_CLUSTER_CONFIG (0xb5).
+func fetchClusterConfig(ctx context.Context, servers []string, timeout time.Duration) ([]byte, error) {
+	var lastErr error = memcache.ErrNoServers
+	for _, s := range servers {
+		d := net.Dialer{Timeout: timeout}
+		nc, err := d.DialContext(ctx, "tcp", s)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		nc.SetDeadline(time.Now().Add(timeout))
+		req := protocol.AppendRequest(nil, &protocol.Request{Header: protocol.Header{Opcode: 0xb5}})
+		var hdr [protocol.HeaderLen]byte
+		var h protocol.Header
+		_, err = nc.Write(req)
+		if err == nil {
+			_, err = io.ReadFull(nc, hdr[:])
+		}
+		if err == nil {
+			protocol.ParseHeader(hdr[:], &h)
+			if h.BodyLen > 64<<20 {
+				err = errors.New("config too large")
+			}
+		}
+		var body []byte
+		if err == nil {
+			body = make([]byte, h.BodyLen)
+			_, err = io.ReadFull(nc, body)
+		}
+		nc.Close()
+		if err == nil && h.Status == protocol.StatusOK {
+			return body[int(h.ExtLen)+int(h.KeyLen):], nil
+		}
+		if err == nil {
+			err = fmt.Errorf("%s: status 0x%x", s, h.Status)
+		}
+		lastErr = err
+	}
+	return nil, lastErr
+}
+
+func httpGet(ctx context.Context, url string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return b, nil
+}
+
+// acquire takes a reference for one request; false if u is retired.
+func (u *upstream) acquire() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.retired {
+		return false
+	}
+	u.refs++
+	return true
+}
+
+func (u *upstream) release() {
+	u.mu.Lock()
+	u.refs--
+	last := u.retired && u.refs == 0
+	u.mu.Unlock()
+	if last {
+		close(u.drained)
+	}
+}
+
+// retire stops new requests from taking u and, once the requests holding
+// it have finished (or after limit), closes its client and follower.
+func (u *upstream) retire(limit time.Duration) {
+	u.mu.Lock()
+	u.retired = true
+	idle := u.refs == 0
+	u.mu.Unlock()
+	if idle {
+		close(u.drained)
+	}
+	select {
+	case <-u.drained:
+	case <-time.After(limit):
+	}
+	u.cancel()
+	<-u.done
+	u.mc.Close()
+}
+
+// addrOf names the server a key is routed to, for stats.
+func (u *upstream) addrOf(key string) string {
+	if u.cluster {
+		if vb := u.mirror.Load(); vb != nil {
+			if a, err := vb.PickServer(key); err == nil {
+				return a.String()
+			}
+		}
+		return "cluster"
+	}
+	if a, err := u.sel.PickServer(key); err == nil {
+		return a.String()
+	}
+	return "none"
+}
+
+// servers lists the upstream's servers, for flush_all and stats.
+func (u *upstream) servers() []string {
+	var out []string
+	var s memcache.ServerSelector = u.sel
+	if u.cluster {
+		if vb := u.mirror.Load(); vb != nil {
+			s = vb
+		}
+	}
+	if s != nil {
+		s.Each(func(a net.Addr) error { out = append(out, a.String()); return nil })
+	}
+	return out
+}
+
+// call runs one upstream request for key (the stats attribution) with the
+// proxy's timeout. In cluster mode a failure (not an answer) is retried,
+// after a map refresh and a backoff, until the cluster retry timeout: a
+// node being failed over looks to the client like added latency.
+// Retrying after a failure may repeat a request the dead node had
+// applied; for incr/decr and append/prepend that can apply twice.
+func (u *upstream) call(key string, fn func(ctx context.Context) error) error {
+	return u.run([]string{u.addrOf(key)}, fn)
+}
+
+// callMulti is call for a multi-key request: each server the keys go to
+// counts one request.
+func (u *upstream) callMulti(keys []string, fn func(ctx context.Context) error) error {
+	var addrs []string
+	seen := make(map[string]bool)
+	for _, k := range keys {
+		if a := u.addrOf(k); !seen[a] {
+			seen[a] = true
+			addrs = append(addrs, a)
+		}
+	}
+	return u.run(addrs, fn)
+}
+
+func (u *upstream) run(addrs []string, fn func(ctx context.Context) error) error {
+	start := time.Now()
+	var err error
+	back := 10 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), u.timeout)
+		err = fn(ctx)
+		cancel()
+		if answer(err) || !u.cluster || time.Since(start)+back > u.retry {
+			break
+		}
+		time.Sleep(back)
+		back = min(2*back, 200*time.Millisecond)
+		rctx, cancel := context.WithTimeout(context.Background(), u.timeout)
+		u.mc.RefreshConfig(rctx)
+		cancel()
+	}
+	for _, a := range addrs {
+		u.st.get(a).record(time.Since(start), !answer(err))
+	}
+	return err
+}
+
+// answer reports whether err is the server's answer (a miss, NOT_STORED,
+// an error line: the client gets it as it is) rather than a failure to
+// get one (I/O, timeout, refusals exhausted: SERVER_ERROR from the proxy).
+func answer(err error) bool {
+	switch {
+	case err == nil, errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored),
+		errors.Is(err, memcache.ErrCASConflict), errors.Is(err, memcache.ErrMalformedKey):
+		return true
+	case errors.Is(err, memcache.ErrTemporaryFailure), errors.Is(err, memcache.ErrNotMyVBucket):
+		return false
+	}
+	m := err.Error()
+	for _, p := range []string{"memcache: client error: ", "memcache: server error: ", "memcache: status 0x", "memcache: server replied ERROR"} {
+		if strings.HasPrefix(m, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// serverStats holds per-server counters for "stats", shared by every
+// upstream generation of a Proxy (a reload keeps the counts).
+type serverStats struct {
+	mu sync.Mutex // protects m
+	m  map[string]*srvStat
+}
+
+// srvStat is one server's counters.
+type srvStat struct {
+	requests, errors, latencyUs, conns, totalConns atomic.Int64
+	consecFail                                     atomic.Int64
+	lastFail                                       atomic.Int64 // unix nanoseconds
+
+	lmu sync.Mutex // protects lat
+	lat [256]int64 // the last latencies in µs, for p99
+	li  int
+}
+
+func newServerStats() *serverStats { return &serverStats{m: make(map[string]*srvStat)} }
+
+func (st *serverStats) get(addr string) *srvStat {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	s := st.m[addr]
+	if s == nil {
+		s = new(srvStat)
+		st.m[addr] = s
+	}
+	return s
+}
+
+func (s *srvStat) record(d time.Duration, failed bool) {
+	s.requests.Add(1)
+	us := d.Microseconds()
+	s.latencyUs.Add(us)
+	if failed {
+		s.errors.Add(1)
+		s.consecFail.Add(1)
+		s.lastFail.Store(time.Now().UnixNano())
+	} else {
+		s.consecFail.Store(0)
+	}
+	s.lmu.Lock()
+	s.lat[s.li%len(s.lat)] = us
+	s.li++
+	s.lmu.Unlock()
+}
+
+func (s *srvStat) p99() int64 {
+	s.lmu.Lock()
+	n := min(s.li, len(s.lat))
+	v := append([]int64(nil), s.lat[:n]...)
+	s.lmu.Unlock()
+	if n == 0 {
+		return 0
+	}
+	for i := 1; i < n; i++ { // insertion sort: at most 256 values
+		for j := i; j > 0 && v[j] < v[j-1]; j-- {
+			v[j], v[j-1] = v[j-1], v[j]
+		}
+	}
+	return v[(n*99)/100]
+}
+
+// dialer counts connections per server.
+func (st *serverStats) dialer(timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		d := net.Dialer{Timeout: timeout}
+		nc, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		s := st.get(addr)
+		s.conns.Add(1)
+		s.totalConns.Add(1)
+		return &countedConn{Conn: nc, s: s}, nil
+	}
+}
+
+type countedConn struct {
+	net.Conn
+	s    *srvStat
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { c.s.conns.Add(-1) })
+	return c.Conn.Close()
+}

@@ -1,0 +1,558 @@
+// Package proxy tests "vbcache proxy" end to end: real proxy, node,
+// manager and memcached processes, driven by the real client libraries
+// (pymemcache, pylibmc, Cache::Memcached) and by raw sockets.
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vbcache/vbcache/memcache"
+	"github.com/vbcache/vbcache/test/nodeproc"
+)
+
+var vbcacheBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "vbcache-proxy-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	vbcacheBin, err = nodeproc.BuildVbcache(dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is a proxy process.
+type proc struct {
+	cmd  *exec.Cmd
+	Addr string
+	mu   sync.Mutex
+	out  bytes.Buffer
+}
+
+func (p *proc) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.Write(b)
+}
+
+func (p *proc) log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+// startProxy runs "vbcache proxy args…"; listen is the address the
+// proxy will listen on (given in args or in its file).
+func startProxy(t *testing.T, listen string, args ...string) *proc {
+	t.Helper()
+	p := &proc{Addr: listen}
+	p.cmd = exec.Command(vbcacheBin, append([]string{"proxy"}, args...)...)
+	p.cmd.Stdout, p.cmd.Stderr = p, p
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { p.cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			p.cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("proxy log:\n%s", p.log())
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if c, err := net.DialTimeout("tcp", listen, 200*time.Millisecond); err == nil {
+			c.Close()
+			return p
+		}
+		select {
+		case <-exited:
+			t.Fatalf("proxy exited: %s", p.log())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("proxy not listening on %s: %s", listen, p.log())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	port, err := nodeproc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "127.0.0.1:" + strconv.Itoa(port)
+}
+
+// line is a raw text connection.
+type line struct {
+	t  *testing.T
+	c  net.Conn
+	br *bufio.Reader
+}
+
+func dialLine(t *testing.T, addr string) *line {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &line{t: t, c: c, br: bufio.NewReader(c)}
+}
+
+// do sends req and reads n reply lines (with a deadline: never hang).
+func (l *line) do(req string, n int) []string {
+	l.t.Helper()
+	l.c.SetDeadline(time.Now().Add(15 * time.Second))
+	if _, err := io.WriteString(l.c, req); err != nil {
+		l.t.Fatal(err)
+	}
+	var out []string
+	for range n {
+		s, err := l.br.ReadString('\n')
+		if err != nil {
+			l.t.Fatalf("reading reply to %q: %v (got %q)", req, err, out)
+		}
+		out = append(out, strings.TrimRight(s, "\r\n"))
+	}
+	return out
+}
+
+func (l *line) expect(req string, want ...string) {
+	l.t.Helper()
+	got := l.do(req, len(want))
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		l.t.Errorf("%q: got %q, want %q", req, got, want)
+	}
+}
+
+func startMemcached(t *testing.T, n int) []*nodeproc.Node {
+	t.Helper()
+	nodeproc.Need(t, "the static pool's servers", "memcached")
+	var out []*nodeproc.Node
+	for range n {
+		out = append(out, nodeproc.Start(t, nodeproc.Memcached, ""))
+	}
+	return out
+}
+
+func writePool(t *testing.T, path, listen string, servers []string, extra string) {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "pool:\n  listen: %s\n  distribution: ketama\n  hash: md5\n  timeout: 500\n  servers:\n", listen)
+	for _, s := range servers {
+		fmt.Fprintf(&b, "    - %s:1\n", s)
+	}
+	b.WriteString(extra)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// owner returns the server of servers (as memcached processes) that holds
+// key, or "" when none or several do.
+func owner(t *testing.T, servers []string, key string) string {
+	t.Helper()
+	found := ""
+	for _, s := range servers {
+		c := memcache.New(s)
+		_, err := c.Get(key)
+		c.Close()
+		if err == nil {
+			if found != "" {
+				return ""
+			}
+			found = s
+		}
+	}
+	return found
+}
+
+// TestProxyKetamaPlacement: a static pool of three memcached processes
+// with ketama: every key set through the proxy is on exactly the server
+// libmemcached's weighted ketama picks (memcache's ketama selector, which
+// test/interop checks against pylibmc and the recorded placements).
+func TestProxyKetamaPlacement(t *testing.T) {
+	mcs := startMemcached(t, 3)
+	var servers []string
+	for _, m := range mcs {
+		servers = append(servers, m.Addr)
+	}
+	listen := freeAddr(t)
+	pool := filepath.Join(t.TempDir(), "pool.yml")
+	writePool(t, pool, listen, servers, "")
+	startProxy(t, listen, "-c", pool)
+	ss, _ := memcache.ParseServers(strings.Join(servers, ","))
+	sel, err := memcache.NewSelector("ketama", ss, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := dialLine(t, listen)
+	bad := 0
+	for i := range 300 {
+		k := fmt.Sprintf("user:%d", i)
+		l.expect(fmt.Sprintf("set %s 0 0 1\r\nx\r\n", k), "STORED")
+		want, _ := sel.PickServer(k)
+		if got := owner(t, servers, k); got != want.String() {
+			bad++
+			if bad < 5 {
+				t.Errorf("key %s on %q, libmemcached ketama says %s", k, got, want)
+			}
+		}
+	}
+	t.Logf("300 keys: %d misplaced", bad)
+	// The proxy's stats name every server.
+	st := l.do("stats\r\n", 1)
+	_ = st
+	l.c.SetDeadline(time.Now().Add(5 * time.Second))
+	all := readUntilEnd(t, l)
+	for _, s := range servers {
+		if !strings.Contains(all, "STAT server:"+s+":requests ") {
+			t.Errorf("stats lack server %s:\n%s", s, all)
+		}
+	}
+}
+
+func readUntilEnd(t *testing.T, l *line) string {
+	var b strings.Builder
+	for {
+		s, err := l.br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.WriteString(s)
+		if s == "END\r\n" {
+			return b.String()
+		}
+	}
+}
+
+// TestProxyReload: with a client connection open, the pool file gains a
+// server; after SIGHUP (and the mtime poll) the same connection keeps
+// working and new keys follow the three-server placement.
+func TestProxyReload(t *testing.T) {
+	mcs := startMemcached(t, 3)
+	s2 := []string{mcs[0].Addr, mcs[1].Addr}
+	s3 := []string{mcs[0].Addr, mcs[1].Addr, mcs[2].Addr}
+	listen := freeAddr(t)
+	pool := filepath.Join(t.TempDir(), "pool.yml")
+	writePool(t, pool, listen, s2, "")
+	p := startProxy(t, listen, "-c", pool)
+	l := dialLine(t, listen)
+	l.expect("set before 0 0 1\r\nb\r\n", "STORED")
+	time.Sleep(1100 * time.Millisecond) // a new mtime for sure
+	writePool(t, pool, listen, s3, "")
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		l.do("stats\r\n", 0)
+		all := readUntilEnd(t, l)
+		if strings.Contains(all, "STAT proxy_reloads 1") || strings.Contains(all, "STAT proxy_reloads 2") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no reload seen:\n%s", all)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	ss, _ := memcache.ParseServers(strings.Join(s3, ","))
+	sel, _ := memcache.NewSelector("ketama", ss, nil)
+	onThird := 0
+	for i := range 200 {
+		k := fmt.Sprintf("after:%d", i)
+		l.expect(fmt.Sprintf("set %s 0 0 1\r\na\r\n", k), "STORED")
+		want, _ := sel.PickServer(k)
+		if got := owner(t, s3, k); got != want.String() {
+			t.Fatalf("after reload key %s on %q, want %s", k, got, want)
+		}
+		if want.String() == mcs[2].Addr {
+			onThird++
+		}
+	}
+	if onThird == 0 {
+		t.Fatal("no key went to the added server")
+	}
+	t.Logf("same connection after reload: 200 keys placed for 3 servers, %d on the new one", onThird)
+}
+
+// TestProxyBadInput: garbage, oversized keys and values and unknown
+// commands get memcached's replies, and the proxy stays up.
+func TestProxyBadInput(t *testing.T) {
+	mcs := startMemcached(t, 1)
+	listen := freeAddr(t)
+	startProxy(t, listen, "--listen", listen, "--servers", mcs[0].Addr)
+	l := dialLine(t, listen)
+	long := strings.Repeat("k", 251)
+	l.expect("foo bar\r\n", "ERROR")
+	l.expect("\r\n", "ERROR")
+	l.expect("get "+long+"\r\n", "CLIENT_ERROR bad command line format")
+	l.expect("set "+long+" 0 0 1\r\nx\r\n", "CLIENT_ERROR bad command line format", "ERROR")
+	l.expect("set k 0 0 abc\r\n", "CLIENT_ERROR bad command line format")
+	l.expect("set k 0 0 -1\r\n", "CLIENT_ERROR bad command line format")
+	l.expect("incr k abc\r\n", "CLIENT_ERROR invalid numeric delta argument")
+	l.expect("set k 0 0 1\r\nxyz\r\n", "CLIENT_ERROR bad data chunk", "ERROR")
+	l.expect("touch k abc\r\n", "CLIENT_ERROR invalid exptime argument")
+	l.expect("delete k 5\r\n", "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]")
+	l.expect("mg k h\r\n", "CLIENT_ERROR flag h not supported by the proxy")
+	l.expect("mg k !\r\n", "CLIENT_ERROR invalid flag")
+	big := strings.Repeat("v", 2<<20)
+	l.expect("set big 0 0 "+strconv.Itoa(len(big))+"\r\n"+big+"\r\n", "SERVER_ERROR object too large for cache")
+	l.expect("set k 0 0 1 noreply\r\nx\r\nget k\r\n", "VALUE k 0 1", "x", "END")
+	l.expect("version\r\n", "VERSION devel")
+	// A line of garbage longer than memcached's limit closes that
+	// connection only.
+	g := dialLine(t, listen)
+	g.c.Write(bytes.Repeat([]byte{'z'}, 5000))
+	g.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := g.br.ReadByte(); err == nil {
+		t.Error("garbage line: connection not closed")
+	}
+	// Binary garbage: a bad magic after a good packet closes that one.
+	b := dialLine(t, listen)
+	b.c.Write(append(noop(), bytes.Repeat([]byte{0x42}, 30)...))
+	b.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	hdr := make([]byte, 24)
+	if _, err := io.ReadFull(b.br, hdr); err != nil || hdr[0] != 0x81 || hdr[1] != 0x0a {
+		t.Errorf("binary noop: %x %v", hdr, err)
+	}
+	l.expect("version\r\n", "VERSION devel")
+	l2 := dialLine(t, listen)
+	l2.expect("get k\r\n", "VALUE k 0 1", "x", "END")
+}
+
+func noop() []byte {
+	b := make([]byte, 24)
+	b[0], b[1] = 0x80, 0x0a
+	return b
+}
+
+// TestProxyUpstreamKilled: one of two servers is killed; requests for its
+// keys get SERVER_ERROR within the timeout, the other server's keys keep
+// working.
+func TestProxyUpstreamKilled(t *testing.T) {
+	mcs := startMemcached(t, 2)
+	servers := []string{mcs[0].Addr, mcs[1].Addr}
+	listen := freeAddr(t)
+	pool := filepath.Join(t.TempDir(), "pool.yml")
+	writePool(t, pool, listen, servers, "")
+	startProxy(t, listen, "-c", pool)
+	ss, _ := memcache.ParseServers(strings.Join(servers, ","))
+	sel, _ := memcache.NewSelector("ketama", ss, nil)
+	var dead, live string
+	for i := 0; dead == "" || live == ""; i++ {
+		k := fmt.Sprintf("k%d", i)
+		a, _ := sel.PickServer(k)
+		if a.String() == mcs[0].Addr && dead == "" {
+			dead = k
+		} else if a.String() == mcs[1].Addr && live == "" {
+			live = k
+		}
+	}
+	l := dialLine(t, listen)
+	l.expect("set "+dead+" 0 0 1\r\nd\r\n", "STORED")
+	l.expect("set "+live+" 0 0 1\r\nl\r\n", "STORED")
+	mcs[0].Signal(syscall.SIGKILL)
+	mcs[0].WaitExit(5 * time.Second)
+	for range 3 {
+		start := time.Now()
+		got := l.do("get "+dead+"\r\n", 1)
+		el := time.Since(start)
+		if !strings.HasPrefix(got[0], "SERVER_ERROR ") || el > 2*time.Second {
+			t.Errorf("get on the dead server: %q after %v", got, el)
+		}
+		t.Logf("dead server: %q after %v", got[0], el.Round(time.Millisecond))
+		l.expect("get "+live+"\r\n", "VALUE "+live+" 0 1", "l", "END")
+	}
+	// A multi-get over both: the whole command fails, as one reply line.
+	got := l.do("get "+live+" "+dead+"\r\n", 1)
+	if !strings.HasPrefix(got[0], "SERVER_ERROR ") {
+		t.Errorf("multi-get with a dead server: %q", got)
+	}
+	l.expect("set "+live+" 0 0 2\r\nl2\r\n", "STORED")
+}
+
+// mgr is a manager's HTTP API.
+type mgr struct {
+	t   *testing.T
+	url string
+}
+
+func (m mgr) call(method, path string, q url.Values, out any) error {
+	u := m.url + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, _ := http.NewRequest(method, u, nil)
+	resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, b)
+	}
+	if out != nil {
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
+
+type status struct {
+	Leader    string `json:"leader"`
+	Rebalance *struct {
+		Running bool   `json:"running"`
+		Err     string `json:"err"`
+	} `json:"rebalance"`
+}
+
+func (m mgr) rebalance(limit time.Duration) {
+	m.t.Helper()
+	if err := m.call("POST", "/rebalance", nil, nil); err != nil {
+		m.t.Fatal(err)
+	}
+	deadline := time.Now().Add(limit)
+	for {
+		var s status
+		if err := m.call("GET", "/status", nil, &s); err == nil && s.Rebalance != nil && !s.Rebalance.Running {
+			if s.Rebalance.Err != "" {
+				m.t.Fatalf("rebalance: %s", s.Rebalance.Err)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			m.t.Fatal("rebalance too slow")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func etcdFlags(t *testing.T) []string {
+	c, _ := nodeproc.FreePort()
+	p, _ := nodeproc.FreePort()
+	return []string{"--data-dir", t.TempDir() + "/etcd",
+		"--etcd-client-url", fmt.Sprintf("http://127.0.0.1:%d", c),
+		"--etcd-peer-url", fmt.Sprintf("http://127.0.0.1:%d", p)}
+}
+
+// TestProxyClusterClients: pymemcache, pylibmc and Cache::Memcached
+// through the proxy against a live three-node cluster (one replica,
+// failover after 2 s): the functional pass, then a load loop during a
+// rebalance (a fourth node) and a failover (kill -9 of a node). No client
+// may see an error or a value older than the last one it wrote.
+func TestProxyClusterClients(t *testing.T) {
+	py := "/usr/bin/python3"
+	for _, mod := range []string{"pymemcache", "pylibmc"} {
+		if exec.Command(py, "-c", "import "+mod).Run() != nil {
+			nodeproc.Absent(t, "python3 module "+mod+" missing")
+		}
+	}
+	perl := nodeproc.Need(t, "Cache::Memcached", "perl")
+	if exec.Command(perl, "-MCache::Memcached", "-e", "1").Run() != nil {
+		nodeproc.Absent(t, "perl module Cache::Memcached missing")
+	}
+	vb := []string{"--vbuckets", "256"}
+	m := mgr{t: t, url: nodeproc.StartManager(t, vbcacheBin, nil, append(append(etcdFlags(t), vb...),
+		"--replicas", "1", "--failover-after", "2s")...).URL()}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var s status
+		if m.call("GET", "/status", nil, &s) == nil && s.Leader != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no leader")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var nodes []*nodeproc.Node
+	for range 4 {
+		nodes = append(nodes, nodeproc.Start(t, nodeproc.Vbcache, vbcacheBin, append(vb, "-m", "64")...))
+	}
+	for _, n := range nodes[:3] {
+		if err := m.call("POST", "/nodes", url.Values{"node": {n.Addr}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.rebalance(60 * time.Second)
+	listen := freeAddr(t)
+	startProxy(t, listen, "--listen", listen, "--manager", m.url)
+
+	const seconds = 14
+	type result struct {
+		name string
+		out  string
+		err  error
+	}
+	runs := [][]string{
+		{py, "scripts/py_client.py", "pymemcache", listen, strconv.Itoa(seconds), "pym"},
+		{py, "scripts/py_client.py", "pylibmc", listen, strconv.Itoa(seconds), "pyl"},
+		{perl, "scripts/perl_client.pl", listen, strconv.Itoa(seconds), "perl"},
+	}
+	results := make(chan result, len(runs))
+	for _, argv := range runs {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
+			results <- result{argv[2], string(out), err}
+		}()
+	}
+	// A rebalance onto a fourth node, then a failover.
+	time.Sleep(2 * time.Second)
+	start := time.Now()
+	if err := m.call("POST", "/nodes", url.Values{"node": {nodes[3].Addr}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	m.rebalance(60 * time.Second)
+	t.Logf("rebalance onto a 4th node under load: %v", time.Since(start).Round(time.Millisecond))
+	time.Sleep(500 * time.Millisecond)
+	killed := time.Now()
+	nodes[0].Signal(syscall.SIGKILL)
+	t.Logf("killed %s (kill -9) %v into the load", nodes[0].Addr, killed.Sub(start.Add(-2*time.Second)).Round(time.Millisecond))
+	for range runs {
+		r := <-results
+		t.Logf("%s", strings.TrimSpace(r.out))
+		if r.err != nil {
+			t.Errorf("%s: %v", r.name, r.err)
+		}
+	}
+}
