@@ -72,7 +72,7 @@ type cluster struct {
 	// GetMulti round counts once), configs applied from the bodies of
 	// NOT_MY_VBUCKET and from fetches, and requests sent to a vbucket's
 	// forward owner.
-	refusals, tmpFails, fromBody, fromFetch, forwards atomic.Int64
+	refusals, tmpFails, dialFails, fromBody, fromFetch, forwards atomic.Int64
 
 	// sleep waits d or until ctx ends; tests replace it.
 	sleep func(ctx context.Context, d time.Duration) error
@@ -397,7 +397,17 @@ func (cl *cluster) roundTrip(ctx context.Context, key string, o *op) (*op, error
 			body = o.body
 		case errors.Is(err, ErrTemporaryFailure):
 			cl.tmpFails.Add(1)
+		case isDialError(err):
+			// The request never left: the owner in our map is not
+			// there (a failover may be under way). Learn the map and
+			// send again.
+			cl.dialFails.Add(1)
 		default:
+			if isNetError(err) {
+				// Sent, so not safe to send again; but the map may
+				// have moved on: learn it for the next request.
+				cl.refresh(ctx, addr, 0)
+			}
 			return o, err
 		}
 		if try >= cl.maxTries {
@@ -428,6 +438,20 @@ func (cl *cluster) roundTrip(ctx context.Context, key string, o *op) (*op, error
 		}
 		o.resetForRetry()
 	}
+}
+
+// isDialError reports whether err is a failure to connect (nothing was
+// sent).
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// isNetError reports whether err is a network failure rather than a
+// server's answer.
+func isNetError(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne)
 }
 
 // getMulti is GetMulti for a cluster: keys refused with NOT_MY_VBUCKET are

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/vbucket"
@@ -38,6 +39,31 @@ func (m *Manager) Failover(ctx context.Context, addr string, rebuild bool) (err 
 	return nil
 }
 
+// fence turns every vbucket the failed node holds dead on it, if it
+// answers within a second.
+func (m *Manager) fence(ctx context.Context, addr string, s *State, idx int) {
+	fctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	c, err := admin.Dial(fctx, addr)
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	c.Timeout = time.Second
+	n := 0
+	for vb, row := range s.Map {
+		if !slices.Contains(row, idx) {
+			continue
+		}
+		if err := c.SetVBucket(vb, vbucket.Dead); err != nil {
+			m.cfg.Logf("manager: fencing %s before its failover: %v", addr, err)
+			return
+		}
+		n++
+	}
+	m.cfg.Logf("manager: %s still answered: its %d vbuckets are dead there before the failover", addr, n)
+}
+
 func (m *Manager) failover(ctx context.Context, addr string) (FailoverReport, error) {
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
@@ -65,6 +91,14 @@ func (m *Manager) failover(ctx context.Context, addr string) (FailoverReport, er
 		m.opMu.Lock()
 		s = m.State()
 		idx = slices.Index(s.Servers, addr)
+	}
+	// A node failed over by hand may still be running: it must stop
+	// serving before any of its vbuckets is promoted elsewhere, or a
+	// client with an old map could write to it and be acknowledged. One
+	// short attempt; a node that does not answer is not serving anyone
+	// we can reach either.
+	if idx >= 0 {
+		m.fence(ctx, addr, s, idx)
 	}
 	live := func(i int) bool { return i >= 0 && i != idx && m.healthy(s.Servers[i]) }
 	load := map[int]int{}

@@ -220,6 +220,9 @@ func (m *Manager) setState(s *State, rev int64) {
 func (m *Manager) State() *State {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.st == nil { // not loaded yet (the HTTP API starts first)
+		return &State{}
+	}
 	return m.st.clone()
 }
 

@@ -141,7 +141,7 @@ func (m *Manager) runRebalance(ctx context.Context) {
 		next := -1
 		m.mu.Lock()
 		for vb := range s.Map {
-			if !slices.Equal(s.Map[vb], s.Forward[vb]) && !m.moving[vb] && failures[vb] < 3 {
+			if s.unfinished(vb) && !m.moving[vb] && failures[vb] < 3 {
 				next = vb
 				break
 			}
@@ -157,7 +157,7 @@ func (m *Manager) runRebalance(ctx context.Context) {
 			s = m.State()
 			left := 0
 			for vb := range s.Map {
-				if s.Forward != nil && !slices.Equal(s.Map[vb], s.Forward[vb]) {
+				if s.unfinished(vb) {
 					left++
 				}
 			}
@@ -166,7 +166,7 @@ func (m *Manager) runRebalance(ctx context.Context) {
 			}
 			gaveUp := true
 			for vb := range s.Map {
-				if s.Forward != nil && !slices.Equal(s.Map[vb], s.Forward[vb]) && failures[vb] < 3 {
+				if s.unfinished(vb) && failures[vb] < 3 {
 					gaveUp = false
 				}
 			}
@@ -332,18 +332,42 @@ func (m *Manager) populate(ctx context.Context) error {
 	return nil
 }
 
+// unfinished reports whether vb's move is still to do: its row differs
+// from the forward row, or its move committed the new active and was not
+// finished (Rebalance.Moving).
+func (s *State) unfinished(vb int) bool {
+	if s.Forward == nil {
+		return false
+	}
+	if s.Rebalance != nil {
+		if _, ok := s.Rebalance.Moving[vb]; ok {
+			return true
+		}
+	}
+	return !slices.Equal(s.Map[vb], s.Forward[vb])
+}
+
 // moveVBucket brings vbucket vb from its current row to its forward row:
 // the active first (a takeover, or a plain activation for a vbucket nobody
 // holds), then the replicas. Each step is idempotent, so a new leader can
 // redo a move its predecessor left half done.
 func (m *Manager) moveVBucket(ctx context.Context, vb int) error {
 	s := m.State()
-	if s.Forward == nil {
+	if s.Forward == nil || s.Rebalance == nil {
 		return nil
 	}
 	cur, fw := s.Map[vb], s.Forward[vb]
 	from, to := s.server(cur[0]), s.server(fw[0])
 	var bytes uint64
+	if old, ok := s.Rebalance.Moving[vb]; ok && !slices.Contains(fw, slices.Index(s.Servers, old)) {
+		// A previous leader committed the new active and may have died
+		// before deleting the old copy. (An old copy that the forward
+		// row keeps as a replica is not deleted: it may already be
+		// following the new active.)
+		if err := m.conn(ctx, old, func(c *admin.Conn) error { return c.DelVBucket(vb) }); err != nil {
+			m.cfg.Logf("manager: deleting vbucket %d on %s after its move: %v", vb, old, err)
+		}
+	}
 	if to != "" && to != from {
 		st, err := m.stateOn(ctx, to, vb)
 		if err != nil {
@@ -381,6 +405,12 @@ func (m *Manager) moveVBucket(ctx context.Context, vb int) error {
 			}
 			s.Map[vb] = nr
 			s.Rev++
+			if s.Rebalance != nil && from != "" {
+				if s.Rebalance.Moving == nil {
+					s.Rebalance.Moving = map[int]string{}
+				}
+				s.Rebalance.Moving[vb] = from
+			}
 			return nil
 		})
 		m.opMu.Unlock()
@@ -432,6 +462,7 @@ func (m *Manager) moveVBucket(ctx context.Context, vb int) error {
 		if s.Rebalance != nil {
 			s.Rebalance.Done++
 			s.Rebalance.Bytes += bytes
+			delete(s.Rebalance.Moving, vb)
 		}
 		return nil
 	})

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -50,6 +51,11 @@ type Rebalance struct {
 	Started  time.Time `json:"started"`
 	Finished time.Time `json:"finished,omitzero"`
 	Err      string    `json:"error,omitempty"`
+	// Moving holds the vbuckets whose new active is committed but whose
+	// move is not finished (replicas, deleting the old copy), each with
+	// its old active: a new leader finishes them, though their row may
+	// already equal the forward row.
+	Moving map[int]string `json:"moving,omitempty"`
 }
 
 // clone returns a deep copy.
@@ -63,6 +69,7 @@ func (s *State) clone() *State {
 	if s.Rebalance != nil {
 		r := *s.Rebalance
 		r.Target = slices.Clone(s.Rebalance.Target)
+		r.Moving = maps.Clone(s.Rebalance.Moving)
 		c.Rebalance = &r
 	}
 	return &c
