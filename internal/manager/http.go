@@ -112,7 +112,14 @@ func (m *Manager) Handler() http.Handler {
 	})
 	change := func(fn func(ctx context.Context, r *http.Request) (any, error)) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
-			if leading, leader := m.Leader(); !leading {
+			leading, leader := m.Leader()
+			// This manager just won the election and is loading the
+			// state: give it a moment rather than refusing.
+			for i := 0; !leading && leader == m.cfg.Advertise && i < 100; i++ {
+				time.Sleep(20 * time.Millisecond)
+				leading, leader = m.Leader()
+			}
+			if !leading {
 				if leader == "" || leader == m.cfg.Advertise {
 					writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "no leader yet"})
 					return

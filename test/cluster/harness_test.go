@@ -122,7 +122,9 @@ func (m mgr) waitLeader() {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var s manager.Status
-		if err := m.call("GET", "/status", nil, &s); err == nil && s.Leader != "" {
+		// A manager that won the election leads once it has loaded the
+		// state; until then it names itself but does not lead yet.
+		if err := m.call("GET", "/status", nil, &s); err == nil && (s.Leading || (s.Leader != "" && s.Leader != s.This)) {
 			return
 		}
 		if time.Now().After(deadline) {
