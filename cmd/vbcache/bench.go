@@ -21,6 +21,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "compare" {
 		return runBenchCompare(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "proxies" {
+		return bench.ProxiesMain(args[1:], stdout, stderr)
+	}
 	cfg, asJSON, code := parseBenchFlags(args, stdout, stderr)
 	if code >= 0 {
 		return code
@@ -88,7 +91,8 @@ func parseBenchFlags(args []string, stdout, stderr io.Writer) (cfg bench.Config,
 	fs.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: vbcache bench -s host:port [flags]\n"+
-			"       vbcache bench compare [flags]   (vbcache against memcached; see vbcache bench compare -h)\n\n"+
+			"       vbcache bench compare [flags]   (vbcache against memcached; see vbcache bench compare -h)\n"+
+			"       vbcache bench proxies [flags]   (vbcache proxy against twemproxy; see vbcache bench proxies -h)\n\n"+
 			"A load generator for memcached's text, meta and binary protocols.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}

@@ -1,0 +1,257 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrNoNutcracker is returned by Proxies when twemproxy is not installed.
+var ErrNoNutcracker = errors.New("bench: nutcracker (twemproxy) not found; install it with " +
+	"\"apt-get install nutcracker\" (Debian, Ubuntu) or pass --nutcracker PATH")
+
+// proxiesReal holds the real environment of a proxies run: a realEnv (for
+// its process table, its load runner and its stop/cleanup), the proxies'
+// own pinning prefix and a scratch directory for the pool files and logs.
+type proxiesReal struct {
+	re         *realEnv
+	cfg        *ProxiesConfig
+	nutcracker string
+	rt         bool // chrt -f for every process
+	dir        string
+	cmds       []string
+	poolFile   string
+}
+
+func newProxiesEnv(ctx context.Context, c *ProxiesConfig) (*proxiesEnv, error) {
+	nut := c.Nutcracker
+	if nut == "" {
+		nut = "nutcracker"
+	}
+	nut, err := exec.LookPath(nut)
+	if err != nil {
+		return nil, fmt.Errorf("%w (%v)", ErrNoNutcracker, err)
+	}
+	cc := &CompareConfig{Vbcache: c.Vbcache, Memcached: c.Memcached, ServerCPU: c.ProxyCPU, LoadCPU: c.LoadCPU,
+		NoRealTime: true, RTPriority: c.RTPriority, Log: c.Log, Duration: c.Duration}
+	if _, err := exec.LookPath("taskset"); err != nil {
+		return nil, fmt.Errorf("bench: taskset is needed to pin the processes: %w", err)
+	}
+	re := &realEnv{cfg: cc, procs: map[int]*child{}}
+	if re.vbcache = c.Vbcache; re.vbcache == "" {
+		if re.vbcache, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("bench: finding the vbcache binary: %w", err)
+		}
+	}
+	if re.memcached = c.Memcached; re.memcached == "" {
+		re.memcached = "memcached"
+	}
+	if re.memcached, err = exec.LookPath(re.memcached); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	for _, l := range []string{c.ProxyCPU, c.LoadCPU} {
+		cs, err := parseCPUList(l)
+		if err != nil {
+			return nil, err
+		}
+		re.cpus = append(re.cpus, cs...)
+	}
+	pr := &proxiesReal{re: re, cfg: c, nutcracker: nut}
+	if pr.dir, err = os.MkdirTemp("", "vbcache-bench-proxies-"); err != nil {
+		return nil, err
+	}
+	rtNote := "disabled (--no-rt)"
+	if !c.NoRealTime {
+		out, err := exec.CommandContext(ctx, "chrt", "-f", strconv.Itoa(c.RTPriority), "true").CombinedOutput()
+		if err == nil {
+			pr.rt, re.rt = true, true
+			rtNote = fmt.Sprintf("chrt -f %d for every process (the proxies, memcached and the load); memcached and the load, "+
+				"at the same priority on one core, take turns whenever one blocks", c.RTPriority)
+			rt, _ := os.ReadFile("/proc/sys/kernel/sched_rt_runtime_us")
+			period, _ := os.ReadFile("/proc/sys/kernel/sched_rt_period_us")
+			if r, p := strings.TrimSpace(string(rt)), strings.TrimSpace(string(period)); r != "" && r != "-1" {
+				rtNote += fmt.Sprintf("; the kernel throttles real-time tasks to %s µs of every %s µs, "+
+					"so a saturated core stalls for the rest of each period (visible in p99.9)", r, p)
+			}
+		} else {
+			rtNote = fmt.Sprintf("not permitted (chrt: %v %s); normal scheduling", err, bytes.TrimSpace(out))
+		}
+	}
+	// Keep the harness itself (it mostly waits) off the proxies' core.
+	if err := exec.CommandContext(ctx, "taskset", "-a", "-p", "-c", c.LoadCPU, strconv.Itoa(os.Getpid())).Run(); err != nil {
+		fmt.Fprintf(c.Log, "warning: could not pin the harness to CPU %s: %v\n", c.LoadCPU, err)
+	}
+	fmt.Fprintf(c.Log, "real-time scheduling: %s\n", rtNote)
+	info := pr.info(rtNote)
+	return &proxiesEnv{
+		startPool:  pr.startPool,
+		startProxy: pr.startProxy,
+		stop:       re.stop,
+		load:       re.load,
+		cpu:        func(p *serverProc) (time.Duration, error) { return procCPU(p.Pid) },
+		cores:      func() (coreTimes, error) { return readCoreTimes(re.cpus) },
+		now:        time.Now,
+		info: func() ProxiesInfo {
+			in := info
+			in.Commands = pr.cmds
+			in.PoolFile = pr.poolFile
+			return in
+		},
+		cleanup: func() {
+			re.cleanup()
+			os.RemoveAll(pr.dir)
+		},
+	}, nil
+}
+
+func (pr *proxiesReal) info(rtNote string) ProxiesInfo {
+	in := ProxiesInfo{
+		Date:      time.Now().UTC().Format(time.RFC3339),
+		GoVersion: runtime.Version(),
+		RTNote:    rtNote,
+		ProxyCPU:  pr.cfg.ProxyCPU,
+		LoadCPU:   pr.cfg.LoadCPU,
+	}
+	in.Host, _ = os.Hostname()
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		in.Kernel = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		in.LoadAvg = strings.Join(strings.Fields(string(b))[:3], " ")
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				in.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if out, err := exec.Command(pr.re.memcached, "-V").Output(); err == nil {
+		in.Memcached = strings.TrimSpace(string(out))
+	}
+	// nutcracker -V prints "This is nutcracker-0.5.0" on stderr.
+	if out, err := exec.Command(pr.nutcracker, "-V").CombinedOutput(); err == nil {
+		first, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+		in.Nutcracker = strings.TrimPrefix(first, "This is ")
+	}
+	return in
+}
+
+// poolYAML is the twemproxy pool file both proxies read: one named pool,
+// ketama over md5, no ejection. Only the listen address differs between
+// the two proxies' copies.
+func poolYAML(listen string, servers []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "bench:\n  listen: %s\n  hash: md5\n  distribution: ketama\n  auto_eject_hosts: false\n  timeout: 2000\n  servers:\n", listen)
+	for _, s := range servers {
+		fmt.Fprintf(&b, "    - %s:1\n", s)
+	}
+	return b.String()
+}
+
+func (pr *proxiesReal) startPool(ctx context.Context, n int) ([]*serverProc, error) {
+	var ps []*serverProc
+	for i := range n {
+		port, err := freePort()
+		if err != nil {
+			return ps, err
+		}
+		argv := []string{pr.re.memcached, "-t", "1", "-m", "1024", "-U", "0", "-c", "4096", "-p", strconv.Itoa(port), "-l", "127.0.0.1"}
+		if os.Geteuid() == 0 {
+			argv = append(argv, "-u", "root")
+		}
+		full := append(pr.re.prefix(pr.cfg.LoadCPU), argv...)
+		p, err := pr.startChild(ctx, fmt.Sprintf("memcached-%d", i+1), full, nil, port)
+		if err != nil {
+			return ps, err
+		}
+		ps = append(ps, p)
+	}
+	return ps, nil
+}
+
+func (pr *proxiesReal) startProxy(ctx context.Context, kind string, pool []string) (*serverProc, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	file := filepath.Join(pr.dir, kind+".yml")
+	if err := os.WriteFile(file, []byte(poolYAML(net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), pool)), 0o644); err != nil {
+		return nil, err
+	}
+	if pr.poolFile == "" {
+		pr.poolFile = poolYAML("127.0.0.1:PORT", pool)
+	}
+	prefix := pr.re.prefix(pr.cfg.ProxyCPU)
+	var argv, env []string
+	switch kind {
+	case PathNutcracker:
+		stats, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		argv = []string{pr.nutcracker, "-c", file, "-s", strconv.Itoa(stats), "-a", "127.0.0.1",
+			"-o", filepath.Join(pr.dir, "nutcracker.log"), "-p", filepath.Join(pr.dir, "nutcracker.pid")}
+	case PathVbcache:
+		argv = []string{pr.re.vbcache, "proxy", "-c", file}
+		env = []string{"GOMAXPROCS=1"}
+	default:
+		return nil, fmt.Errorf("bench: unknown proxy %q", kind)
+	}
+	return pr.startChild(ctx, kind, append(prefix, argv...), env, port)
+}
+
+// startChild starts argv (with env added), registers it in the realEnv's
+// process table (so stop and cleanup find it) and waits until port
+// accepts connections.
+func (pr *proxiesReal) startChild(ctx context.Context, kind string, argv, env []string, port int) (*serverProc, error) {
+	re := pr.re
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env...)
+	ch := &child{cmd: cmd, done: make(chan struct{})}
+	cmd.Stderr = &ch.stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", kind, err)
+	}
+	go func() { // owned by re: stop and cleanup wait for done
+		cmd.Wait()
+		close(ch.done)
+	}()
+	re.mu.Lock()
+	re.procs[cmd.Process.Pid] = ch
+	re.mu.Unlock()
+	p := &serverProc{Kind: kind, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Pid: cmd.Process.Pid}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		nc, err := net.DialTimeout("tcp", p.Addr, time.Second)
+		if err == nil {
+			nc.Close()
+			break
+		}
+		select {
+		case <-ch.done:
+			return nil, fmt.Errorf("%s exited at start: %s", kind, bytes.TrimSpace(ch.stderr.Bytes()))
+		case <-ctx.Done():
+			re.stop(p)
+			return nil, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			re.stop(p)
+			return nil, fmt.Errorf("%s did not accept connections within 10s", kind)
+		}
+	}
+	line := strings.Join(append(append([]string{}, env...), argv...), " ")
+	pr.cmds = append(pr.cmds, line)
+	fmt.Fprintf(pr.cfg.Log, "started %s pid %d on %s: %s\n", kind, p.Pid, p.Addr, line)
+	return p, nil
+}
