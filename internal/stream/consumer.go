@@ -105,7 +105,12 @@ func (c *consumer) run(ctx context.Context) error {
 		binary.BigEndian.PutUint32(ex[0:], flags)
 		binary.BigEndian.PutUint64(ex[4:], seq)
 		binary.BigEndian.PutUint64(ex[12:], uuid)
-		s := &cstream{vb: vb, opaque: uint32(i + 1)}
+		// The stream starts where this node's copy is: a consumer that
+		// resumes at the producer's last number gets no snapshot at all,
+		// and must still report that position (a manager waits for it).
+		s := &cstream{vb: vb, opaque: uint32(i + 1), uuid: uuid, complete: seq, ackedSent: seq}
+		s.completeSeen.Store(seq)
+		s.producerHigh.Store(seq)
 		c.streams[vb] = s
 		c.n.registerConsumer(c.src, s)
 		out = appendReq(out, OpStreamReq, vb, s.opaque, 0, ex[:], nil, nil)

@@ -185,7 +185,13 @@ func addrs(ns []*nodeproc.Node) []string {
 
 func nodeprocStartManager(t *testing.T, flags ...string) *nodeproc.Node {
 	t.Helper()
-	return nodeproc.StartManager(t, vbcacheBin, nil, flags...)
+	n := nodeproc.StartManager(t, vbcacheBin, nil, flags...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("manager %s log:\n%s", n.Addr, n.Stderr())
+		}
+	})
+	return n
 }
 
 func mcItem(k, v string) *memcache.Item { return &memcache.Item{Key: k, Value: []byte(v)} }
