@@ -345,96 +345,65 @@ func (c *Client) GetMultiContext(ctx context.Context, keys []string) (map[string
 	return m, err
 }
 
+// GetMultiFunc is GetMulti without the map: it calls f once for each hit,
+// with i the index in keys of the key it answers (a key listed twice is
+// answered twice). f runs on the calling goroutine after every server has
+// answered, in no particular order. it, and its Value, are lent: they are
+// valid only until f returns, and the client reuses their memory, so a
+// steady stream of GetMultiFunc calls allocates next to nothing. keys may
+// not be modified during the call.
+//
+// Errors are reported as by GetMultiContext: if a server fails, f still
+// sees the other servers' hits, and the first error is returned.
+func (c *Client) GetMultiFunc(ctx context.Context, keys []string, f func(i int, it *Item)) error {
+	if c.cl != nil {
+		m, err := c.cl.getMulti(ctx, keys)
+		for i, k := range keys {
+			if it, ok := m[k]; ok {
+				f(i, it)
+			}
+		}
+		return err
+	}
+	var opsBuf [8]*op
+	ops, _, err := c.multiRound(ctx, keys, opsBuf[:0], true)
+	for _, o := range ops {
+		// Hits come in the order of o.keys (servers answer in request
+		// order), so a cursor finds each one's key in one step.
+		j := 0
+		for h := range o.items {
+			it := &o.items[h]
+			for n := 0; n < len(o.keys) && o.keys[j] != it.Key; n++ {
+				j = (j + 1) % len(o.keys)
+			}
+			f(int(o.idx[j]), it)
+			j = (j + 1) % len(o.keys)
+		}
+		if len(o.refused) > 0 && err == nil {
+			err = errNotMyVBucketAnswer
+		}
+		putOp(o)
+	}
+	return err
+}
+
 // getMultiOnce is one GetMulti round: it adds the hits to m (made if nil)
 // and returns the keys a server answered NOT_MY_VBUCKET for, with the first
 // such answer's body.
 func (c *Client) getMultiOnce(ctx context.Context, keys []string, m map[string]*Item) (_ map[string]*Item, refused []string, body []byte, _ error) {
-	// Group the keys by server: group[i] is key i's server index in addrs.
-	var addrs []net.Addr
-	group := make([]int32, len(keys))
-	counts := make([]int, 0, 8)
-	for i, k := range keys {
-		a, err := c.pick(k, nil)
-		if err != nil {
-			return m, nil, nil, err
-		}
-		g := -1
-		for j := range addrs {
-			if addrs[j] == a || addrs[j].String() == a.String() {
-				g = j
-				break
-			}
-		}
-		if g < 0 {
-			g = len(addrs)
-			addrs = append(addrs, a)
-			counts = append(counts, 0)
-		}
-		group[i] = int32(g)
-		counts[g]++
-	}
-	// One backing array for every server's key list.
-	sorted := make([]string, len(keys))
-	ops := make([]*op, len(addrs))
-	off := 0
-	for g := range addrs {
-		o := getOp(opMulti)
-		o.keys = sorted[off : off : off+counts[g]]
-		off += counts[g]
-		ops[g] = o
-	}
-	for i, k := range keys {
-		o := ops[group[i]]
-		o.keys = append(o.keys, k)
-	}
-	if vs, ok := c.selector.(*VBucket); ok && c.Protocol == Binary {
-		// Each binary GETKQ carries its key's vbucket.
-		vbs := make([]uint16, len(keys))
-		off := 0
-		for _, o := range ops {
-			o.vbs = vbs[off : off+len(o.keys)]
-			for i, k := range o.keys {
-				o.vbs[i] = uint16(vs.VBucketOf(k))
-			}
-			off += len(o.keys)
-		}
-	}
-
-	var firstErr error
-	sent := make([]bool, len(ops))
-	for g, o := range ops {
-		if err := c.start(ctx, addrs[g], o); err != nil {
-			if firstErr == nil {
-				firstErr = err
-			}
-			continue
-		}
-		sent[g] = true
+	var opsBuf [8]*op
+	ops, picked, firstErr := c.multiRound(ctx, keys, opsBuf[:0], false)
+	if !picked {
+		return m, nil, nil, firstErr
 	}
 	hits := 0
-	for g, o := range ops {
-		if !sent[g] {
-			putOp(o)
-			ops[g] = nil
-			continue
-		}
-		abandoned, err := c.wait(ctx, addrs[g], o)
-		if err != nil && firstErr == nil {
-			firstErr = err
-		}
-		if abandoned {
-			ops[g] = nil
-			continue
-		}
+	for _, o := range ops {
 		hits += len(o.items)
 	}
 	if m == nil {
 		m = make(map[string]*Item, hits)
 	}
 	for _, o := range ops {
-		if o == nil {
-			continue
-		}
 		for i := range o.items {
 			m[o.items[i].Key] = &o.items[i]
 		}
@@ -447,6 +416,86 @@ func (c *Client) getMultiOnce(ctx context.Context, keys []string, m map[string]*
 		putOp(o)
 	}
 	return m, refused, body, firstErr
+}
+
+// multiRound sends the keys, grouped by server, every server's share
+// before any answer is awaited, and waits for them all. It appends the
+// completed ops to ops, for the caller to read and putOp; the ops of
+// servers that could not be reached, or whose wait was abandoned, are not
+// among them. picked is false when a key could not be placed (nothing was
+// sent). err is the first error. scratch marks the ops' results as lent.
+func (c *Client) multiRound(ctx context.Context, keys []string, ops []*op, scratch bool) (_ []*op, picked bool, err error) {
+	base := len(ops)
+	var addrBuf [8]net.Addr
+	addrs := addrBuf[:0]
+	for i, k := range keys {
+		a, err := c.pick(k, nil)
+		if err != nil {
+			for _, o := range ops[base:] {
+				putOp(o)
+			}
+			return ops[:base], false, err
+		}
+		g := -1
+		for j := range addrs {
+			if addrs[j] == a || addrs[j].String() == a.String() {
+				g = j
+				break
+			}
+		}
+		if g < 0 {
+			g = len(addrs)
+			addrs = append(addrs, a)
+			o := getOp(opMulti)
+			o.scratch = scratch
+			ops = append(ops, o)
+		}
+		o := ops[base+g]
+		o.keys = append(o.keys, k)
+		o.idx = append(o.idx, int32(i))
+	}
+	mine := ops[base:]
+	if vs, ok := c.selector.(*VBucket); ok && c.Protocol == Binary {
+		// Each binary GETKQ carries its key's vbucket.
+		for _, o := range mine {
+			o.vbs = make([]uint16, len(o.keys))
+			for i, k := range o.keys {
+				o.vbs[i] = uint16(vs.VBucketOf(k))
+			}
+		}
+	}
+
+	var firstErr error
+	for g, o := range mine {
+		if err := c.start(ctx, addrs[g], o); err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			putOp(o)
+			mine[g] = nil
+		}
+	}
+	for g, o := range mine {
+		if o == nil {
+			continue
+		}
+		abandoned, err := c.wait(ctx, addrs[g], o)
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		if abandoned {
+			mine[g] = nil
+		}
+	}
+	n := base
+	for _, o := range mine {
+		if o != nil {
+			ops[n] = o
+			n++
+		}
+	}
+	clear(ops[n:])
+	return ops[:n], true, firstErr
 }
 
 // eachServer runs a keyless op on every server, all sent before any is

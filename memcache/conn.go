@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,7 +15,9 @@ import (
 // picks it: requests are pipelined. The sending goroutine encodes its
 // request into wbuf and queues its op under mu; whoever finds no write in
 // progress writes wbuf out (taking along what others appended meanwhile),
-// so concurrent requests leave in one write. One reader goroutine per conn
+// so concurrent requests leave in one write. When other requests are
+// already in flight it yields once before writing, so that runnable
+// goroutines can add theirs even when they share one P. One reader goroutine per conn
 // parses responses in order and completes the op at the head of the
 // queue.
 //
@@ -78,6 +81,17 @@ func (cn *conn) send(o *op) error {
 		return nil
 	}
 	cn.writing = true
+	if cn.q.len() > 1 {
+		// Other requests are in flight, so more are likely on their way
+		// from runnable goroutines: let them run first and append to wbuf,
+		// so that one write carries them all. Without this, with few Ps
+		// (GOMAXPROCS=1) every request would leave in its own write,
+		// since no other goroutine runs while this one writes. A lone
+		// request (a serial caller) is written at once.
+		cn.mu.Unlock()
+		runtime.Gosched()
+		cn.mu.Lock()
+	}
 	for len(cn.wbuf) > 0 && cn.err == nil {
 		buf := cn.wbuf
 		cn.wbuf = cn.spare[:0]

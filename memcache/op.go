@@ -56,7 +56,8 @@ type op struct {
 	verb  storeVerb
 	vb    uint16 // binary: vbucket id for the header
 	key   string
-	keys  []string // opMulti: the keys sent, in order
+	keys  []string // opMulti: the keys sent, in order (kept by putOp for reuse)
+	idx   []int32  // opMulti: each of keys' index in the caller's key list (kept for reuse)
 	vbs   []uint16 // opMulti, binary: each key's vbucket (nil: all 0)
 	item  *Item    // opStore: the item to store; opGet/opGat: the result
 	delta uint64   // opIncr/opDecr; opGat: expiration; opTouch: expiration
@@ -67,7 +68,10 @@ type op struct {
 	items []Item // opMulti hits
 	arena []byte // opMulti: value storage, carved into Item.Value
 	next  int    // opMulti: index in keys of the next expected hit
-	got   bool   // opGet/opGat: the VALUE block has been read
+	// scratch (opMulti): items and arena are only lent to the caller
+	// (GetMultiFunc), so putOp keeps them for the op's next use.
+	scratch bool
+	got     bool // opGet/opGat: the VALUE block has been read
 
 	// Cluster (binary only).
 	haveRev bool     // opConfig: send rev as {epoch, rev} extras
@@ -88,9 +92,26 @@ func getOp(kind opKind) *op {
 	return o
 }
 
-// putOp clears o's references and returns it to the pool.
+// maxKept bounds the buffers putOp keeps for reuse: a pooled op does not
+// pin a huge multi-get's memory.
+const maxKept = 64 << 10
+
+// putOp clears o's references and returns it to the pool. An opMulti's
+// key lists never leave the client and are kept (emptied) for reuse, and
+// so are its items and arena when they were only lent (o.scratch).
 func putOp(o *op) {
-	*o = op{done: o.done}
+	keys, idx := o.keys, o.idx
+	if cap(keys) > maxKept/16 {
+		keys, idx = nil, nil
+	}
+	clear(keys)
+	var items []Item
+	var arena []byte
+	if o.scratch && cap(o.arena) <= maxKept && cap(o.items) <= maxKept/64 {
+		items, arena = o.items, o.arena
+		clear(items)
+	}
+	*o = op{done: o.done, keys: keys[:0], idx: idx[:0], items: items[:0], arena: arena[:0]}
 	opPool.Put(o)
 }
 

@@ -88,7 +88,7 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 		}
 		u := c.p.acquire()
 		var it *memcache.Item
-		err := u.call(key, func(ctx context.Context) (err error) {
+		err := u.call(&c.rc, key, func(ctx context.Context) (err error) {
 			if touch {
 				it, err = u.mc.GetAndTouchContext(ctx, key, int32(binary.BigEndian.Uint32(r.Extras)))
 			} else {
@@ -133,11 +133,12 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 			fail(protocol.StatusInvalid, "")
 			break
 		}
-		it := &memcache.Item{Key: key, Value: r.Value, Flags: binary.BigEndian.Uint32(r.Extras),
+		c.item = memcache.Item{Key: key, Value: r.Value, Flags: binary.BigEndian.Uint32(r.Extras),
 			Expiration: int32(binary.BigEndian.Uint32(r.Extras[4:])), CasID: r.CAS}
+		it := &c.item // the client encodes it during the call: reused
 		c.p.ctr.cmdSet.Add(1)
 		u := c.p.acquire()
-		err := u.call(key, func(ctx context.Context) error {
+		err := u.call(&c.rc, key, func(ctx context.Context) error {
 			switch {
 			case r.CAS != 0 && op != protocol.OpAdd:
 				if op == protocol.OpReplace || op == protocol.OpSet {
@@ -159,9 +160,10 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 			fail(protocol.StatusInvalid, "")
 			break
 		}
-		it := &memcache.Item{Key: key, Value: r.Value}
+		c.item = memcache.Item{Key: key, Value: r.Value}
+		it := &c.item // the client encodes it during the call: reused
 		u := c.p.acquire()
-		err := u.call(key, func(ctx context.Context) error {
+		err := u.call(&c.rc, key, func(ctx context.Context) error {
 			if op == protocol.OpAppend {
 				return u.mc.AppendContext(ctx, it)
 			}
@@ -177,7 +179,7 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 			break
 		}
 		u := c.p.acquire()
-		err := u.call(key, func(ctx context.Context) error { return u.mc.DeleteContext(ctx, key) })
+		err := u.call(&c.rc, key, func(ctx context.Context) error { return u.mc.DeleteContext(ctx, key) })
 		if err == nil {
 			c.p.ctr.deleteHits.Add(1)
 		} else if errors.Is(err, memcache.ErrCacheMiss) {
@@ -197,7 +199,7 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 		exp := binary.BigEndian.Uint32(r.Extras[16:])
 		u := c.p.acquire()
 		var v uint64
-		err := u.call(key, func(ctx context.Context) (err error) {
+		err := u.call(&c.rc, key, func(ctx context.Context) (err error) {
 			for range 2 {
 				if op == protocol.OpIncrement {
 					v, err = u.mc.IncrementContext(ctx, key, delta)
@@ -231,7 +233,7 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 			break
 		}
 		u := c.p.acquire()
-		err := u.call(key, func(ctx context.Context) error {
+		err := u.call(&c.rc, key, func(ctx context.Context) error {
 			return u.mc.TouchContext(ctx, key, int32(binary.BigEndian.Uint32(r.Extras)))
 		})
 		c.p.ctr.cmdTouch.Add(1)
@@ -255,7 +257,7 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 		}
 		c.p.ctr.cmdFlush.Add(1)
 		u := c.p.acquire()
-		err := u.call("", func(ctx context.Context) error { return u.mc.FlushAllContext(ctx) })
+		err := u.call(&c.rc, "", func(ctx context.Context) error { return u.mc.FlushAllContext(ctx) })
 		if !upErr(u, "", err) && !quiet {
 			resp(protocol.StatusOK, 0, nil, nil, nil)
 		}

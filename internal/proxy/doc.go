@@ -15,8 +15,14 @@
 // connections share the upstream client, which multiplexes and pipelines
 // them over a few connections per server (Config.ServerConnections). A
 // multi-key get is split by server and sent to all of them before any
-// answer is awaited (Client.GetMulti); the values are written in the
-// order of the request's keys.
+// answer is awaited (Client.GetMultiFunc); the values are gathered in the
+// connection's scratch buffer and written in the order of the request's
+// keys. Per request, the hot path allocates only the key string (and, for
+// a single-key get, the client's Item and Value): the storage Item, the
+// multi-get buffers and the request context are the connection's and are
+// reused. Requests of one connection share one deadline context, renewed
+// when it is an eighth of Config.Timeout older than a fresh one would be,
+// so each request gets between 7/8 of the timeout and all of it.
 //
 // # Upstreams
 //

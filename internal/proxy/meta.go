@@ -127,7 +127,7 @@ func (c *conn) metaGet() {
 	u := c.p.acquire()
 	defer u.release()
 	var it *memcache.Item
-	err := u.call(k, func(ctx context.Context) (err error) {
+	err := u.call(&c.rc, k, func(ctx context.Context) (err error) {
 		if f.NewTTL {
 			it, err = u.mc.GetAndTouchContext(ctx, k, f.Exptime)
 		} else {
@@ -250,10 +250,11 @@ func (c *conn) metaSet(rest []byte) (used, more int) {
 	// key aliases c.keyBuf or the line; both stay put until we return.
 	c.noreply = f.NoReply
 	c.p.ctr.cmdSet.Add(1)
-	it := &memcache.Item{Key: string(key), Value: data[:n-2], Flags: f.ClientFlags, Expiration: f.Exptime, CasID: f.CAS}
+	c.item = memcache.Item{Key: string(key), Value: data[:n-2], Flags: f.ClientFlags, Expiration: f.Exptime, CasID: f.CAS}
+	it := &c.item // the client encodes it during the call: reused
 	u := c.p.acquire()
 	defer u.release()
-	err := u.call(it.Key, func(ctx context.Context) error {
+	err := u.call(&c.rc, it.Key, func(ctx context.Context) error {
 		if f.HasCAS {
 			return u.mc.CompareAndSwapContext(ctx, it)
 		}
@@ -301,7 +302,7 @@ func (c *conn) metaDelete() {
 	k := string(key)
 	u := c.p.acquire()
 	defer u.release()
-	err := u.call(k, func(ctx context.Context) error { return u.mc.DeleteContext(ctx, k) })
+	err := u.call(&c.rc, k, func(ctx context.Context) error { return u.mc.DeleteContext(ctx, k) })
 	code := "HD"
 	switch {
 	case err == nil:
@@ -341,7 +342,7 @@ func (c *conn) metaArithmetic() {
 	u := c.p.acquire()
 	defer u.release()
 	var v uint64
-	err := u.call(k, func(ctx context.Context) (err error) {
+	err := u.call(&c.rc, k, func(ctx context.Context) (err error) {
 		if incr {
 			v, err = u.mc.IncrementContext(ctx, k, f.Delta)
 		} else {

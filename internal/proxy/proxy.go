@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/memcache"
 )
 
 const (
@@ -193,11 +194,30 @@ type conn struct {
 	close   bool
 	swallow int
 	keyBuf  [512]byte
+
+	rc   reqCtx        // the upstream requests' context
+	item memcache.Item // a storage command's item, reused
+
+	// Scratch space of multi-key gets, reused from request to request.
+	keys   []string   // the keys, substrings of one string
+	keyEnd []int      // where each key ends in kb
+	kb     []byte     // the keys' bytes, back to back
+	hits   []hit      // per key: where its value is in vals (off -1: a miss)
+	vals   []byte     // the values fetched
+	srvs   []*srvStat // the servers a request went to
+}
+
+// hit locates one key's value in conn.vals.
+type hit struct {
+	off, n int
+	flags  uint32
+	cas    uint64
 }
 
 func (c *conn) serve() {
 	defer c.p.wg.Done()
 	defer func() {
+		c.rc.stop()
 		c.nc.Close()
 		c.p.mu.Lock()
 		delete(c.p.conns, c)
@@ -212,6 +232,7 @@ func (c *conn) serve() {
 		if c.r == c.w {
 			c.r, c.w = 0, 0
 			if cap(c.rbuf) > 4*readBufSize {
+				c.item = memcache.Item{} // its Value may point into the old buffer
 				c.rbuf = make([]byte, readBufSize)
 			}
 		}

@@ -205,7 +205,10 @@ func errReply(u *upstream, key string, err error) string {
 }
 
 // get serves get, gets, gat and gats: the keys are split by server and
-// fetched in parallel (GetMulti), and the values written in request order.
+// fetched in parallel (GetMultiFunc), and the values written in request
+// order. The keys become substrings of one string, and the values are
+// gathered in the conn's scratch buffer, so a multi-get costs one
+// allocation here.
 func (c *conn) get(withCAS, touch bool) {
 	t := &c.toks
 	var exptime int32
@@ -218,14 +221,15 @@ func (c *conn) get(withCAS, touch bool) {
 		}
 		exptime, first = e, 2
 	}
-	var keys []string
+	c.kb, c.keyEnd = c.kb[:0], c.keyEnd[:0]
 	for {
 		for i := first; i < t.N-1; i++ {
 			if len(t.T[i]) > protocol.KeyMaxLength {
 				c.reply("CLIENT_ERROR bad command line format")
 				return
 			}
-			keys = append(keys, string(t.T[i]))
+			c.kb = append(c.kb, t.T[i]...)
+			c.keyEnd = append(c.keyEnd, len(c.kb))
 		}
 		if t.Rest == nil {
 			break
@@ -233,25 +237,36 @@ func (c *conn) get(withCAS, touch bool) {
 		protocol.Tokenize(t.Rest, t)
 		first = 0
 	}
-	if len(keys) == 0 {
+	if len(c.keyEnd) == 0 {
 		c.reply("ERROR")
 		return
 	}
+	all := string(c.kb)
+	keys := c.keys[:0]
+	c.hits = c.hits[:0]
+	prev := 0
+	for _, e := range c.keyEnd {
+		keys = append(keys, all[prev:e])
+		c.hits = append(c.hits, hit{off: -1})
+		prev = e
+	}
+	c.keys = keys
+	c.vals = c.vals[:0]
+	defer c.trimGetScratch()
 	u := c.p.acquire()
 	defer u.release()
-	items := make(map[string]*memcache.Item, len(keys))
 	var err error
 	switch {
 	case touch:
-		for _, k := range keys {
+		for i, k := range keys {
 			var it *memcache.Item
-			e := u.call(k, func(ctx context.Context) (err error) {
+			e := u.call(&c.rc, k, func(ctx context.Context) (err error) {
 				it, err = u.mc.GetAndTouchContext(ctx, k, exptime)
 				return err
 			})
 			c.p.ctr.cmdTouch.Add(1)
 			if it != nil {
-				items[k] = it
+				c.keep(i, it)
 				c.p.ctr.touchHits.Add(1)
 			} else if errors.Is(e, memcache.ErrCacheMiss) {
 				c.p.ctr.touchMisses.Add(1)
@@ -261,23 +276,19 @@ func (c *conn) get(withCAS, touch bool) {
 		}
 	case len(keys) == 1:
 		var it *memcache.Item
-		err = u.call(keys[0], func(ctx context.Context) (err error) {
+		err = u.call(&c.rc, keys[0], func(ctx context.Context) (err error) {
 			it, err = u.mc.GetContext(ctx, keys[0])
 			return err
 		})
 		if it != nil {
-			items[keys[0]] = it
+			c.keep(0, it)
 		}
 		if errors.Is(err, memcache.ErrCacheMiss) || errors.Is(err, memcache.ErrMalformedKey) {
 			err = nil
 		}
 	default:
-		err = u.callMulti(keys, func(ctx context.Context) error {
-			m, err := u.mc.GetMultiContext(ctx, keys)
-			for k, it := range m {
-				items[k] = it
-			}
-			return err
+		err = u.callMulti(&c.rc, keys, &c.srvs, func(ctx context.Context) error {
+			return u.mc.GetMultiFunc(ctx, keys, c.keep)
 		})
 		if errors.Is(err, memcache.ErrMalformedKey) {
 			err = nil
@@ -287,34 +298,53 @@ func (c *conn) get(withCAS, touch bool) {
 		c.reply(errReply(u, keys[0], err))
 		return
 	}
-	for _, k := range keys {
-		it := items[k]
+	for i, k := range keys {
+		h := c.hits[i]
 		if !touch {
 			c.p.ctr.cmdGet.Add(1)
-			if it == nil {
+			if h.off < 0 {
 				c.p.ctr.getMisses.Add(1)
 			} else {
 				c.p.ctr.getHits.Add(1)
 			}
 		}
-		if it == nil {
+		if h.off < 0 {
 			continue
 		}
 		c.out = append(c.out, "VALUE "...)
 		c.out = append(c.out, k...)
 		c.out = append(c.out, ' ')
-		c.out = protocol.AppendUint(c.out, uint64(it.Flags))
+		c.out = protocol.AppendUint(c.out, uint64(h.flags))
 		c.out = append(c.out, ' ')
-		c.out = protocol.AppendUint(c.out, uint64(len(it.Value)))
+		c.out = protocol.AppendUint(c.out, uint64(h.n))
 		if withCAS {
 			c.out = append(c.out, ' ')
-			c.out = protocol.AppendUint(c.out, it.CasID)
+			c.out = protocol.AppendUint(c.out, h.cas)
 		}
 		c.out = append(c.out, '\r', '\n')
-		c.out = append(c.out, it.Value...)
+		c.out = append(c.out, c.vals[h.off:h.off+h.n]...)
 		c.out = append(c.out, '\r', '\n')
 	}
 	c.out = append(c.out, "END\r\n"...)
+}
+
+// keep copies the hit for key i of a get into the conn's scratch space.
+func (c *conn) keep(i int, it *memcache.Item) {
+	c.hits[i] = hit{off: len(c.vals), n: len(it.Value), flags: it.Flags, cas: it.CasID}
+	c.vals = append(c.vals, it.Value...)
+}
+
+// trimGetScratch lets go of the keys (they are in the client's ops no
+// longer) and of scratch buffers a huge get grew.
+func (c *conn) trimGetScratch() {
+	clear(c.keys)
+	c.keys = c.keys[:0]
+	if cap(c.kb) > 64<<10 || cap(c.keys) > 4096 {
+		c.kb, c.keyEnd, c.keys, c.hits, c.srvs = nil, nil, nil, nil, nil
+	}
+	if cap(c.vals) > 1<<20 {
+		c.vals = nil
+	}
 }
 
 // update serves the storage commands (memcached's process_update_command).
@@ -366,10 +396,11 @@ func (c *conn) update(verb string, rest []byte) (used, more int) {
 		c.reply("CLIENT_ERROR bad data chunk")
 		return n, 0
 	}
-	it := &memcache.Item{Key: string(key), Value: data[:n-2], Flags: flags, Expiration: exp, CasID: casID}
+	c.item = memcache.Item{Key: string(key), Value: data[:n-2], Flags: flags, Expiration: exp, CasID: casID}
+	it := &c.item // the client encodes it during the call: reused
 	u := c.p.acquire()
 	defer u.release()
-	err := u.call(it.Key, func(ctx context.Context) error {
+	err := u.call(&c.rc, it.Key, func(ctx context.Context) error {
 		switch verb {
 		case "set":
 			return u.mc.SetContext(ctx, it)
@@ -420,7 +451,7 @@ func (c *conn) arithmetic(incr bool) {
 	u := c.p.acquire()
 	defer u.release()
 	var v uint64
-	err := u.call(k, func(ctx context.Context) (err error) {
+	err := u.call(&c.rc, k, func(ctx context.Context) (err error) {
 		if incr {
 			v, err = u.mc.IncrementContext(ctx, k, delta)
 		} else {
@@ -465,7 +496,7 @@ func (c *conn) delete() {
 	k := string(key)
 	u := c.p.acquire()
 	defer u.release()
-	err := u.call(k, func(ctx context.Context) error { return u.mc.DeleteContext(ctx, k) })
+	err := u.call(&c.rc, k, func(ctx context.Context) error { return u.mc.DeleteContext(ctx, k) })
 	switch {
 	case err == nil:
 		c.p.ctr.deleteHits.Add(1)
@@ -494,7 +525,7 @@ func (c *conn) touch() {
 	k := string(key)
 	u := c.p.acquire()
 	defer u.release()
-	err := u.call(k, func(ctx context.Context) error { return u.mc.TouchContext(ctx, k, e) })
+	err := u.call(&c.rc, k, func(ctx context.Context) error { return u.mc.TouchContext(ctx, k, e) })
 	c.p.ctr.cmdTouch.Add(1)
 	switch {
 	case err == nil:
@@ -531,7 +562,7 @@ func (c *conn) flushAll() {
 	c.p.ctr.cmdFlush.Add(1)
 	u := c.p.acquire()
 	defer u.release()
-	err := u.call("", func(ctx context.Context) error { return u.mc.FlushAllContext(ctx) })
+	err := u.call(&c.rc, "", func(ctx context.Context) error { return u.mc.FlushAllContext(ctx) })
 	if err != nil {
 		c.reply(errReply(u, "", err))
 		return

@@ -37,6 +37,10 @@ type upstream struct {
 	mirror    atomic.Pointer[memcache.VBucket]
 	mirrorRev atomic.Pointer[[2]int64]
 
+	// byAddr are the counters of a pool upstream's servers, by the
+	// addresses its selector returns (set once, read-only after).
+	byAddr map[net.Addr]*srvStat
+
 	mu      sync.Mutex // protects refs and retired
 	refs    int
 	retired bool
@@ -68,6 +72,11 @@ func newUpstream(ctx context.Context, cfg *Config, st *serverStats) (*upstream, 
 			return nil, err
 		}
 		u.sel = sel
+		u.byAddr = make(map[net.Addr]*srvStat)
+		sel.Each(func(a net.Addr) error {
+			u.byAddr[a] = st.get(a.String())
+			return nil
+		})
 		u.mc = memcache.NewFromSelector(sel)
 		u.mc.Timeout = u.timeout
 		u.mc.MaxConns = cfg.conns()
@@ -365,49 +374,107 @@ func (u *upstream) servers() []string {
 	return out
 }
 
-// call runs one upstream request for key (the stats attribution) with the
-// proxy's timeout. In cluster mode a failure (not an answer) is retried,
+// call runs one upstream request for key (the stats attribution) under
+// rc's deadline. In cluster mode a failure (not an answer) is retried,
 // after a map refresh and a backoff, until the cluster retry timeout: a
 // node being failed over looks to the client like added latency.
 // Retrying after a failure may repeat a request the dead node had
 // applied; for incr/decr and append/prepend that can apply twice.
-func (u *upstream) call(key string, fn func(ctx context.Context) error) error {
-	return u.run([]string{u.addrOf(key)}, fn)
+func (u *upstream) call(rc *reqCtx, key string, fn func(ctx context.Context) error) error {
+	s := [1]*srvStat{u.statOf(key)}
+	return u.run(rc, s[:], fn)
 }
 
 // callMulti is call for a multi-key request: each server the keys go to
-// counts one request.
-func (u *upstream) callMulti(keys []string, fn func(ctx context.Context) error) error {
-	var addrs []string
-	seen := make(map[string]bool)
+// counts one request. stats is scratch space, reused by the caller.
+func (u *upstream) callMulti(rc *reqCtx, keys []string, stats *[]*srvStat, fn func(ctx context.Context) error) error {
+	ss := (*stats)[:0]
+next:
 	for _, k := range keys {
-		if a := u.addrOf(k); !seen[a] {
-			seen[a] = true
-			addrs = append(addrs, a)
+		s := u.statOf(k)
+		for _, t := range ss {
+			if t == s {
+				continue next
+			}
+		}
+		ss = append(ss, s)
+		if !u.cluster && len(ss) == len(u.byAddr) {
+			break // every server is in: hash no more keys
 		}
 	}
-	return u.run(addrs, fn)
+	*stats = ss
+	return u.run(rc, ss, fn)
 }
 
-func (u *upstream) run(addrs []string, fn func(ctx context.Context) error) error {
-	start := time.Now()
-	var err error
-	back := 10 * time.Millisecond
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), u.timeout)
-		err = fn(ctx)
-		cancel()
-		if answer(err) || !u.cluster || time.Since(start)+back > u.retry {
-			break
+// statOf returns the counters of the server key is routed to, without
+// allocating for a pool upstream (a cluster's map can change; its names
+// are looked up).
+func (u *upstream) statOf(key string) *srvStat {
+	if !u.cluster && key != "" {
+		if a, err := u.sel.PickServer(key); err == nil {
+			if s := u.byAddr[a]; s != nil {
+				return s
+			}
 		}
-		time.Sleep(back)
-		back = min(2*back, 200*time.Millisecond)
-		rctx, cancel := context.WithTimeout(context.Background(), u.timeout)
-		u.mc.RefreshConfig(rctx)
-		cancel()
 	}
-	for _, a := range addrs {
-		u.st.get(a).record(time.Since(start), !answer(err))
+	return u.st.get(u.addrOf(key))
+}
+
+// A reqCtx is a client connection's request context: one deadline is
+// shared by that connection's requests until it is an eighth of the
+// timeout older than a fresh one would be, so that a request is not
+// charged a context and a timer of its own. Each request therefore gets
+// between 7/8 of the timeout and the whole timeout (the memcache client's
+// own per-connection deadline, at the full timeout, still applies).
+// Only its connection's goroutine uses it.
+type reqCtx struct {
+	ctx      context.Context
+	cancel   context.CancelFunc
+	deadline time.Time
+}
+
+// get returns a context whose deadline is within (timeout*7/8, timeout]
+// of now.
+func (rc *reqCtx) get(now time.Time, timeout time.Duration) context.Context {
+	want := now.Add(timeout)
+	if d := want.Sub(rc.deadline); rc.ctx == nil || d > timeout/8 || d < 0 {
+		rc.stop()
+		rc.ctx, rc.cancel = context.WithDeadline(context.Background(), want)
+		rc.deadline = want
+	}
+	return rc.ctx
+}
+
+// stop releases the context's timer.
+func (rc *reqCtx) stop() {
+	if rc.cancel != nil {
+		rc.cancel()
+		rc.ctx, rc.cancel = nil, nil
+	}
+}
+
+func (u *upstream) run(rc *reqCtx, stats []*srvStat, fn func(ctx context.Context) error) error {
+	start := time.Now()
+	err := fn(rc.get(start, u.timeout))
+	if !answer(err) && u.cluster {
+		back := 10 * time.Millisecond
+		for time.Since(start)+back <= u.retry {
+			time.Sleep(back)
+			back = min(2*back, 200*time.Millisecond)
+			rctx, cancel := context.WithTimeout(context.Background(), u.timeout)
+			u.mc.RefreshConfig(rctx)
+			cancel()
+			ctx, cancel := context.WithTimeout(context.Background(), u.timeout)
+			err = fn(ctx)
+			cancel()
+			if answer(err) {
+				break
+			}
+		}
+	}
+	d := time.Since(start)
+	for _, s := range stats {
+		s.record(d, !answer(err))
 	}
 	return err
 }
