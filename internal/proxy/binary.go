@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"math"
 	"strings"
 
 	"github.com/vbcache/vbcache/internal/protocol"
@@ -46,6 +47,12 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 		}
 		resp(status, 0, nil, nil, []byte(msg))
 	}
+	// badRequest answers a request whose lengths are wrong for its opcode
+	// as memcached does: "Invalid arguments", then the connection closes.
+	badRequest := func() {
+		fail(protocol.StatusInvalid, "")
+		c.close = true
+	}
 	// upErr answers an upstream error; it reports false for nil.
 	upErr := func(u *upstream, key string, err error) bool {
 		switch {
@@ -56,9 +63,12 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 		case errors.Is(err, memcache.ErrCASConflict):
 			fail(protocol.StatusKeyExists, "")
 		case errors.Is(err, memcache.ErrNotStored):
-			if op == protocol.OpAdd {
+			switch op {
+			case protocol.OpAdd:
 				fail(protocol.StatusKeyExists, "")
-			} else {
+			case protocol.OpReplace:
+				fail(protocol.StatusKeyNotFound, "") // memcached: replace of a missing key
+			default:
 				fail(protocol.StatusNotStored, "")
 			}
 		case !answer(err):
@@ -83,14 +93,14 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 	case protocol.OpGet, protocol.OpGetK, protocol.OpGAT, protocol.OpGATK:
 		touch := op == protocol.OpGAT || op == protocol.OpGATK
 		if !keyOK || (touch && len(r.Extras) != 4) || (!touch && len(r.Extras) != 0) || len(r.Value) != 0 {
-			fail(protocol.StatusInvalid, "")
+			badRequest()
 			break
 		}
 		u := c.p.acquire()
 		var it *memcache.Item
 		err := u.call(&c.rc, key, func(ctx context.Context) (err error) {
 			if touch {
-				it, err = u.mc.GetAndTouchContext(ctx, key, int32(binary.BigEndian.Uint32(r.Extras)))
+				it, err = u.mc.GetAndTouchContext(ctx, key, binExptime(binary.BigEndian.Uint32(r.Extras)))
 			} else {
 				it, err = u.mc.GetContext(ctx, key)
 			}
@@ -122,7 +132,11 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 				c.p.ctr.getMisses.Add(1)
 			}
 			if !quiet {
-				resp(protocol.StatusKeyNotFound, 0, nil, k, []byte("Not found"))
+				if k != nil {
+					resp(protocol.StatusKeyNotFound, 0, nil, k, nil) // GETK: the key, no text
+				} else {
+					resp(protocol.StatusKeyNotFound, 0, nil, nil, []byte("Not found"))
+				}
 			}
 		default:
 			upErr(u, key, err)
@@ -130,11 +144,11 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 		u.release()
 	case protocol.OpSet, protocol.OpAdd, protocol.OpReplace:
 		if !keyOK || len(r.Extras) != 8 {
-			fail(protocol.StatusInvalid, "")
+			badRequest()
 			break
 		}
 		c.item = memcache.Item{Key: key, Value: r.Value, Flags: binary.BigEndian.Uint32(r.Extras),
-			Expiration: int32(binary.BigEndian.Uint32(r.Extras[4:])), CasID: r.CAS}
+			Expiration: binExptime(binary.BigEndian.Uint32(r.Extras[4:])), CasID: r.CAS}
 		it := &c.item // the client encodes it during the call: reused
 		c.p.ctr.cmdSet.Add(1)
 		u := c.p.acquire()
@@ -157,7 +171,7 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 		u.release()
 	case protocol.OpAppend, protocol.OpPrepend:
 		if !keyOK || len(r.Extras) != 0 {
-			fail(protocol.StatusInvalid, "")
+			badRequest()
 			break
 		}
 		c.item = memcache.Item{Key: key, Value: r.Value}
@@ -175,7 +189,7 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 		u.release()
 	case protocol.OpDelete:
 		if !keyOK || len(r.Extras) != 0 || len(r.Value) != 0 {
-			fail(protocol.StatusInvalid, "")
+			badRequest()
 			break
 		}
 		u := c.p.acquire()
@@ -191,7 +205,7 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 		u.release()
 	case protocol.OpIncrement, protocol.OpDecrement:
 		if !keyOK || len(r.Extras) != 20 || len(r.Value) != 0 {
-			fail(protocol.StatusInvalid, "")
+			badRequest()
 			break
 		}
 		delta := binary.BigEndian.Uint64(r.Extras)
@@ -210,7 +224,7 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 					return err
 				}
 				// Create with the initial value, as memcached does.
-				err = u.mc.AddContext(ctx, &memcache.Item{Key: key, Value: protocol.AppendUint(nil, initial), Expiration: int32(exp)})
+				err = u.mc.AddContext(ctx, &memcache.Item{Key: key, Value: protocol.AppendUint(nil, initial), Expiration: binExptime(exp)})
 				if err == nil {
 					v = initial
 					return nil
@@ -229,12 +243,12 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 		u.release()
 	case protocol.OpTouch:
 		if !keyOK || len(r.Extras) != 4 || len(r.Value) != 0 {
-			fail(protocol.StatusInvalid, "")
+			badRequest()
 			break
 		}
 		u := c.p.acquire()
 		err := u.call(&c.rc, key, func(ctx context.Context) error {
-			return u.mc.TouchContext(ctx, key, int32(binary.BigEndian.Uint32(r.Extras)))
+			return u.mc.TouchContext(ctx, key, binExptime(binary.BigEndian.Uint32(r.Extras)))
 		})
 		c.p.ctr.cmdTouch.Add(1)
 		if !upErr(u, key, err) {
@@ -278,3 +292,29 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 	}
 	return n, 0
 }
+
+// binExptime turns a binary request's unsigned 32-bit exptime into the
+// client's int32: values past 2^31-1 are absolute times after 2038, which
+// the int32 cannot carry; they become 2^31-1 (January 2038), still far in
+// the future, instead of a negative "expire now".
+func binExptime(e uint32) int32 {
+	if e > math.MaxInt32 {
+		return math.MaxInt32
+	}
+	return int32(e)
+}
+
+// expiration maps a text or meta exptime to what the upstream client
+// sends: a negative one (memcached: expired at once) becomes an absolute
+// time in 1970 past memcached's 30-day line, which memcached and vbcache
+// also take as already expired, whatever protocol the upstream speaks (a
+// binary upstream would read -1 as 0xffffffff, a time in 2106).
+func expiration(e int32) int32 {
+	if e < 0 {
+		return expiredAbs
+	}
+	return e
+}
+
+// expiredAbs is 30 days and one second after the epoch.
+const expiredAbs = 60*60*24*30 + 1

@@ -33,28 +33,38 @@ func (c *conn) replyErr(s string) {
 }
 
 // metaStart checks the key and flags of mg, md and ma (memcached's
-// process_m*_command preambles) and that every flag is one the proxy
-// supports.
-func (c *conn) metaStart(f *protocol.MetaFlags, allowed string) (key []byte, ok bool) {
+// process_m*_command preambles, as the node words them: tooLong and
+// badFlags differ per command, an empty badFlags meaning the pre-parser's
+// own message, and mg forces its first errors past noreply while md and ma
+// do not) and that every flag is one the proxy supports.
+func (c *conn) metaStart(f *protocol.MetaFlags, allowed, tooLong, badFlags string, force bool) (key []byte, ok bool) {
 	t := &c.toks
 	if t.N < 3 {
 		c.reply("ERROR")
 		return nil, false
 	}
+	say := c.reply
+	if force {
+		say = c.replyErr
+	}
 	if len(t.T[1]) > protocol.KeyMaxLength {
-		c.replyErr(protocol.ErrBadFormat)
+		say(protocol.ErrBadFormat)
 		return nil, false
 	}
 	if t.N > protocol.MetaMaxTokens {
-		c.replyErr("CLIENT_ERROR options flags are too long")
+		say(tooLong)
 		return nil, false
 	}
 	key, ok = protocol.ParseMetaFlags(t, 2, f, c.keyBuf[:])
 	if !ok {
-		if f.Err == "" {
-			f.Err = protocol.ErrBadFormat
+		switch {
+		case badFlags != "":
+			c.replyErr(badFlags)
+		case f.Err != "":
+			c.replyErr(f.Err)
+		default:
+			c.replyErr(protocol.ErrBadFormat)
 		}
-		c.replyErr(f.Err)
 		return nil, false
 	}
 	if !c.metaAllowed(2, allowed) {
@@ -118,7 +128,7 @@ func (c *conn) metaFail(u *upstream, key string, err error) {
 
 func (c *conn) metaGet() {
 	var f protocol.MetaFlags
-	key, ok := c.metaStart(&f, mgFlags)
+	key, ok := c.metaStart(&f, mgFlags, "CLIENT_ERROR options flags are too long", "", true)
 	if !ok {
 		return
 	}
@@ -129,7 +139,7 @@ func (c *conn) metaGet() {
 	var it *memcache.Item
 	err := u.call(&c.rc, k, func(ctx context.Context) (err error) {
 		if f.NewTTL {
-			it, err = u.mc.GetAndTouchContext(ctx, k, f.Exptime)
+			it, err = u.mc.GetAndTouchContext(ctx, k, expiration(f.Exptime))
 		} else {
 			it, err = u.mc.GetContext(ctx, k)
 		}
@@ -234,10 +244,10 @@ func (c *conn) metaSet(rest []byte) (used, more int) {
 			return fail("CLIENT_ERROR flag " + string(tok[:1]) + " not supported by the proxy")
 		}
 	}
-	switch f.Mode {
-	case 0, 'S', 's', 'E', 'e', 'A', 'a', 'P', 'p', 'R', 'r':
+	switch f.Mode { // memcached 1.6.18 takes upper case only
+	case 0, 'S', 'E', 'A', 'P', 'R':
 	default:
-		return fail("CLIENT_ERROR invalid mode for ms STORE")
+		return fail("CLIENT_ERROR invalid mode for ms M token")
 	}
 	if len(rest) < n {
 		return 0, n
@@ -250,7 +260,7 @@ func (c *conn) metaSet(rest []byte) (used, more int) {
 	// key aliases c.keyBuf or the line; both stay put until we return.
 	c.noreply = f.NoReply
 	c.p.ctr.cmdSet.Add(1)
-	c.item = memcache.Item{Key: string(key), Value: data[:n-2], Flags: f.ClientFlags, Expiration: f.Exptime, CasID: f.CAS}
+	c.item = memcache.Item{Key: string(key), Value: data[:n-2], Flags: f.ClientFlags, Expiration: expiration(f.Exptime), CasID: f.CAS}
 	it := &c.item // the client encodes it during the call: reused
 	u := c.p.acquire()
 	defer u.release()
@@ -294,7 +304,7 @@ func (c *conn) metaSet(rest []byte) (used, more int) {
 
 func (c *conn) metaDelete() {
 	var f protocol.MetaFlags
-	key, ok := c.metaStart(&f, mdFlags)
+	key, ok := c.metaStart(&f, mdFlags, "CLIENT_ERROR options flags too long", "CLIENT_ERROR invalid or duplicate flag", false)
 	if !ok {
 		return
 	}
@@ -324,15 +334,15 @@ func (c *conn) metaDelete() {
 func (c *conn) metaArithmetic() {
 	var f protocol.MetaFlags
 	f.Delta = 1
-	key, ok := c.metaStart(&f, maFlags)
+	key, ok := c.metaStart(&f, maFlags, "CLIENT_ERROR options flags too long", "CLIENT_ERROR invalid or duplicate flag", false)
 	if !ok {
 		return
 	}
 	c.noreply = f.NoReply
 	incr := true
 	switch f.Mode {
-	case 0, 'I', 'i', '+':
-	case 'D', 'd', '-':
+	case 0, 'I', '+': // memcached 1.6.18 takes upper case only
+	case 'D', '-':
 		incr = false
 	default:
 		c.replyErr("CLIENT_ERROR invalid mode for ma M token")
@@ -352,9 +362,11 @@ func (c *conn) metaArithmetic() {
 	})
 	switch {
 	case err == nil:
+		if c.noreply { // q hides a success, v or not (memcached)
+			return
+		}
 		if f.Value {
 			d := protocol.AppendUint(nil, v)
-			c.noreply = false
 			c.out = append(c.out, "VA "...)
 			c.out = protocol.AppendUint(c.out, uint64(len(d)))
 			c.metaTail(key, f.KeyBinary)

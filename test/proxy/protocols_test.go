@@ -136,42 +136,6 @@ var knownDiffs = []knownDiff{
 		part: "raw binary", steps: mutations, proxy: replacing(" cas ext=", " cas0 ext=")},
 	{why: "binary touch: the proxy answers CAS 0 and no extras; memcached answers the CAS and the flags (4-byte extras)",
 		part: "raw binary", steps: []string{"touch"}, proxy: replacing(" cas ext=00000005 ", " cas0 ext= ")},
-	{why: "binary replace of a missing key: status 0x05 Not stored.; memcached answers 0x01 Not found",
-		part: "raw binary", steps: []string{"replace missing", "replaceq missing"},
-		proxy: func(m string) string {
-			m = strings.Replace(m, `status=0001 dtype=00 opaque=`, `status=0005 dtype=00 opaque=`, 1)
-			return strings.Replace(m, `value="Not found"`, `value="Not stored."`, 1)
-		}},
-	{why: "(same bug seen by pylibmc: NotFound becomes False)", part: "pylibmc",
-		steps: []string{"replace missing"}, proxy: literal("False")},
-	{why: "(same bug seen by php-memcached: NOT FOUND becomes NOT STORED)", part: "php",
-		steps: []string{"replace missing"}, proxy: literal("false NOT STORED")},
-	{why: "binary GETK miss: the proxy's body is \"Not found\"; memcached's is empty (the key only)",
-		part: "raw binary", steps: []string{"getk miss"}, proxy: replacing(`value=""`, `value="Not found"`)},
-	{why: "binary malformed request (no key, missing or extra extras, key > 250): memcached answers 0x04 and closes the connection; the proxy keeps it open",
-		part: "raw binary", steps: []string{"get no key", "set no extras", "get with extras", "get 251-byte key"},
-		proxy: replacing(" then closed", "")},
-	{why: "pool: a binary exptime >= 2^31 (0xffffffff) is taken as negative (expired at once); memcached reads it unsigned (an absolute time in 2106)",
-		target: "pool", part: "raw binary", steps: []string{"get after gat 0xffffffff"},
-		proxy: literal(`[magic=81 op=00 status=0001 dtype=00 opaque=53 cas0 ext= key="" value="Not found"]`)},
-	{why: "(same bug through memcache.Client: Expiration -1 is 0xffffffff on the wire)", target: "pool", part: "go",
-		steps: []string{"get expired", "get after touch expire"}, proxy: literal("ErrCacheMiss")},
-	{why: "cluster: a negative meta TTL (mg T-1, ms T-1) does not expire the item; memcached expires it at once (the binary upstream sends 0xffffffff, a time in 2106)",
-		target: "cluster", part: "meta", steps: []string{`mg meta:f v`, `mg meta:neg v`},
-		proxy: func(m string) string { return map[string]string{`"EN\r\n"`: `"VA 2\r\nhi\r\n"`}[m] }},
-	{why: "(consequence: the item mg T-1 should have expired is still there)", target: "cluster", part: "meta",
-		steps: []string{`md meta:f O7 k`}, proxy: literal(`"HD O7 kmeta:f\r\n"`)},
-	{why: "meta: lowercase modes are accepted; memcached 1.6.18 refuses them", part: "meta",
-		steps: []string{`ms meta:lc 3 Ms\r\nSET`, `ma meta:lcn v Md`},
-		proxy: func(m string) string {
-			return map[bool]string{true: `"HD\r\n"`, false: `"VA 1\r\n4\r\n"`}[strings.HasPrefix(m, `"CLIENT_ERROR invalid mode for ms`)]
-		}},
-	{why: "meta: ms with a bad mode says \"invalid mode for ms STORE\"; memcached says \"invalid mode for ms M token\"",
-		part: "meta", steps: []string{`ms meta:e 1 Mx\r\nx`}, proxy: literal(`"CLIENT_ERROR invalid mode for ms STORE\r\n"`)},
-	{why: "meta: ma with q and v sends VA; memcached's q hides the success (nothing is sent)",
-		part: "meta", steps: []string{`ma meta:n q v`}, proxy: literal(`"VA 1\r\n3\r\n"`)},
-	{why: "meta: ma with a bad delta says \"invalid numeric delta value\"; memcached says \"invalid or duplicate flag\"",
-		part: "meta", steps: []string{`ma meta:n Dabc`}, proxy: literal(`"CLIENT_ERROR invalid numeric delta value\r\n"`)},
 }
 
 // compareAnswers compares rendered answers step by step. want and got are
