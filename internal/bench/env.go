@@ -194,7 +194,19 @@ func (re *realEnv) start(ctx context.Context, kind string) (*serverProc, error) 
 	}
 	argv, env := re.serverArgv(kind, port)
 	full := append(re.prefix(re.cfg.ServerCPU), argv...)
-	cmd := exec.Command(full[0], full[1:]...)
+	p, err := re.spawn(ctx, kind, full, env, port)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(re.cfg.Log, "started %s pid %d on %s: %s\n", kind, p.Pid, p.Addr, strings.Join(full, " "))
+	return p, nil
+}
+
+// spawn starts argv (with env added to the environment), registers it in
+// the process table (so stop and cleanup find it) and waits, bounded,
+// until port accepts connections.
+func (re *realEnv) spawn(ctx context.Context, kind string, argv, env []string, port int) (*serverProc, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
 	ch := &child{cmd: cmd, done: make(chan struct{})}
 	cmd.Stderr = &ch.stderr
@@ -209,12 +221,11 @@ func (re *realEnv) start(ctx context.Context, kind string) (*serverProc, error) 
 	re.procs[cmd.Process.Pid] = ch
 	re.mu.Unlock()
 	p := &serverProc{Kind: kind, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Pid: cmd.Process.Pid}
-	// Wait (bounded) until it accepts connections.
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		nc, err := net.DialTimeout("tcp", p.Addr, time.Second)
 		if err == nil {
 			nc.Close()
-			break
+			return p, nil
 		}
 		select {
 		case <-ch.done:
@@ -229,8 +240,6 @@ func (re *realEnv) start(ctx context.Context, kind string) (*serverProc, error) 
 			return nil, fmt.Errorf("%s did not accept connections within 10s", kind)
 		}
 	}
-	fmt.Fprintf(re.cfg.Log, "started %s pid %d on %s: %s\n", kind, p.Pid, p.Addr, strings.Join(full, " "))
-	return p, nil
 }
 
 func (re *realEnv) stop(p *serverProc) error {

@@ -211,44 +211,12 @@ func (pr *proxiesReal) startProxy(ctx context.Context, kind string, pool []strin
 	return pr.startChild(ctx, kind, append(prefix, argv...), env, port)
 }
 
-// startChild starts argv (with env added), registers it in the realEnv's
-// process table (so stop and cleanup find it) and waits until port
-// accepts connections.
+// startChild starts argv (with env added) through the realEnv, so stop and
+// cleanup find it, and records its command line for the report.
 func (pr *proxiesReal) startChild(ctx context.Context, kind string, argv, env []string, port int) (*serverProc, error) {
-	re := pr.re
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), env...)
-	ch := &child{cmd: cmd, done: make(chan struct{})}
-	cmd.Stderr = &ch.stderr
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", kind, err)
-	}
-	go func() { // owned by re: stop and cleanup wait for done
-		cmd.Wait()
-		close(ch.done)
-	}()
-	re.mu.Lock()
-	re.procs[cmd.Process.Pid] = ch
-	re.mu.Unlock()
-	p := &serverProc{Kind: kind, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Pid: cmd.Process.Pid}
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		nc, err := net.DialTimeout("tcp", p.Addr, time.Second)
-		if err == nil {
-			nc.Close()
-			break
-		}
-		select {
-		case <-ch.done:
-			return nil, fmt.Errorf("%s exited at start: %s", kind, bytes.TrimSpace(ch.stderr.Bytes()))
-		case <-ctx.Done():
-			re.stop(p)
-			return nil, ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			re.stop(p)
-			return nil, fmt.Errorf("%s did not accept connections within 10s", kind)
-		}
+	p, err := pr.re.spawn(ctx, kind, argv, env, port)
+	if err != nil {
+		return nil, err
 	}
 	line := strings.Join(append(append([]string{}, env...), argv...), " ")
 	pr.cmds = append(pr.cmds, line)
