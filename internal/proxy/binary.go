@@ -215,11 +215,7 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 		var v uint64
 		err := u.call(&c.rc, key, func(ctx context.Context) (err error) {
 			for range 2 {
-				if op == protocol.OpIncrement {
-					v, err = u.mc.IncrementContext(ctx, key, delta)
-				} else {
-					v, err = u.mc.DecrementContext(ctx, key, delta)
-				}
+				v, err = u.incrDecr(ctx, key, op == protocol.OpIncrement, delta)
 				if !errors.Is(err, memcache.ErrCacheMiss) || exp == 0xffffffff {
 					return err
 				}

@@ -353,11 +353,7 @@ func (c *conn) metaArithmetic() {
 	defer u.release()
 	var v uint64
 	err := u.call(&c.rc, k, func(ctx context.Context) (err error) {
-		if incr {
-			v, err = u.mc.IncrementContext(ctx, k, f.Delta)
-		} else {
-			v, err = u.mc.DecrementContext(ctx, k, f.Delta)
-		}
+		v, err = u.incrDecr(ctx, k, incr, f.Delta)
 		return err
 	})
 	switch {

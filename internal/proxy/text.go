@@ -452,11 +452,7 @@ func (c *conn) arithmetic(incr bool) {
 	defer u.release()
 	var v uint64
 	err := u.call(&c.rc, k, func(ctx context.Context) (err error) {
-		if incr {
-			v, err = u.mc.IncrementContext(ctx, k, delta)
-		} else {
-			v, err = u.mc.DecrementContext(ctx, k, delta)
-		}
+		v, err = u.incrDecr(ctx, k, incr, delta)
 		return err
 	})
 	hits, misses := &c.p.ctr.incrHits, &c.p.ctr.incrMisses

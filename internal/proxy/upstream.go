@@ -588,3 +588,11 @@ func (c *countedConn) Close() error {
 	c.once.Do(func() { c.s.conns.Add(-1) })
 	return c.Conn.Close()
 }
+
+// incrDecr is incr or decr of key by delta, for the three frontends.
+func (u *upstream) incrDecr(ctx context.Context, key string, incr bool, delta uint64) (uint64, error) {
+	if incr {
+		return u.mc.IncrementContext(ctx, key, delta)
+	}
+	return u.mc.DecrementContext(ctx, key, delta)
+}
