@@ -75,7 +75,7 @@ func (o *op) appendBinary(b []byte) []byte {
 		b = append(b, o.key...)
 	case opGat:
 		b = appendHeader(b, cmdGAT, len(o.key), 4, 0, o.vb, 0, 0)
-		b = binary.BigEndian.AppendUint32(b, uint32(o.delta))
+		b = binary.BigEndian.AppendUint32(b, binExpiry(int32(o.delta)))
 		b = append(b, o.key...)
 	case opMulti:
 		// One quiet GETKQ per key (opaque = its index; misses stay
@@ -101,7 +101,7 @@ func (o *op) appendBinary(b []byte) []byte {
 			// extras: flags(4) expiration(4)
 			b = appendHeader(b, storeOpcodes[o.verb], len(it.Key), 8, len(it.Value), o.vb, 0, cas)
 			b = binary.BigEndian.AppendUint32(b, it.Flags)
-			b = binary.BigEndian.AppendUint32(b, uint32(it.Expiration))
+			b = binary.BigEndian.AppendUint32(b, binExpiry(it.Expiration))
 		}
 		b = append(b, it.Key...)
 		b = append(b, it.Value...)
@@ -110,7 +110,7 @@ func (o *op) appendBinary(b []byte) []byte {
 		b = append(b, o.key...)
 	case opTouch:
 		b = appendHeader(b, cmdTouch, len(o.key), 4, 0, o.vb, 0, 0)
-		b = binary.BigEndian.AppendUint32(b, uint32(o.delta))
+		b = binary.BigEndian.AppendUint32(b, binExpiry(int32(o.delta)))
 		b = append(b, o.key...)
 	case opIncr, opDecr:
 		opc := byte(cmdIncr)
@@ -266,3 +266,18 @@ func (o *op) binaryAnswer(status uint16, extras, value []byte, cas uint64) error
 	}
 	return nil
 }
+
+// binExpiry is an expiration as the binary protocol carries it. A negative
+// one means "already expired", as the text protocol sends it; the binary
+// field is unsigned, where -1 would read as a time in 2106, so it goes as
+// an absolute time in 1970 past memcached's 30-day line, which memcached
+// (and vbcache) take as already expired.
+func binExpiry(e int32) uint32 {
+	if e < 0 {
+		return expiredAbs
+	}
+	return uint32(e)
+}
+
+// expiredAbs is 30 days and one second after the epoch.
+const expiredAbs = 60*60*24*30 + 1

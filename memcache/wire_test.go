@@ -2,7 +2,9 @@ package memcache
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -58,6 +60,27 @@ func TestEncodeBinary(t *testing.T) {
 	if len(got) != 3*24+3 || got[1] != cmdGetKQ || got[15] != 0 || got[24+1+1] != cmdGetKQ || got[24+1+15] != 1 ||
 		got[2*24+3+1] != cmdNoop || !bytes.Equal(got[2*24+3+12:2*24+3+16], []byte{0xff, 0xff, 0xff, 0xff}) {
 		t.Fatalf("multi-get: % x", got)
+	}
+}
+
+// TestEncodeBinaryNegativeExpiration: a negative expiration means "already
+// expired" on every transport. The text protocol sends "-1"; the binary
+// field is unsigned (0xffffffff would be a time in 2106), so it goes as an
+// absolute time in 1970, past the 30-day line.
+func TestEncodeBinaryNegativeExpiration(t *testing.T) {
+	it := &Item{Key: "k", Value: []byte("v"), Expiration: -1}
+	set := (&op{kind: opStore, verb: verbSet, item: it}).appendBinary(nil)
+	neg := int32(-5)
+	touch := (&op{kind: opTouch, key: "k", delta: uint64(uint32(neg))}).appendBinary(nil)
+	gat := (&op{kind: opGat, key: "k", delta: uint64(uint32(neg))}).appendBinary(nil)
+	want := binary.BigEndian.AppendUint32(nil, 30*24*3600+1)
+	for name, got := range map[string][]byte{"set": set[28:32], "touch": touch[24:28], "gat": gat[24:28]} {
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: expiration % x, want % x", name, got, want)
+		}
+	}
+	if s := string((&op{kind: opStore, verb: verbSet, item: it}).appendText(nil)); !strings.Contains(s, " 0 -1 1") {
+		t.Errorf("text: %q", s)
 	}
 }
 

@@ -299,18 +299,3 @@ func binExptime(e uint32) int32 {
 	}
 	return int32(e)
 }
-
-// expiration maps a text or meta exptime to what the upstream client
-// sends: a negative one (memcached: expired at once) becomes an absolute
-// time in 1970 past memcached's 30-day line, which memcached and vbcache
-// also take as already expired, whatever protocol the upstream speaks (a
-// binary upstream would read -1 as 0xffffffff, a time in 2106).
-func expiration(e int32) int32 {
-	if e < 0 {
-		return expiredAbs
-	}
-	return e
-}
-
-// expiredAbs is 30 days and one second after the epoch.
-const expiredAbs = 60*60*24*30 + 1

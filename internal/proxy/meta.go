@@ -139,7 +139,7 @@ func (c *conn) metaGet() {
 	var it *memcache.Item
 	err := u.call(&c.rc, k, func(ctx context.Context) (err error) {
 		if f.NewTTL {
-			it, err = u.mc.GetAndTouchContext(ctx, k, expiration(f.Exptime))
+			it, err = u.mc.GetAndTouchContext(ctx, k, f.Exptime)
 		} else {
 			it, err = u.mc.GetContext(ctx, k)
 		}
@@ -260,7 +260,7 @@ func (c *conn) metaSet(rest []byte) (used, more int) {
 	// key aliases c.keyBuf or the line; both stay put until we return.
 	c.noreply = f.NoReply
 	c.p.ctr.cmdSet.Add(1)
-	c.item = memcache.Item{Key: string(key), Value: data[:n-2], Flags: f.ClientFlags, Expiration: expiration(f.Exptime), CasID: f.CAS}
+	c.item = memcache.Item{Key: string(key), Value: data[:n-2], Flags: f.ClientFlags, Expiration: f.Exptime, CasID: f.CAS}
 	it := &c.item // the client encodes it during the call: reused
 	u := c.p.acquire()
 	defer u.release()

@@ -261,7 +261,7 @@ func (c *conn) get(withCAS, touch bool) {
 		for i, k := range keys {
 			var it *memcache.Item
 			e := u.call(&c.rc, k, func(ctx context.Context) (err error) {
-				it, err = u.mc.GetAndTouchContext(ctx, k, expiration(exptime))
+				it, err = u.mc.GetAndTouchContext(ctx, k, exptime)
 				return err
 			})
 			c.p.ctr.cmdTouch.Add(1)
@@ -396,7 +396,7 @@ func (c *conn) update(verb string, rest []byte) (used, more int) {
 		c.reply("CLIENT_ERROR bad data chunk")
 		return n, 0
 	}
-	c.item = memcache.Item{Key: string(key), Value: data[:n-2], Flags: flags, Expiration: expiration(exp), CasID: casID}
+	c.item = memcache.Item{Key: string(key), Value: data[:n-2], Flags: flags, Expiration: exp, CasID: casID}
 	it := &c.item // the client encodes it during the call: reused
 	u := c.p.acquire()
 	defer u.release()
@@ -521,7 +521,7 @@ func (c *conn) touch() {
 	k := string(key)
 	u := c.p.acquire()
 	defer u.release()
-	err := u.call(&c.rc, k, func(ctx context.Context) error { return u.mc.TouchContext(ctx, k, expiration(e)) })
+	err := u.call(&c.rc, k, func(ctx context.Context) error { return u.mc.TouchContext(ctx, k, e) })
 	c.p.ctr.cmdTouch.Add(1)
 	switch {
 	case err == nil:
