@@ -12,7 +12,9 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -162,7 +164,7 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
 	}
 	st := m.State()
 	for _, a := range addrs {
-		if containsString(st.Nodes, a) {
+		if slices.Contains(st.Nodes, a) {
 			continue
 		}
 		if err := m.AddNode(ctx, a); err != nil {
@@ -217,7 +219,7 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
   vbcache server --vbuckets %d -p PORT -l 127.0.0.1   then   vbcache ctl --manager %s add-node 127.0.0.1:PORT && vbcache ctl --manager %s rebalance --wait
 
 Data in %s (%s at exit). Ctrl-C stops the cluster.
-`, c.nodes, c.vbuckets, c.replicas, time.Since(start).Round(time.Millisecond), joinAddrs(addrs), mgr, mgr, c.base, c.base,
+`, c.nodes, c.vbuckets, c.replicas, time.Since(start).Round(time.Millisecond), strings.Join(addrs, " "), mgr, mgr, c.base, c.base,
 		mgr, c.vbuckets, mgr, mgr, dir, map[bool]string{true: "kept", false: "removed"}[c.keep])
 	select {
 	case <-ctx.Done():
@@ -228,26 +230,6 @@ Data in %s (%s at exit). Ctrl-C stops the cluster.
 	mstop()
 	<-merr
 	return nil
-}
-
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-func joinAddrs(a []string) string {
-	s := ""
-	for i, x := range a {
-		if i > 0 {
-			s += " "
-		}
-		s += x
-	}
-	return s
 }
 
 // freePorts returns n loopback ports that were free a moment ago.
