@@ -515,15 +515,16 @@ func (m *Manager) stateOn(ctx context.Context, addr string, vb int) (vbucket.Sta
 	return st, err
 }
 
-// vbBytes is the size of vb's items on addr (stats vbucket), for progress.
-func (m *Manager) vbBytes(ctx context.Context, addr string, vb int) uint64 {
+// vbStat reads one field of vb's line in addr's "stats vbucket N" (0 when
+// absent).
+func (m *Manager) vbStat(ctx context.Context, addr string, vb int, field string) (uint64, error) {
 	var n uint64
-	m.conn(ctx, addr, func(c *admin.Conn) error {
+	err := m.conn(ctx, addr, func(c *admin.Conn) error {
 		st, err := c.Stats("vbucket " + strconv.Itoa(vb))
 		if err != nil {
 			return err
 		}
-		key := "vb_" + strconv.Itoa(vb) + ":bytes"
+		key := "vb_" + strconv.Itoa(vb) + ":" + field
 		for _, kv := range st {
 			if kv[0] == key {
 				n, _ = strconv.ParseUint(kv[1], 10, 64)
@@ -531,26 +532,20 @@ func (m *Manager) vbBytes(ctx context.Context, addr string, vb int) uint64 {
 		}
 		return nil
 	})
+	return n, err
+}
+
+// vbBytes is the size of vb's items on addr, for progress.
+func (m *Manager) vbBytes(ctx context.Context, addr string, vb int) uint64 {
+	n, _ := m.vbStat(ctx, addr, vb, "bytes")
 	return n
 }
 
 // waitCaughtUp waits until replica r's stream of vb from the active has
 // reached the active's last sequence number as it was when the wait began.
 func (m *Manager) waitCaughtUp(ctx context.Context, vb int, active, r string) error {
-	var high uint64
-	if err := m.conn(ctx, active, func(c *admin.Conn) error {
-		st, err := c.Stats("vbucket " + strconv.Itoa(vb))
-		if err != nil {
-			return err
-		}
-		key := "vb_" + strconv.Itoa(vb) + ":high_seqno"
-		for _, kv := range st {
-			if kv[0] == key {
-				high, _ = strconv.ParseUint(kv[1], 10, 64)
-			}
-		}
-		return nil
-	}); err != nil {
+	high, err := m.vbStat(ctx, active, vb, "high_seqno")
+	if err != nil {
 		return err
 	}
 	deadline := time.Now().Add(2 * time.Minute)
