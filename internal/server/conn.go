@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/vbcache/vbcache/internal/protocol"
@@ -59,6 +60,13 @@ type conn struct {
 	s      *Server
 	nc     net.Conn
 	listen net.Addr
+	// rc is nc's raw socket when nc is a plain TCP or Unix socket (not
+	// TLS); serveRaw drives it. rawFn is c.rawStep bound once, rawErr
+	// the read error that ended a rawStep.
+	rc     syscall.RawConn
+	rawFn  func(fd uintptr) bool
+	rawErr error
+	idle   time.Duration
 	id     uint64
 	fd     int // memcached-style descriptor number (see Server.allocFD)
 	ctr    *counters
@@ -102,6 +110,8 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{s: s, nc: nc, authMark: -1}
 	if nc != nil {
 		c.rbuf = make([]byte, readBufSize)
+		c.rc = rawConn(nc)
+		c.rawFn = c.rawStep
 	}
 	c.lastCmd.Store(s.nowUnix())
 	return c
@@ -122,6 +132,10 @@ func (c *conn) serve() {
 	defer c.s.dropConn(c)
 	defer c.nc.Close()
 	idle := c.s.cfg.IdleTimeout
+	if c.rc != nil {
+		c.serveRaw(idle)
+		return
+	}
 	for {
 		c.state.Store(int32(stateParse))
 		need := c.processInput()
@@ -136,27 +150,7 @@ func (c *conn) serve() {
 		if c.s.closing.Load() {
 			return
 		}
-		// Make room: compact, then grow when a line or value needs it.
-		if c.r == c.w {
-			c.r, c.w = 0, 0
-			if cap(c.rbuf) > 4*readBufSize {
-				c.rbuf = make([]byte, readBufSize)
-			}
-		}
-		if need > len(c.rbuf)-c.r {
-			if c.r > 0 {
-				c.w = copy(c.rbuf, c.rbuf[c.r:c.w])
-				c.r = 0
-			}
-			if need > len(c.rbuf) {
-				nb := make([]byte, max(need, 2*len(c.rbuf)))
-				copy(nb, c.rbuf[:c.w])
-				c.rbuf = nb
-			}
-		} else if c.w == len(c.rbuf) && c.r > 0 {
-			c.w = copy(c.rbuf, c.rbuf[c.r:c.w])
-			c.r = 0
-		}
+		c.makeRoom(need)
 		c.state.Store(int32(stateRead))
 		if idle > 0 {
 			c.nc.SetReadDeadline(time.Now().Add(idle))
@@ -178,6 +172,31 @@ func (c *conn) serve() {
 			}
 			return
 		}
+	}
+}
+
+// makeRoom compacts the input buffer, and grows it when the next line or
+// value needs more than it holds (need, from processInput).
+func (c *conn) makeRoom(need int) {
+	if c.r == c.w {
+		c.r, c.w = 0, 0
+		if cap(c.rbuf) > 4*readBufSize {
+			c.rbuf = make([]byte, readBufSize)
+		}
+	}
+	if need > len(c.rbuf)-c.r {
+		if c.r > 0 {
+			c.w = copy(c.rbuf, c.rbuf[c.r:c.w])
+			c.r = 0
+		}
+		if need > len(c.rbuf) {
+			nb := make([]byte, max(need, 2*len(c.rbuf)))
+			copy(nb, c.rbuf[:c.w])
+			c.rbuf = nb
+		}
+	} else if c.w == len(c.rbuf) && c.r > 0 {
+		c.w = copy(c.rbuf, c.rbuf[c.r:c.w])
+		c.r = 0
 	}
 }
 
