@@ -3,12 +3,16 @@ package memcache
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"github.com/vbcache/vbcache/internal/rawio"
 )
 
 // A conn is one connection to one server, shared by every goroutine that
@@ -44,7 +48,16 @@ type conn struct {
 	err      error      // first failure; conn unusable once set
 	deadline time.Time  // the read deadline currently armed (zero: none)
 
-	rbuf       []byte        // reader goroutine only: read buffer
+	// raw is nc's socket when nc is a plain one (rawio.Conn), else nil.
+	raw syscall.RawConn
+	// The writer's (the goroutine with writing set) state for writeStep.
+	writeFn func(fd uintptr) bool
+	wbufOut []byte
+	werr    error
+
+	rbuf       []byte        // reader goroutine only: read buffer, unparsed bytes rbuf[r:w]
+	r, w       int           // reader goroutine only
+	rerr       error         // reader goroutine only: why readStep left the poller's loop
 	readerDone chan struct{} // closed when the reader goroutine exits
 }
 
@@ -55,7 +68,8 @@ const (
 
 func newConn(nc net.Conn, addr net.Addr, proto Protocol, timeout time.Duration) *conn {
 	cn := &conn{nc: nc, addr: addr, proto: proto, timeout: timeout,
-		rbuf: make([]byte, readBufSize), readerDone: make(chan struct{})}
+		rbuf: make([]byte, readBufSize), readerDone: make(chan struct{}), raw: rawio.Conn(nc)}
+	cn.writeFn = cn.writeStep
 	go cn.readLoop()
 	return cn
 }
@@ -97,7 +111,7 @@ func (cn *conn) send(o *op) error {
 		cn.wbuf = cn.spare[:0]
 		cn.mu.Unlock()
 		cn.nc.SetWriteDeadline(time.Now().Add(cn.timeout))
-		_, err := cn.nc.Write(buf)
+		err := cn.write(buf)
 		cn.mu.Lock()
 		if cap(buf) <= 1<<20 {
 			cn.spare = buf[:0]
@@ -111,6 +125,36 @@ func (cn *conn) send(o *op) error {
 	cn.writing = false
 	cn.mu.Unlock()
 	return nil
+}
+
+// write writes buf, on a plain socket with rawio.Write (no scheduler
+// bookkeeping, which would also wake the runtime's sysmon thread from its
+// sleep on every write of a lightly loaded client) from inside the
+// poller's write loop, which waits for the socket when it is full and
+// applies the write deadline. The caller is the conn's one writer.
+func (cn *conn) write(buf []byte) error {
+	if cn.raw == nil {
+		_, err := cn.nc.Write(buf)
+		return err
+	}
+	cn.wbufOut, cn.werr = buf, nil
+	err := cn.raw.Write(cn.writeFn)
+	cn.wbufOut = nil
+	if err != nil {
+		return err
+	}
+	return cn.werr
+}
+
+// writeStep is write's callback: false waits until the socket takes more.
+func (cn *conn) writeStep(fd uintptr) bool {
+	n, err := rawio.Write(fd, cn.wbufOut)
+	cn.wbufOut = cn.wbufOut[n:]
+	if err == syscall.EAGAIN {
+		return false
+	}
+	cn.werr = err
+	return true
 }
 
 // armLocked sets the read deadline to now+timeout.
@@ -151,55 +195,17 @@ func (cn *conn) close() {
 // readLoop parses responses for the queued ops until the conn fails.
 func (cn *conn) readLoop() {
 	defer close(cn.readerDone)
-	r, w := 0, 0 // unparsed bytes are rbuf[r:w]
+	if cn.raw != nil {
+		cn.readLoopRaw(cn.raw)
+		return
+	}
 	for {
-		// Parse what is buffered.
-		for r < w {
-			cn.mu.Lock()
-			if cn.err != nil {
-				cn.mu.Unlock()
-				return
-			}
-			if cn.q.len() == 0 {
-				cn.mu.Unlock()
-				cn.fail(errors.New("memcache: unexpected data from server"))
-				return
-			}
-			o := cn.q.front()
-			cn.mu.Unlock()
-			n, done, err := o.parse(cn.rbuf[r:w], cn.proto)
-			if err != nil {
-				cn.fail(err)
-				return
-			}
-			r += n
-			if !done {
-				break
-			}
-			cn.mu.Lock()
-			cn.q.pop()
-			cn.inflight.Add(-1)
-			cn.mu.Unlock()
-			o.complete()
+		if !cn.parseBuffered() {
+			return
 		}
-		// Make room: move the partial response to the front, and grow the
-		// buffer when one response needs more than it holds.
-		if r == w {
-			r, w = 0, 0
-		} else if r > 0 && (w == len(cn.rbuf) || r > len(cn.rbuf)/2) {
-			w = copy(cn.rbuf, cn.rbuf[r:w])
-			r = 0
-		}
-		if w == len(cn.rbuf) {
-			nb := make([]byte, 2*len(cn.rbuf))
-			copy(nb, cn.rbuf[r:w])
-			cn.rbuf, w, r = nb, w-r, 0
-		}
-		if len(cn.rbuf) > readBufSize && r == w {
-			cn.rbuf = make([]byte, readBufSize) // a big value passed; shrink back
-		}
-		n, err := cn.nc.Read(cn.rbuf[w:])
-		w += n
+		cn.makeRoom()
+		n, err := cn.nc.Read(cn.rbuf[cn.w:])
+		cn.w += n
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) && cn.spuriousTimeout() {
 				continue
@@ -207,17 +213,129 @@ func (cn *conn) readLoop() {
 			cn.fail(err)
 			return
 		}
-		// Responses arrived: move the deadline on if ops still wait and
-		// half of it is used up.
-		cn.mu.Lock()
-		if cn.q.len() > 0 {
-			now := time.Now()
-			if cn.deadline.Sub(now) < cn.timeout/2 {
-				cn.armLocked(now)
-			}
-		}
-		cn.mu.Unlock()
+		cn.readMore()
 	}
+}
+
+// readLoopRaw is readLoop for plain sockets: it runs inside the runtime
+// poller's read loop (see internal/rawio), where readStep reads, parses
+// and waits whenever its read came back short, so a conn waiting for its
+// next responses costs no read(2) that finds nothing.
+func (cn *conn) readLoopRaw(raw syscall.RawConn) {
+	step := cn.readStep
+	for {
+		cn.rerr = nil
+		if err := raw.Read(step); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) && cn.spuriousTimeout() {
+				continue
+			}
+			cn.fail(err)
+			return
+		}
+		if cn.rerr != errStopped {
+			cn.fail(cn.rerr)
+		}
+		return
+	}
+}
+
+// errStopped ends readStep when parseBuffered has stopped the conn.
+var errStopped = errors.New("memcache: reader stopped")
+
+// readStep is readLoopRaw's callback: true leaves the poller's loop, with
+// the reason in cn.rerr.
+func (cn *conn) readStep(fd uintptr) bool {
+	for {
+		cn.makeRoom()
+		buf := cn.rbuf[cn.w:]
+		n, err := rawio.Read(fd, buf)
+		if err != nil {
+			if err == syscall.EAGAIN {
+				return false
+			}
+			cn.rerr = err
+			return true
+		}
+		if n == 0 {
+			cn.rerr = io.EOF
+			return true
+		}
+		cn.w += n
+		cn.readMore()
+		if !cn.parseBuffered() {
+			cn.rerr = errStopped
+			return true
+		}
+		if n < len(buf) {
+			return false
+		}
+	}
+}
+
+// parseBuffered completes the queued ops whose responses are buffered. It
+// returns false when the conn has failed (it may have failed it itself).
+func (cn *conn) parseBuffered() bool {
+	for cn.r < cn.w {
+		cn.mu.Lock()
+		if cn.err != nil {
+			cn.mu.Unlock()
+			return false
+		}
+		if cn.q.len() == 0 {
+			cn.mu.Unlock()
+			cn.fail(errors.New("memcache: unexpected data from server"))
+			return false
+		}
+		o := cn.q.front()
+		cn.mu.Unlock()
+		n, done, err := o.parse(cn.rbuf[cn.r:cn.w], cn.proto)
+		if err != nil {
+			cn.fail(err)
+			return false
+		}
+		cn.r += n
+		if !done {
+			break
+		}
+		cn.mu.Lock()
+		cn.q.pop()
+		cn.inflight.Add(-1)
+		cn.mu.Unlock()
+		o.complete()
+	}
+	return true
+}
+
+// makeRoom moves the partial response to the front of the read buffer,
+// and grows the buffer when one response needs more than it holds.
+func (cn *conn) makeRoom() {
+	if cn.r == cn.w {
+		cn.r, cn.w = 0, 0
+	} else if cn.r > 0 && (cn.w == len(cn.rbuf) || cn.r > len(cn.rbuf)/2) {
+		cn.w = copy(cn.rbuf, cn.rbuf[cn.r:cn.w])
+		cn.r = 0
+	}
+	if cn.w == len(cn.rbuf) {
+		nb := make([]byte, 2*len(cn.rbuf))
+		copy(nb, cn.rbuf[cn.r:cn.w])
+		cn.rbuf, cn.w, cn.r = nb, cn.w-cn.r, 0
+	}
+	if len(cn.rbuf) > readBufSize && cn.r == cn.w {
+		cn.rbuf = make([]byte, readBufSize) // a big value passed; shrink back
+	}
+}
+
+// readMore moves the deadline on, after responses arrived, if ops still
+// wait and half of it is used up.
+func (cn *conn) readMore() {
+	cn.mu.Lock()
+	if cn.q.len() > 0 {
+		now := time.Now()
+		if cn.deadline.Sub(now) < cn.timeout/2 {
+			cn.armLocked(now)
+		}
+	}
+	cn.mu.Unlock()
 }
 
 // spuriousTimeout decides what a read deadline that passed means. With no

@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log"
 	"net"
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/rawio"
 	"github.com/vbcache/vbcache/memcache"
 )
 
@@ -106,7 +109,8 @@ func (p *Proxy) Serve(ln net.Listener) error {
 			}
 			return err
 		}
-		c := &conn{p: p, nc: nc, rbuf: make([]byte, readBufSize)}
+		c := &conn{p: p, nc: nc, rbuf: make([]byte, readBufSize), raw: rawio.Conn(nc)}
+		c.rawFn = c.rawStep
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
@@ -182,11 +186,16 @@ func (p *Proxy) acquire() *upstream {
 // Requests of one connection run one at a time, so a pipelined
 // "set k … / get k" sees its own write.
 type conn struct {
-	p    *Proxy
-	nc   net.Conn
-	rbuf []byte // unread input is rbuf[r:w]
-	r, w int
-	out  []byte
+	p  *Proxy
+	nc net.Conn
+	// raw is nc's raw socket when nc is a plain one (serveRaw drives it);
+	// rawFn is c.rawStep bound once, rawErr the error that ended it.
+	raw    syscall.RawConn
+	rawFn  func(fd uintptr) bool
+	rawErr error
+	rbuf   []byte // unread input is rbuf[r:w]
+	r, w   int
+	out    []byte
 
 	mode    uint8 // 0 unknown, 1 text, 2 binary
 	toks    protocol.Tokens
@@ -224,38 +233,16 @@ func (c *conn) serve() {
 		c.p.mu.Unlock()
 		c.p.ctr.currConns.Add(-1)
 	}()
+	if c.raw != nil {
+		c.serveRaw()
+		return
+	}
 	for {
 		need := c.processInput()
 		if err := c.flush(); err != nil || c.close {
 			return
 		}
-		if c.r == c.w {
-			c.r, c.w = 0, 0
-			if cap(c.rbuf) > 4*readBufSize {
-				c.item = memcache.Item{} // its Value may point into the old buffer
-				c.rbuf = make([]byte, readBufSize)
-			}
-		}
-		if need > len(c.rbuf)-c.r {
-			if c.r > 0 {
-				c.w = copy(c.rbuf, c.rbuf[c.r:c.w])
-				c.r = 0
-			}
-			if need > len(c.rbuf) {
-				nb := make([]byte, max(need, 2*len(c.rbuf)))
-				copy(nb, c.rbuf[:c.w])
-				c.rbuf = nb
-			}
-		} else if c.w == len(c.rbuf) {
-			if c.r > 0 {
-				c.w = copy(c.rbuf, c.rbuf[c.r:c.w])
-				c.r = 0
-			} else {
-				nb := make([]byte, 2*len(c.rbuf))
-				copy(nb, c.rbuf[:c.w])
-				c.rbuf = nb
-			}
-		}
+		c.makeRoom(need)
 		n, err := c.nc.Read(c.rbuf[c.w:])
 		if n > 0 {
 			c.w += n
@@ -267,18 +254,110 @@ func (c *conn) serve() {
 	}
 }
 
+// serveRaw is serve's loop for plain sockets: it runs inside the runtime
+// poller's read loop (see internal/rawio), where rawStep reads, serves
+// what it read, writes the replies and waits whenever its read came back
+// short. rawStep leaves the loop for a read error or EOF, a close, or
+// replies the socket would not take at once (flush waits for the socket).
+func (c *conn) serveRaw() {
+	for {
+		c.rawErr = nil
+		if err := c.raw.Read(c.rawFn); err != nil {
+			return
+		}
+		if err := c.flush(); err != nil || c.close || c.rawErr != nil {
+			return
+		}
+	}
+}
+
+// rawStep is serveRaw's callback: true leaves the poller's loop.
+func (c *conn) rawStep(fd uintptr) bool {
+	for {
+		buf := c.rbuf[c.w:]
+		n, err := rawio.Read(fd, buf)
+		if err != nil {
+			if err == syscall.EAGAIN {
+				return false
+			}
+			c.rawErr = err
+			return true
+		}
+		if n == 0 {
+			c.rawErr = io.EOF
+			return true
+		}
+		c.w += n
+		c.p.ctr.bytesRead.Add(int64(n))
+		need := c.processInput()
+		if len(c.out) > 0 {
+			n, err := rawio.Write(fd, c.out)
+			c.p.ctr.bytesWritten.Add(int64(n))
+			if err != nil {
+				c.out = c.out[:copy(c.out, c.out[n:])]
+				return true
+			}
+			c.resetOut()
+		}
+		if c.close {
+			return true
+		}
+		c.makeRoom(need)
+		if n < len(buf) {
+			return false
+		}
+	}
+}
+
+// makeRoom compacts the input buffer, and grows it when the next request
+// needs more than it holds (need, from processInput) or it is full.
+func (c *conn) makeRoom(need int) {
+	if c.r == c.w {
+		c.r, c.w = 0, 0
+		if cap(c.rbuf) > 4*readBufSize {
+			c.item = memcache.Item{} // its Value may point into the old buffer
+			c.rbuf = make([]byte, readBufSize)
+		}
+	}
+	if need > len(c.rbuf)-c.r {
+		if c.r > 0 {
+			c.w = copy(c.rbuf, c.rbuf[c.r:c.w])
+			c.r = 0
+		}
+		if need > len(c.rbuf) {
+			nb := make([]byte, max(need, 2*len(c.rbuf)))
+			copy(nb, c.rbuf[:c.w])
+			c.rbuf = nb
+		}
+	} else if c.w == len(c.rbuf) {
+		if c.r > 0 {
+			c.w = copy(c.rbuf, c.rbuf[c.r:c.w])
+			c.r = 0
+		} else {
+			nb := make([]byte, 2*len(c.rbuf))
+			copy(nb, c.rbuf[:c.w])
+			c.rbuf = nb
+		}
+	}
+}
+
 func (c *conn) flush() error {
 	if len(c.out) == 0 {
 		return nil
 	}
 	n, err := c.nc.Write(c.out)
 	c.p.ctr.bytesWritten.Add(int64(n))
+	c.resetOut()
+	return err
+}
+
+// resetOut empties the reply buffer, dropping it when a big reply grew it.
+func (c *conn) resetOut() {
 	if cap(c.out) > 4<<20 {
 		c.out = nil
 	} else {
 		c.out = c.out[:0]
 	}
-	return err
 }
 
 // processInput runs every whole request buffered. It returns how many

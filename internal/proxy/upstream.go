@@ -584,6 +584,10 @@ type countedConn struct {
 	once sync.Once
 }
 
+// TransparentConn lets the upstream client serve the socket directly
+// (rawio.Conn): counting closes does not touch the bytes.
+func (c *countedConn) TransparentConn() net.Conn { return c.Conn }
+
 func (c *countedConn) Close() error {
 	c.once.Do(func() { c.s.conns.Add(-1) })
 	return c.Conn.Close()

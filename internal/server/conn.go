@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/rawio"
 	"github.com/vbcache/vbcache/internal/sasl"
 	"github.com/vbcache/vbcache/internal/store"
 )
@@ -110,7 +111,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{s: s, nc: nc, authMark: -1}
 	if nc != nil {
 		c.rbuf = make([]byte, readBufSize)
-		c.rc = rawConn(nc)
+		c.rc = rawio.Conn(nc)
 		c.rawFn = c.rawStep
 	}
 	c.lastCmd.Store(s.nowUnix())
