@@ -220,7 +220,8 @@ type env struct {
 	items   func(ctx context.Context, p *serverProc) (uint64, error)
 	cores   func() (coreTimes, error)
 	now     func() time.Time
-	settle  func(ctx context.Context) // let a fresh server reach steady state
+	settle  func(ctx context.Context)                // let a fresh server reach steady state
+	quiesce func(ctx context.Context, p *serverProc) // wait for a loaded server's background work (hash expansion)
 	info    func() Info
 	cleanup func()
 }
@@ -479,6 +480,9 @@ func memoryTest(ctx context.Context, c *CompareConfig, e *env, kind string) (m M
 	}
 	if r.Errors > 0 {
 		return m, fmt.Errorf("%d errors storing items (%s)", r.Errors, r.FirstError)
+	}
+	if e.quiesce != nil {
+		e.quiesce(ctx, p)
 	}
 	e.settle(ctx)
 	loaded, err := e.rss(p)

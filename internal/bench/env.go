@@ -96,6 +96,7 @@ func newRealEnv(ctx context.Context, c *CompareConfig) (*env, error) {
 		cpu:     func(p *serverProc) (time.Duration, error) { return procCPU(p.Pid) },
 		rss:     func(p *serverProc) (int64, error) { return procRSS(p.Pid) },
 		items:   currItems,
+		quiesce: waitHashStable,
 		cores:   func() (coreTimes, error) { return readCoreTimes(re.cpus) },
 		now:     time.Now,
 		settle:  func(ctx context.Context) { sleepCtx(ctx, time.Second) },
@@ -414,28 +415,63 @@ func containsInt(s []int, v int) bool {
 
 // currItems asks a server for "stats" and returns curr_items.
 func currItems(ctx context.Context, p *serverProc) (uint64, error) {
+	st, err := serverStats(ctx, p)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseUint(st["curr_items"], 10, 64)
+}
+
+// serverStats returns the general "stats" of p, name to value.
+func serverStats(ctx context.Context, p *serverProc) (map[string]string, error) {
 	d := net.Dialer{Timeout: 5 * time.Second}
 	nc, err := d.DialContext(ctx, "tcp", p.Addr)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer nc.Close()
 	nc.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := nc.Write([]byte("stats\r\n")); err != nil {
-		return 0, err
+		return nil, err
 	}
 	r := bufio.NewReader(nc)
-	var items uint64
+	st := map[string]string{}
 	for {
 		line, err := r.ReadString('\n')
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		if line == "END\r\n" {
-			return items, nil
+			return st, nil
 		}
-		if v, ok := strings.CutPrefix(line, "STAT curr_items "); ok {
-			items, _ = strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "STAT" {
+			st[f[1]] = f[2]
 		}
+	}
+}
+
+// waitHashStable waits (up to a minute) until p's hash table has the size
+// its items call for: memcached doubles its table, in a background thread,
+// whenever curr_items passes 1.5 × 2^hash_power_level, and with the worker
+// busy on the same core that thread lags far behind a fast load (a million
+// items can end the load at power 17 and reach 20 seconds later; between
+// doublings hash_is_expanding reads 0). Memory is only comparable once the
+// table is final.
+func waitHashStable(ctx context.Context, p *serverProc) {
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		st, err := serverStats(ctx, p)
+		if err != nil {
+			return
+		}
+		items, err1 := strconv.ParseUint(st["curr_items"], 10, 64)
+		power, err2 := strconv.ParseUint(st["hash_power_level"], 10, 64)
+		if err1 != nil || err2 != nil || power >= 63 {
+			return
+		}
+		if st["hash_is_expanding"] != "1" && items <= 3*(uint64(1)<<power)/2 {
+			return
+		}
+		sleepCtx(ctx, 100*time.Millisecond)
 	}
 }

@@ -6,6 +6,7 @@ import "sync"
 type shard struct {
 	mu    sync.Mutex // protects table, count, hits, and the hnext/exptime/cas/value of indexed items
 	table []uint32   // bucket heads; len is a power of two
+	tmap  []byte     // table's mapping when it is outside the heap (see table.go)
 	mask  uint32
 	count int
 	hits  []uint64 // hits per class and segment: [class*nSegs+seg]
@@ -76,8 +77,8 @@ func (s *Store) unlinkIndexLocked(sh *shard, h uint32, it *hdr) {
 // growLocked doubles sh's table (memcached grows at a load of 1.5 too, but
 // in a background thread; here the shard is small enough to rehash at once).
 func (s *Store) growLocked(sh *shard) {
-	old := sh.table
-	sh.table = make([]uint32, 2*len(old))
+	old, oldMap := sh.table, sh.tmap
+	sh.table, sh.tmap = allocTable(2 * len(old))
 	sh.mask = uint32(len(sh.table) - 1)
 	for _, h := range old {
 		for h != 0 {
@@ -89,4 +90,5 @@ func (s *Store) growLocked(sh *shard) {
 			h = next
 		}
 	}
+	freeTable(oldMap)
 }

@@ -161,10 +161,11 @@ func newStore(cfg Config) (*Store, error) {
 	perShard := max(16, (1<<cfg.HashPower)/cfg.Shards)
 	for i := range s.shards {
 		sh := &s.shards[i]
-		sh.table = make([]uint32, perShard)
+		sh.table, sh.tmap = allocTable(perShard)
 		sh.mask = uint32(perShard - 1)
 		sh.hits = make([]uint64, len(s.classes)*nSegs)
 	}
+	unmapTablesOnCleanup(s, s.shards)
 
 	// Time: store time relStart is now.
 	s.base = cfg.Clock.Now().Unix() - relStart
