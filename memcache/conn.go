@@ -3,7 +3,6 @@ package memcache
 import (
 	"context"
 	"errors"
-	"io"
 	"net"
 	"os"
 	"runtime"
@@ -248,16 +247,12 @@ func (cn *conn) readStep(fd uintptr) bool {
 	for {
 		cn.makeRoom()
 		buf := cn.rbuf[cn.w:]
-		n, err := rawio.Read(fd, buf)
-		if err != nil {
-			if err == syscall.EAGAIN {
-				return false
-			}
-			cn.rerr = err
-			return true
+		n, wait, err := rawio.Fill(fd, buf)
+		if wait {
+			return false
 		}
-		if n == 0 {
-			cn.rerr = io.EOF
+		if err != nil {
+			cn.rerr = err
 			return true
 		}
 		cn.w += n

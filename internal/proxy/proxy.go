@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"log"
 	"net"
 	"os"
@@ -275,16 +274,12 @@ func (c *conn) serveRaw() {
 func (c *conn) rawStep(fd uintptr) bool {
 	for {
 		buf := c.rbuf[c.w:]
-		n, err := rawio.Read(fd, buf)
-		if err != nil {
-			if err == syscall.EAGAIN {
-				return false
-			}
-			c.rawErr = err
-			return true
+		n, wait, err := rawio.Fill(fd, buf)
+		if wait {
+			return false
 		}
-		if n == 0 {
-			c.rawErr = io.EOF
+		if err != nil {
+			c.rawErr = err
 			return true
 		}
 		c.w += n

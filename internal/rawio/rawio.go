@@ -27,6 +27,7 @@
 package rawio
 
 import (
+	"io"
 	"net"
 	"syscall"
 	"unsafe"
@@ -83,6 +84,22 @@ func Read(fd uintptr, p []byte) (int, error) {
 		}
 		return int(n), nil
 	}
+}
+
+// Fill is the read a callback starts with: n > 0 bytes read into p; or
+// wait, nothing to read yet (return false to the poller); or err, io.EOF
+// at the end of the stream or the read's error.
+func Fill(fd uintptr, p []byte) (n int, wait bool, err error) {
+	n, err = Read(fd, p)
+	switch {
+	case err == syscall.EAGAIN:
+		return 0, true, nil
+	case err != nil:
+		return 0, false, err
+	case n == 0 && len(p) > 0:
+		return 0, false, io.EOF
+	}
+	return n, false, nil
 }
 
 // Write writes as much of p as the socket takes now. It returns how much

@@ -2,9 +2,7 @@ package server
 
 import (
 	"errors"
-	"io"
 	"os"
-	"syscall"
 	"time"
 
 	"github.com/vbcache/vbcache/internal/rawio"
@@ -53,16 +51,12 @@ func (c *conn) serveRaw(idle time.Duration) {
 func (c *conn) rawStep(fd uintptr) bool {
 	for {
 		buf := c.rbuf[c.w:]
-		n, err := rawio.Read(fd, buf)
-		if err != nil {
-			if err == syscall.EAGAIN {
-				return false
-			}
-			c.rawErr = err
-			return true
+		n, wait, err := rawio.Fill(fd, buf)
+		if wait {
+			return false
 		}
-		if n == 0 {
-			c.rawErr = io.EOF
+		if err != nil {
+			c.rawErr = err
 			return true
 		}
 		c.w += n
