@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/xml"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -116,6 +117,11 @@ func TestCompareWithFakeEnv(t *testing.T) {
 	}
 	if m := res.summary("a", KindMemcached); m.OpsPerCPUSec != 80_000 {
 		t.Errorf("memcached a: %+v", m)
+	}
+	// Both servers slow down together in round 2, so each round's ratio
+	// is 1.25 although the rounds' figures spread by 10%.
+	if lo, hi, n := res.pairedRange("a"); n != 3 || math.Abs(lo-1.25) > 1e-9 || math.Abs(hi-1.25) > 1e-9 {
+		t.Errorf("paired range of a: %.3f–%.3f over %d rounds, want 1.25–1.25 over 3", lo, hi, n)
 	}
 	if len(res.Memory) != 2 || res.Memory[0].BytesPerItem != 200 || res.Memory[1].BytesPerItem != 150 {
 		t.Errorf("memory %+v", res.Memory)
