@@ -177,7 +177,7 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 		c.item = memcache.Item{Key: key, Value: r.Value}
 		it := &c.item // the client encodes it during the call: reused
 		u := c.p.acquire()
-		err := u.call(&c.rc, key, func(ctx context.Context) error {
+		err := u.callOnce(&c.rc, key, true, func(ctx context.Context) error {
 			if op == protocol.OpAppend {
 				return u.mc.AppendContext(ctx, it)
 			}
@@ -213,7 +213,7 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 		exp := binary.BigEndian.Uint32(r.Extras[16:])
 		u := c.p.acquire()
 		var v uint64
-		err := u.call(&c.rc, key, func(ctx context.Context) (err error) {
+		err := u.callOnce(&c.rc, key, true, func(ctx context.Context) (err error) {
 			for range 2 {
 				v, err = u.incrDecr(ctx, key, op == protocol.OpIncrement, delta)
 				if !errors.Is(err, memcache.ErrCacheMiss) || exp == 0xffffffff {

@@ -39,7 +39,12 @@
 // hook to take a config from elsewhere). In cluster mode a request that
 // fails (a node down, a failover in progress) is retried after a map
 // refresh with a short backoff for up to ClusterConfig.RetryTimeout, so
-// the client sees latency, not an error.
+// the client sees latency, not an error. incr, decr, append and prepend
+// are the exception: applied twice they corrupt the value, so after a
+// failure that may have reached a node (a timeout, a connection lost
+// mid-request) they are answered with SERVER_ERROR, and retried only
+// after failures that prove they were not applied (a refusal, a failed
+// connect; upstream.callOnce).
 //
 // # Errors
 //

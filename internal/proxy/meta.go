@@ -264,7 +264,8 @@ func (c *conn) metaSet(rest []byte) (used, more int) {
 	it := &c.item // the client encodes it during the call: reused
 	u := c.p.acquire()
 	defer u.release()
-	err := u.call(&c.rc, it.Key, func(ctx context.Context) error {
+	mode := f.Mode | 0x20
+	err := u.callOnce(&c.rc, it.Key, !f.HasCAS && (mode == 'a' || mode == 'p'), func(ctx context.Context) error {
 		if f.HasCAS {
 			return u.mc.CompareAndSwapContext(ctx, it)
 		}
@@ -352,7 +353,7 @@ func (c *conn) metaArithmetic() {
 	u := c.p.acquire()
 	defer u.release()
 	var v uint64
-	err := u.call(&c.rc, k, func(ctx context.Context) (err error) {
+	err := u.callOnce(&c.rc, k, true, func(ctx context.Context) (err error) {
 		v, err = u.incrDecr(ctx, k, incr, f.Delta)
 		return err
 	})

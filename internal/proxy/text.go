@@ -400,7 +400,7 @@ func (c *conn) update(verb string, rest []byte) (used, more int) {
 	it := &c.item // the client encodes it during the call: reused
 	u := c.p.acquire()
 	defer u.release()
-	err := u.call(&c.rc, it.Key, func(ctx context.Context) error {
+	err := u.callOnce(&c.rc, it.Key, verb == "append" || verb == "prepend", func(ctx context.Context) error {
 		switch verb {
 		case "set":
 			return u.mc.SetContext(ctx, it)
@@ -451,7 +451,7 @@ func (c *conn) arithmetic(incr bool) {
 	u := c.p.acquire()
 	defer u.release()
 	var v uint64
-	err := u.call(&c.rc, k, func(ctx context.Context) (err error) {
+	err := u.callOnce(&c.rc, k, true, func(ctx context.Context) (err error) {
 		v, err = u.incrDecr(ctx, k, incr, delta)
 		return err
 	})

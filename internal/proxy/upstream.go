@@ -378,11 +378,35 @@ func (u *upstream) servers() []string {
 // rc's deadline. In cluster mode a failure (not an answer) is retried,
 // after a map refresh and a backoff, until the cluster retry timeout: a
 // node being failed over looks to the client like added latency.
-// Retrying after a failure may repeat a request the dead node had
-// applied; for incr/decr and append/prepend that can apply twice.
 func (u *upstream) call(rc *reqCtx, key string, fn func(ctx context.Context) error) error {
+	return u.callOnce(rc, key, false, fn)
+}
+
+// callOnce is call for a request that must not be applied twice when once
+// is set: incr, decr, append and prepend. A failure after the request may
+// have reached a node (a timeout, a connection lost mid-request) could
+// have been applied by that node before it died, so such a request is
+// retried only after failures that guarantee it was not (notApplied); the
+// others are answered as a failure (SERVER_ERROR), as a client talking to
+// the node directly would see them.
+func (u *upstream) callOnce(rc *reqCtx, key string, once bool, fn func(ctx context.Context) error) error {
 	s := [1]*srvStat{u.statOf(key)}
-	return u.run(rc, s[:], fn)
+	return u.run(rc, s[:], once, fn)
+}
+
+// notApplied reports whether a failed request certainly was not applied:
+// the node refused it (NOT_MY_VBUCKET, TMPFAIL, also after the client's
+// own retries ran out), no connection could be made, or no server owns
+// the key.
+func notApplied(err error) bool {
+	var op *net.OpError
+	return errors.Is(err, memcache.ErrNotMyVBucket) || errors.Is(err, memcache.ErrTemporaryFailure) ||
+		errors.Is(err, memcache.ErrNoServers) || (errors.As(err, &op) && op.Op == "dial")
+}
+
+// retryable reports whether run may send a request again after err.
+func retryable(err error, once bool) bool {
+	return !answer(err) && (!once || notApplied(err))
 }
 
 // callMulti is call for a multi-key request: each server the keys go to
@@ -403,7 +427,7 @@ next:
 		}
 	}
 	*stats = ss
-	return u.run(rc, ss, fn)
+	return u.run(rc, ss, false, fn)
 }
 
 // statOf returns the counters of the server key is routed to, without
@@ -453,10 +477,10 @@ func (rc *reqCtx) stop() {
 	}
 }
 
-func (u *upstream) run(rc *reqCtx, stats []*srvStat, fn func(ctx context.Context) error) error {
+func (u *upstream) run(rc *reqCtx, stats []*srvStat, once bool, fn func(ctx context.Context) error) error {
 	start := time.Now()
 	err := fn(rc.get(start, u.timeout))
-	if !answer(err) && u.cluster {
+	if u.cluster && retryable(err, once) {
 		back := 10 * time.Millisecond
 		for time.Since(start)+back <= u.retry {
 			time.Sleep(back)
@@ -467,7 +491,7 @@ func (u *upstream) run(rc *reqCtx, stats []*srvStat, fn func(ctx context.Context
 			ctx, cancel := context.WithTimeout(context.Background(), u.timeout)
 			err = fn(ctx)
 			cancel()
-			if answer(err) {
+			if !retryable(err, once) {
 				break
 			}
 		}
