@@ -152,7 +152,8 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 		it := &c.item // the client encodes it during the call: reused
 		c.p.ctr.cmdSet.Add(1)
 		u := c.p.acquire()
-		err := u.call(&c.rc, key, func(ctx context.Context) error {
+		once := op == protocol.OpAdd || r.CAS != 0 && (op == protocol.OpReplace || op == protocol.OpSet)
+		err := u.callOnce(&c.rc, key, once, func(ctx context.Context) error {
 			switch {
 			case r.CAS != 0 && op != protocol.OpAdd:
 				if op == protocol.OpReplace || op == protocol.OpSet {

@@ -265,7 +265,7 @@ func (c *conn) metaSet(rest []byte) (used, more int) {
 	u := c.p.acquire()
 	defer u.release()
 	mode := f.Mode | 0x20
-	err := u.callOnce(&c.rc, it.Key, !f.HasCAS && (mode == 'a' || mode == 'p'), func(ctx context.Context) error {
+	err := u.callOnce(&c.rc, it.Key, f.HasCAS || mode == 'e' || mode == 'a' || mode == 'p', func(ctx context.Context) error {
 		if f.HasCAS {
 			return u.mc.CompareAndSwapContext(ctx, it)
 		}

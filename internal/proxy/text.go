@@ -400,7 +400,7 @@ func (c *conn) update(verb string, rest []byte) (used, more int) {
 	it := &c.item // the client encodes it during the call: reused
 	u := c.p.acquire()
 	defer u.release()
-	err := u.callOnce(&c.rc, it.Key, verb == "append" || verb == "prepend", func(ctx context.Context) error {
+	err := u.callOnce(&c.rc, it.Key, verb != "set" && verb != "replace", func(ctx context.Context) error {
 		switch verb {
 		case "set":
 			return u.mc.SetContext(ctx, it)

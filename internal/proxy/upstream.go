@@ -382,13 +382,15 @@ func (u *upstream) call(rc *reqCtx, key string, fn func(ctx context.Context) err
 	return u.callOnce(rc, key, false, fn)
 }
 
-// callOnce is call for a request that must not be applied twice when once
-// is set: incr, decr, append and prepend. A failure after the request may
-// have reached a node (a timeout, a connection lost mid-request) could
-// have been applied by that node before it died, so such a request is
-// retried only after failures that guarantee it was not (notApplied); the
-// others are answered as a failure (SERVER_ERROR), as a client talking to
-// the node directly would see them.
+// callOnce is call for a request that must not be sent twice when once
+// is set: incr, decr, append and prepend (applied twice, they corrupt the
+// value), add and cas (sent again after they took effect, they answer
+// NOT_STORED or EXISTS for a write that happened). A failure after the
+// request may have reached a node (a timeout, a connection lost
+// mid-request) could have been applied by that node before it died, so
+// such a request is retried only after failures that guarantee it was not
+// (notApplied); the others are answered as a failure (SERVER_ERROR), as a
+// client talking to the node directly would see them.
 func (u *upstream) callOnce(rc *reqCtx, key string, once bool, fn func(ctx context.Context) error) error {
 	s := [1]*srvStat{u.statOf(key)}
 	return u.run(rc, s[:], once, fn)
