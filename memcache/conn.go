@@ -195,7 +195,7 @@ func (cn *conn) close() {
 func (cn *conn) readLoop() {
 	defer close(cn.readerDone)
 	if cn.raw != nil {
-		cn.readLoopRaw(cn.raw)
+		cn.readLoopRaw()
 		return
 	}
 	for {
@@ -220,11 +220,11 @@ func (cn *conn) readLoop() {
 // poller's read loop (see internal/rawio), where readStep reads, parses
 // and waits whenever its read came back short, so a conn waiting for its
 // next responses costs no read(2) that finds nothing.
-func (cn *conn) readLoopRaw(raw syscall.RawConn) {
+func (cn *conn) readLoopRaw() {
 	step := cn.readStep
 	for {
 		cn.rerr = nil
-		if err := raw.Read(step); err != nil {
+		if err := cn.raw.Read(step); err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) && cn.spuriousTimeout() {
 				continue
 			}

@@ -67,7 +67,6 @@ type conn struct {
 	rc     syscall.RawConn
 	rawFn  func(fd uintptr) bool
 	rawErr error
-	idle   time.Duration
 	id     uint64
 	fd     int // memcached-style descriptor number (see Server.allocFD)
 	ctr    *counters
@@ -134,7 +133,7 @@ func (c *conn) serve() {
 	defer c.nc.Close()
 	idle := c.s.cfg.IdleTimeout
 	if c.rc != nil {
-		c.serveRaw(idle)
+		c.serveRaw()
 		return
 	}
 	for {
@@ -208,6 +207,13 @@ func (c *conn) flush() error {
 	c.state.Store(int32(stateWrite))
 	n, err := c.nc.Write(c.out)
 	c.ctr.bytesWritten.Add(uint64(n))
+	c.resetOut()
+	return err
+}
+
+// resetOut empties the reply buffer once it is written (dropping it when a
+// big reply grew it); nothing unsent is left for mark and authMark.
+func (c *conn) resetOut() {
 	if cap(c.out) > 4<<20 {
 		c.out = nil
 	} else {
@@ -215,7 +221,6 @@ func (c *conn) flush() error {
 	}
 	c.mark = 0
 	c.authMark = -1
-	return err
 }
 
 // processInput runs every complete command in the input buffer. It returns

@@ -17,8 +17,8 @@ import (
 // shutdown. serveRaw handles those and enters the loop again.
 
 // serveRaw is serve's loop for plain sockets.
-func (c *conn) serveRaw(idle time.Duration) {
-	c.idle = idle
+func (c *conn) serveRaw() {
+	idle := c.s.cfg.IdleTimeout
 	for {
 		c.state.Store(int32(stateRead))
 		if idle > 0 {
@@ -72,8 +72,8 @@ func (c *conn) rawStep(fd uintptr) bool {
 		c.makeRoom(need)
 		if n < len(buf) {
 			c.state.Store(int32(stateRead))
-			if c.idle > 0 {
-				c.nc.SetReadDeadline(time.Now().Add(c.idle))
+			if idle := c.s.cfg.IdleTimeout; idle > 0 {
+				c.nc.SetReadDeadline(time.Now().Add(idle))
 			}
 			return false
 		}
@@ -94,12 +94,6 @@ func (c *conn) writeRaw(fd uintptr) bool {
 		c.authMark = -1
 		return false
 	}
-	if cap(c.out) > 4<<20 {
-		c.out = nil
-	} else {
-		c.out = c.out[:0]
-	}
-	c.mark = 0
-	c.authMark = -1
+	c.resetOut()
 	return true
 }
