@@ -118,6 +118,7 @@ func (c *conn) admit(vb int) admission {
 	}
 	st := cl.vbs.Enter(vb)
 	if st == vbucket.Pending {
+		c.mayBlock()
 		// Replies already computed go out before the connection blocks.
 		if c.flush() != nil {
 			c.close = true
@@ -268,7 +269,9 @@ func (c *conn) binCluster(op protocol.Opcode, extras, key, rest []byte, vlen, hk
 			c.binNotMyVBucket()
 			return skip()
 		}
-		// An operator's state change overrides a takeover running here.
+		// An operator's state change overrides a takeover running here
+		// (waiting for it to stop).
+		c.mayBlock()
 		cl.streams.AbortTakeover(vb)
 		if st != vbucket.Replica {
 			// A replica promoted (or dropped) stops following its source.
@@ -306,6 +309,7 @@ func (c *conn) binCluster(op protocol.Opcode, extras, key, rest []byte, vlen, hk
 		// Dead first, so no new item lands in vb, then drop its items
 		// from the store's list for vb: time in proportion to the
 		// vbucket, never a scan.
+		c.mayBlock()
 		cl.streams.AbortTakeover(vb)
 		cl.streams.StopReplication(vb)
 		if _, err := cl.vbs.Set(vb, vbucket.Dead); err != nil {

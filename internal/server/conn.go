@@ -67,9 +67,14 @@ type conn struct {
 	rc     syscall.RawConn
 	rawFn  func(fd uintptr) bool
 	rawErr error
-	id     uint64
-	fd     int // memcached-style descriptor number (see Server.allocFD)
-	ctr    *counters
+	// lp is the event loop serving the connection, lfd its descriptor
+	// there (nc is nil meanwhile), or nil and -1 (see loop.go).
+	lp    *loop
+	lfd   int
+	raddr net.Addr // the peer, for stats conns
+	id    uint64
+	fd    int // memcached-style descriptor number (see Server.allocFD)
+	ctr   *counters
 
 	rbuf []byte // input; unread bytes are rbuf[r:w]
 	r, w int
@@ -107,8 +112,9 @@ type conn struct {
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
-	c := &conn{s: s, nc: nc, authMark: -1}
+	c := &conn{s: s, nc: nc, authMark: -1, lfd: -1}
 	if nc != nil {
+		c.raddr = nc.RemoteAddr()
 		c.rbuf = make([]byte, readBufSize)
 		c.rc = rawio.Conn(nc)
 		c.rawFn = c.rawStep
@@ -131,11 +137,16 @@ func (c *conn) serve() {
 	defer c.s.wg.Done()
 	defer c.s.dropConn(c)
 	defer c.nc.Close()
-	idle := c.s.cfg.IdleTimeout
 	if c.rc != nil {
 		c.serveRaw()
 		return
 	}
+	c.serveLoop()
+}
+
+// serveLoop is serve's loop for sockets that are not plain (TLS).
+func (c *conn) serveLoop() {
+	idle := c.s.cfg.IdleTimeout
 	for {
 		c.state.Store(int32(stateParse))
 		need := c.processInput()
@@ -201,8 +212,20 @@ func (c *conn) makeRoom(need int) {
 }
 
 func (c *conn) flush() error {
-	if len(c.out) == 0 || c.nc == nil { // nil: a UDP reply, sent by serveUDP
+	if len(c.out) == 0 {
 		return nil
+	}
+	if c.lp != nil {
+		if c.writeRaw(uintptr(c.lfd)) {
+			return nil
+		}
+		c.detach() // and wait for the socket below
+	}
+	if c.nc == nil {
+		if c.close { // the detach failed
+			return net.ErrClosed
+		}
+		return nil // a UDP reply, sent by serveUDP
 	}
 	c.state.Store(int32(stateWrite))
 	n, err := c.nc.Write(c.out)

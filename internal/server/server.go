@@ -4,8 +4,13 @@
 //
 // # Data flow
 //
-// One goroutine per connection (the Go runtime's netpoller plays the role of
-// memcached's libevent worker threads). A connection reads into its own
+// Plain TCP and Unix connections are served by event loops, one per thread
+// the runtime can run (memcached's libevent worker threads): a loop owns an
+// epoll set and serves each ready socket in turn, without a goroutine
+// switch. A connection about to block (a parked request, a full socket, a
+// stream handoff) leaves its loop for a goroutine of its own, as TLS
+// connections and those with an idle timeout have from the start
+// (loop.go). Either way a connection reads into its own
 // buffer, cuts complete lines out of it, parses them with package protocol
 // into tokens that alias the buffer, and runs each command against the
 // store through a store.Tx that lives in the connection, so a GET allocates
@@ -23,8 +28,8 @@
 //
 // # Ownership
 //
-// Serve owns the accept loops and every connection goroutine: it waits for
-// all of them before it returns. Counters are sharded atomics (counters.go).
+// Serve owns the accept loops, the event loops and every connection
+// goroutine: it waits for all of them before it returns. Counters are sharded atomics (counters.go).
 // Everything memcached keeps in globals hangs off *Server, so several nodes
 // can live in one process (tests run three).
 //
@@ -100,6 +105,8 @@ type Server struct {
 	tun           tunables
 	sasl          *sasl.Authenticator // -S: shared SASL state (credentials, SCRAM key cache)
 	cl            *cluster            // cluster mode (--vbuckets); nil when standalone
+	loops         []*loop             // event loops (loop.go), set by Listen
+	nextLoop      atomic.Uint64       // round robin over loops
 
 	verbosity     atomic.Int32
 	detailEnabled atomic.Bool
@@ -198,6 +205,7 @@ func (s *Server) Listen() error {
 	s.listenOnce.Do(func() {
 		s.listenErr = s.listen()
 		if s.listenErr == nil {
+			s.makeLoops()
 			close(s.ready)
 		}
 	})
@@ -345,6 +353,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	lns := s.listeners
 	pcs := s.udp
 	s.mu.Unlock()
+	s.startLoops()
 	for _, l := range lns {
 		s.wg.Add(1)
 		go s.acceptLoop(l)
@@ -368,9 +377,12 @@ func (s *Server) Serve(ctx context.Context) error {
 	for _, p := range pcs {
 		p.Close()
 	}
+	s.stopLoops()
 	s.mu.Lock()
 	for _, c := range s.conns {
-		c.nc.SetReadDeadline(time.Unix(1, 0))
+		if c.nc != nil { // nil: on a loop, which closes it
+			c.nc.SetReadDeadline(time.Unix(1, 0))
+		}
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
@@ -423,6 +435,9 @@ func (s *Server) acceptLoop(l net.Listener) {
 			continue
 		}
 		c := s.newConn(nc, l.Addr(), fd)
+		if lp := s.pickLoop(nc); lp != nil && lp.add(c, nc) {
+			continue
+		}
 		s.wg.Add(1)
 		go c.serve()
 	}

@@ -530,7 +530,7 @@ func (c *conn) connStats() {
 	}
 	for _, x := range conns {
 		p := strconv.Itoa(x.fd) + ":"
-		c.statLine(p+"addr", addrString(x.nc.RemoteAddr()))
+		c.statLine(p+"addr", addrString(x.raddr))
 		c.statLine(p+"listen_addr", addrString(x.listen))
 		c.statLine(p+"state", connState(x.state.Load()).String())
 		c.statUint(p+"secs_since_last_cmd", uint64(max(now-x.lastCmd.Load(), 0)))

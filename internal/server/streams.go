@@ -45,6 +45,7 @@ func (c *conn) binStreams(op protocol.Opcode, extras, key []byte, skip func() (i
 			c.binNotMyVBucket()
 			return skip()
 		}
+		c.mayBlock() // a takeover waits for the move; the others stop or start streams
 		var err error
 		if op == stream.OpTakeover {
 			// The move takes a while: answers already computed go out
@@ -68,6 +69,7 @@ func (c *conn) binStreams(op protocol.Opcode, extras, key []byte, skip func() (i
 			c.binNotMyVBucket()
 			return skip()
 		}
+		c.mayBlock()
 		cl.streams.StopReplication(vb)
 		c.binOK(0, nil, nil, nil)
 		return skip()

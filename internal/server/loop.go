@@ -1,0 +1,454 @@
+package server
+
+import (
+	"net"
+	"os"
+	"runtime"
+	"slices"
+	"sync"
+	"syscall"
+	"unsafe"
+
+	"github.com/vbcache/vbcache/internal/rawio"
+)
+
+// # Event loops
+//
+// Plain TCP and Unix connections are served by event loops, the way
+// memcached's worker threads serve them: a loop owns an epoll instance
+// and, for each socket it reports readable, reads, serves every complete
+// command, writes the replies and moves on to the next socket. No
+// goroutine switches between connections: a goroutine per connection
+// costs a park and a wake-up per request (gopark, the scheduler, the
+// runtime's netpoll), which was the difference left between this node and
+// memcached in CPU per request (docs/PERFORMANCE.md).
+//
+// The loop takes a connection's descriptor out of the runtime poller at
+// accept: it duplicates the descriptor and closes the net.Conn (which
+// removes the original from the runtime's epoll set), so the runtime never
+// sees the socket's events. Sockets are registered edge-triggered; the loop
+// reads until a read comes back short, which proves the kernel's queue was
+// empty at that moment, so any later byte raises a fresh event (the same
+// argument as internal/rawio's).
+//
+// A loop must never block. Whatever would block a connection (replies the
+// socket will not take at once, a request parked on a pending vbucket, a
+// takeover, a stream handoff, an operator's vbucket change) detaches the
+// connection first: the loop hands itself to a fresh goroutine, which
+// carries on with the events not yet served, and the current goroutine
+// becomes the connection's own. The descriptor goes back to the runtime
+// poller as a net.Conn and the connection is served from then on as
+// before the loops existed (serveRaw), so every blocking path keeps its
+// tested behaviour. Detaching is rare on a data connection; control
+// connections (the manager's, streams) detach on their first such command.
+//
+// Connections with an idle timeout (-o idle_timeout) keep a goroutine
+// each: the loop has no timers. TLS connections too.
+//
+// # Ownership
+//
+// Serve starts the loops and waits for them (Server.wg). At any moment one
+// goroutine runs a loop; it alone touches its connections' buffers and
+// its events. conns is shared with the accept goroutines, which add to it,
+// under mu. Shutdown writes to the loop's wake pipe; the loop closes its
+// connections and stops.
+
+// maxLoopEvents is how many ready sockets one epoll_wait returns at most.
+const maxLoopEvents = 128
+
+type loop struct {
+	s    *Server
+	epfd int
+	wake [2]int // a pipe: Serve writes to wake[1] to stop the loop
+
+	mu      sync.Mutex // protects conns and stopped
+	conns   []*conn    // by descriptor
+	stopped bool       // the loop has closed its connections; add refuses
+
+	// Owned by the goroutine running the loop: rest are the connections
+	// after the one being served in this round, again those to serve
+	// again in the next (see maxReadsPerTurn); a handoff passes both on.
+	rest  []*conn
+	again []*conn
+}
+
+// loopsWanted is how many event loops a node runs: one per thread (-t)
+// the Go runtime can run at once.
+func (s *Server) loopsWanted() int {
+	return max(1, min(s.cfg.Threads, runtime.GOMAXPROCS(0)))
+}
+
+// makeLoops creates the loops (Listen calls it, so that their number is
+// known once the listeners are open). A loop that cannot be created is
+// left out: its connections get goroutines.
+func (s *Server) makeLoops() {
+	if s.cfg.IdleTimeout > 0 || os.Getenv("VBCACHE_NOLOOP") != "" {
+		return
+	}
+	for range s.loopsWanted() {
+		l, err := newLoop(s)
+		if err != nil {
+			if s.verbosity.Load() > 0 {
+				s.log.Printf("event loop: %v; connections get goroutines", err)
+			}
+			break
+		}
+		s.loops = append(s.loops, l)
+	}
+}
+
+// startLoops starts the loops' goroutines (owned by Serve through s.wg).
+func (s *Server) startLoops() {
+	for _, l := range s.loops {
+		s.wg.Add(1)
+		go l.run(nil)
+	}
+}
+
+// stopLoops wakes every loop to close its connections and stop.
+func (s *Server) stopLoops() {
+	for _, l := range s.loops {
+		syscall.Write(l.wake[1], []byte{0})
+	}
+}
+
+func newLoop(s *Server) (*loop, error) {
+	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("epoll_create1", err)
+	}
+	l := &loop{s: s, epfd: epfd}
+	if err := syscall.Pipe2(l.wake[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
+		syscall.Close(epfd)
+		return nil, os.NewSyscallError("pipe2", err)
+	}
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(l.wake[0])}
+	if err := syscall.EpollCtl(epfd, syscall.EPOLL_CTL_ADD, l.wake[0], &ev); err != nil {
+		l.closeFDs()
+		return nil, os.NewSyscallError("epoll_ctl", err)
+	}
+	return l, nil
+}
+
+func (l *loop) closeFDs() {
+	syscall.Close(l.epfd)
+	syscall.Close(l.wake[0])
+	syscall.Close(l.wake[1])
+}
+
+// pickLoop chooses the loop for a new connection on nc (round robin, as
+// memcached dispatches to its threads), or nil when nc is not a plain
+// socket or there are no loops.
+func (s *Server) pickLoop(nc net.Conn) *loop {
+	if len(s.loops) == 0 {
+		return nil
+	}
+	switch nc.(type) {
+	case *net.TCPConn, *net.UnixConn:
+	default:
+		return nil
+	}
+	return s.loops[s.nextLoop.Add(1)%uint64(len(s.loops))]
+}
+
+// add moves c, accepted on nc, onto the loop. It returns false, with nc
+// untouched, when the loop cannot take it (the caller serves c with a
+// goroutine).
+func (l *loop) add(c *conn, nc net.Conn) bool {
+	rc := rawio.Conn(nc)
+	if rc == nil {
+		return false
+	}
+	fd := -1
+	var derr error
+	if err := rc.Control(func(s uintptr) {
+		r, _, e := syscall.Syscall(syscall.SYS_FCNTL, s, syscall.F_DUPFD_CLOEXEC, 0)
+		if e != 0 {
+			derr = e
+			return
+		}
+		fd = int(r)
+	}); err != nil || derr != nil {
+		return false
+	}
+	c.s.mu.Lock()
+	c.nc, c.rc, c.rawFn = nil, nil, nil
+	c.s.mu.Unlock()
+	c.lp, c.lfd = l, fd
+	l.mu.Lock()
+	ok := !l.stopped
+	if ok {
+		for fd >= len(l.conns) {
+			l.conns = append(l.conns, nil)
+		}
+		l.conns[fd] = c
+		ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | (syscall.EPOLLET & 0xffffffff), Fd: int32(fd)}
+		if err := syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
+			l.conns[fd] = nil
+			ok = false
+		}
+	}
+	l.mu.Unlock()
+	if !ok {
+		syscall.Close(fd)
+		c.lp, c.lfd = nil, -1
+		c.s.mu.Lock()
+		c.nc, c.rc, c.rawFn = nc, rc, c.rawStep
+		c.s.mu.Unlock()
+		return false
+	}
+	nc.Close() // the duplicate keeps the socket open
+	return true
+}
+
+func (l *loop) forget(fd int) {
+	l.mu.Lock()
+	l.conns[fd] = nil
+	l.mu.Unlock()
+}
+
+// maxReadsPerTurn bounds the full reads one connection is served in a
+// row before the loop serves the others (memcached's -R, counted in
+// buffers rather than requests): a client that pipelines without pause
+// then takes turns with everyone else.
+const maxReadsPerTurn = 4
+
+// serveResult is what serving one connection after an event led to.
+type serveResult uint8
+
+const (
+	served   serveResult = iota // the socket is drained (or closed); wait for its next event
+	more                        // input may be left after its turn: serve it again soon
+	detached                    // the connection left the loop; this goroutine is its own now
+)
+
+// run is the loop's goroutine. work is what a previous goroutine of this
+// loop had not served when it detached a connection.
+func (l *loop) run(work []*conn) {
+	defer l.s.wg.Done()
+	evs := make([]syscall.EpollEvent, maxLoopEvents)
+	for {
+		if len(work) == 0 {
+			n := l.wait(evs, len(l.again) == 0)
+			var stop bool
+			work, stop = l.collect(evs[:n], work)
+			if stop {
+				l.stop()
+				return
+			}
+			work = append(work, l.again...)
+			l.again = l.again[:0]
+		}
+		for i, c := range work {
+			if c.lp != l {
+				continue // closed or detached earlier in this round
+			}
+			l.rest = work[i+1:]
+			switch l.serve(c) {
+			case more:
+				l.again = append(l.again, c)
+			case detached:
+				c.resume()
+				return
+			}
+		}
+		clear(work)
+		work = work[:0]
+	}
+}
+
+// collect appends the connections behind evs to work. stop reports a
+// wake-up for shutdown.
+func (l *loop) collect(evs []syscall.EpollEvent, work []*conn) (_ []*conn, stop bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, ev := range evs {
+		fd := int(ev.Fd)
+		if fd == l.wake[0] {
+			if l.s.closing.Load() {
+				return work, true
+			}
+			continue
+		}
+		if fd < len(l.conns) && l.conns[fd] != nil {
+			work = append(work, l.conns[fd])
+		}
+	}
+	return work, false
+}
+
+// wait returns the next ready events; it blocks until there are some when
+// block is set. A non-blocking epoll_wait without the scheduler's syscall
+// bookkeeping comes first: on a busy node it finds work, and only an idle
+// one pays for a blocking call.
+func (l *loop) wait(evs []syscall.EpollEvent, block bool) int {
+	r, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_WAIT, uintptr(l.epfd), uintptr(unsafe.Pointer(&evs[0])), uintptr(len(evs)), 0, 0, 0)
+	if e == 0 && (r > 0 || !block) {
+		return int(r)
+	}
+	for {
+		n, err := syscall.EpollWait(l.epfd, evs, -1)
+		if err == nil {
+			return n
+		}
+		if err != syscall.EINTR {
+			// Cannot happen with a valid epfd and buffer; do not spin.
+			panic(os.NewSyscallError("epoll_wait", err))
+		}
+	}
+}
+
+// serve reads and serves c after an event: the loop's rawStep.
+func (l *loop) serve(c *conn) serveResult {
+	fd := uintptr(c.lfd)
+	for reads := 1; ; reads++ {
+		buf := c.rbuf[c.w:]
+		n, wait, err := rawio.Fill(fd, buf)
+		if wait {
+			return served
+		}
+		if err != nil {
+			// EOF or a reset: the replies to what came before are out.
+			l.close(c)
+			return served
+		}
+		c.w += n
+		c.ctr.bytesRead.Add(uint64(n))
+		c.state.Store(int32(stateParse))
+		need := c.processInput()
+		if c.lp == nil {
+			return detached // by a command that blocks
+		}
+		if len(c.out) > 0 && !c.writeRaw(fd) {
+			c.detach() // flush in resume waits for the socket
+			return detached
+		}
+		if c.close || c.s.closing.Load() {
+			l.close(c)
+			return served
+		}
+		if c.producerName != "" {
+			c.detach()
+			return detached
+		}
+		c.makeRoom(need)
+		if n < len(buf) {
+			c.state.Store(int32(stateRead))
+			return served
+		}
+		if reads == maxReadsPerTurn {
+			return more
+		}
+	}
+}
+
+// close closes a connection the loop serves.
+func (l *loop) close(c *conn) {
+	c.state.Store(int32(stateClosing))
+	l.forget(c.lfd)
+	syscall.Close(c.lfd) // also leaves the epoll set
+	c.lp, c.lfd = nil, -1
+	c.s.dropConn(c)
+}
+
+// stop closes every connection of the loop (shutdown) and its descriptors.
+func (l *loop) stop() {
+	l.mu.Lock()
+	l.stopped = true
+	conns := l.conns
+	l.conns = nil
+	l.mu.Unlock()
+	for _, c := range conns {
+		if c != nil {
+			syscall.Close(c.lfd)
+			c.lp, c.lfd = nil, -1
+			c.s.dropConn(c)
+		}
+	}
+	l.closeFDs()
+}
+
+// handoff starts a fresh goroutine on the loop, which first serves the
+// connections the current one has not reached. The current goroutine must not
+// touch the loop's state afterwards.
+func (l *loop) handoff() {
+	work := append(slices.Clone(l.rest), l.again...)
+	l.rest, l.again = nil, nil
+	l.s.wg.Add(1)
+	go l.run(work)
+}
+
+// mayBlock is called before anything that can wait (a pending vbucket, a
+// takeover, an operator's vbucket change): a connection on a loop is
+// detached first, so the wait holds up no other connection.
+func (c *conn) mayBlock() {
+	if c.lp != nil {
+		c.detach()
+	}
+}
+
+// detach takes c off its loop (see the file comment). The loop goes on in a
+// new goroutine; c's descriptor becomes a net.Conn again.
+func (c *conn) detach() {
+	l, fd := c.lp, c.lfd
+	// Off the loop first: the next goroutine must neither get c's events
+	// nor serve it from the connections it inherits.
+	l.forget(fd)
+	syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_DEL, fd, nil)
+	c.lp, c.lfd = nil, -1
+	l.handoff()
+	c.reattach(fd)
+}
+
+// reattach makes descriptor fd c's net.Conn (registered with the runtime
+// poller) and closes fd. On failure c is marked to close.
+func (c *conn) reattach(fd int) {
+	f := os.NewFile(uintptr(fd), "")
+	nc, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		c.close = true
+		return
+	}
+	c.s.mu.Lock()
+	c.nc = nc
+	c.s.mu.Unlock()
+	c.rc = rawio.Conn(nc)
+	if c.rc != nil {
+		c.rawFn = c.rawStep
+	}
+}
+
+// resume serves a detached connection on its own goroutine until it ends:
+// it writes what the loop could not, serves what is buffered, and goes on
+// as serve does.
+func (c *conn) resume() {
+	defer c.s.dropConn(c)
+	if c.nc == nil {
+		return
+	}
+	defer c.nc.Close()
+	if c.s.closing.Load() {
+		return
+	}
+	if err := c.flush(); err != nil || c.close {
+		return
+	}
+	if c.producerName == "" {
+		need := c.processInput()
+		if err := c.flush(); err != nil || c.close {
+			return
+		}
+		c.makeRoom(need)
+	}
+	if c.producerName != "" {
+		c.state.Store(int32(stateWrite))
+		c.s.cl.streams.ServeProducer(c.nc, c.rbuf[c.r:c.w], c.producerName)
+		return
+	}
+	if c.rc != nil {
+		c.serveRaw()
+		return
+	}
+	c.serveLoop()
+}
