@@ -31,6 +31,9 @@ import (
 // empty at that moment, so any later byte raises a fresh event (the same
 // argument as internal/rawio's).
 //
+// An idle loop parks in the runtime poller, which watches the loop's epoll
+// set as one more descriptor; a busy loop never leaves its goroutine.
+//
 // A loop must never block. Whatever would block a connection (replies the
 // socket will not take at once, a request parked on a pending vbucket, a
 // takeover, a stream handoff, an operator's vbucket change) detaches the
@@ -47,7 +50,8 @@ import (
 //
 // # Ownership
 //
-// Serve starts the loops and waits for them (Server.wg). At any moment one
+// Listen creates the loops, Serve starts their goroutines and waits for
+// them (Server.wg). At any moment one
 // goroutine runs a loop; it alone touches its connections' buffers and
 // its events. conns is shared with the accept goroutines, which add to it,
 // under mu. Shutdown writes to the loop's wake pipe; the loop closes its
@@ -59,6 +63,11 @@ const maxLoopEvents = 128
 type loop struct {
 	s    *Server
 	epfd int
+	// ep is epfd as a file of the runtime poller: an epoll set is itself
+	// readable while it has events, so the loop parks in the runtime
+	// poller when idle, like any goroutine (see wait).
+	ep   *os.File
+	eprc syscall.RawConn
 	wake [2]int // a pipe: Serve writes to wake[1] to stop the loop
 
 	mu      sync.Mutex // protects conns and stopped
@@ -118,8 +127,17 @@ func newLoop(s *Server) (*loop, error) {
 		return nil, os.NewSyscallError("epoll_create1", err)
 	}
 	l := &loop{s: s, epfd: epfd}
-	if err := syscall.Pipe2(l.wake[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
+	if err := syscall.SetNonblock(epfd, true); err != nil {
 		syscall.Close(epfd)
+		return nil, os.NewSyscallError("fcntl", err)
+	}
+	l.ep = os.NewFile(uintptr(epfd), "epoll") // non-blocking: in the runtime poller
+	if l.eprc, err = l.ep.SyscallConn(); err != nil {
+		l.ep.Close()
+		return nil, err
+	}
+	if err := syscall.Pipe2(l.wake[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
+		l.ep.Close()
 		return nil, os.NewSyscallError("pipe2", err)
 	}
 	ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(l.wake[0])}
@@ -131,7 +149,7 @@ func newLoop(s *Server) (*loop, error) {
 }
 
 func (l *loop) closeFDs() {
-	syscall.Close(l.epfd)
+	l.ep.Close()
 	syscall.Close(l.wake[0])
 	syscall.Close(l.wake[1])
 }
@@ -229,7 +247,10 @@ func (l *loop) run(work []*conn) {
 	evs := make([]syscall.EpollEvent, maxLoopEvents)
 	for {
 		if len(work) == 0 {
-			n := l.wait(evs, len(l.again) == 0)
+			n, ok := l.wait(evs, len(l.again) == 0)
+			if !ok {
+				return // closed under us: cannot happen, stop closes it last
+			}
 			var stop bool
 			work, stop = l.collect(evs[:n], work)
 			if stop {
@@ -277,24 +298,39 @@ func (l *loop) collect(evs []syscall.EpollEvent, work []*conn) (_ []*conn, stop 
 	return work, false
 }
 
-// wait returns the next ready events; it blocks until there are some when
-// block is set. A non-blocking epoll_wait without the scheduler's syscall
-// bookkeeping comes first: on a busy node it finds work, and only an idle
-// one pays for a blocking call.
-func (l *loop) wait(evs []syscall.EpollEvent, block bool) int {
-	r, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_WAIT, uintptr(l.epfd), uintptr(unsafe.Pointer(&evs[0])), uintptr(len(evs)), 0, 0, 0)
-	if e == 0 && (r > 0 || !block) {
-		return int(r)
+// wait returns the next ready events. When there are none and block is
+// set, it parks the goroutine in the runtime poller until the epoll set is
+// readable: the set's readiness is edge-triggered there, and a poll that
+// found it empty inside one RawConn.Read call is followed by a fresh edge
+// for any later event (the argument of internal/rawio). Blocking in
+// epoll_wait instead would hold the runtime's P in a system call, and the
+// node's other goroutines (detached connections, streams, timers) would
+// wait for sysmon to take it back, up to 10 ms on an idle node. ok is
+// false once the set is closed.
+func (l *loop) wait(evs []syscall.EpollEvent, block bool) (n int, ok bool) {
+	n = l.poll(evs)
+	if n > 0 || !block {
+		return n, true
 	}
+	err := l.eprc.Read(func(uintptr) bool {
+		n = l.poll(evs)
+		return n > 0
+	})
+	return n, err == nil
+}
+
+// poll is a non-blocking epoll_wait, without the scheduler's syscall
+// bookkeeping (it never blocks).
+func (l *loop) poll(evs []syscall.EpollEvent) int {
 	for {
-		n, err := syscall.EpollWait(l.epfd, evs, -1)
-		if err == nil {
-			return n
+		r, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_WAIT, uintptr(l.epfd), uintptr(unsafe.Pointer(&evs[0])), uintptr(len(evs)), 0, 0, 0)
+		switch e {
+		case 0:
+			return int(r)
+		case syscall.EINTR:
+			continue
 		}
-		if err != syscall.EINTR {
-			// Cannot happen with a valid epfd and buffer; do not spin.
-			panic(os.NewSyscallError("epoll_wait", err))
-		}
+		return 0 // EBADF: closed; wait's Read reports it
 	}
 }
 
