@@ -46,7 +46,9 @@ import (
 // connections (the manager's, streams) detach on their first such command.
 //
 // Connections with an idle timeout (-o idle_timeout) keep a goroutine
-// each: the loop has no timers. TLS connections too.
+// each: the loop has no timers. TLS connections too. VBCACHE_NOLOOP=1 in
+// the environment turns the loops off altogether, for comparisons
+// (docs/PERFORMANCE.md).
 //
 // # Ownership
 //
