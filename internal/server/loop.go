@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/vbcache/vbcache/internal/rawio"
@@ -214,6 +215,7 @@ func (l *loop) add(c *conn, nc net.Conn) bool {
 		c.lp, c.lfd = nil, -1
 		c.s.mu.Lock()
 		c.nc, c.rc, c.rawFn = nc, rc, c.rawStep
+		c.s.kickIfClosingLocked(nc)
 		c.s.mu.Unlock()
 		return false
 	}
@@ -450,6 +452,7 @@ func (c *conn) reattach(fd int) {
 	}
 	c.s.mu.Lock()
 	c.nc = nc
+	c.s.kickIfClosingLocked(nc)
 	c.s.mu.Unlock()
 	c.rc = rawio.Conn(nc)
 	if c.rc != nil {
@@ -489,4 +492,14 @@ func (c *conn) resume() {
 		return
 	}
 	c.serveLoop()
+}
+
+// kickIfClosingLocked does for nc what Serve's shutdown does for every
+// connection with a net.Conn, for one that got its net.Conn after Serve
+// went through them: its next read fails at once. s.mu is held (Serve
+// sets closing before it takes s.mu to go through the connections).
+func (s *Server) kickIfClosingLocked(nc net.Conn) {
+	if s.closing.Load() {
+		nc.SetReadDeadline(time.Unix(1, 0))
+	}
 }
