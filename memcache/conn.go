@@ -219,7 +219,12 @@ func (cn *conn) readLoop() {
 // readLoopRaw is readLoop for plain sockets: it runs inside the runtime
 // poller's read loop (see internal/rawio), where readStep reads, parses
 // and waits whenever its read came back short, so a conn waiting for its
-// next responses costs no read(2) that finds nothing.
+// next responses costs no read(2) that finds nothing. One case escapes
+// it: a server that closes the connection right after an answer, its FIN
+// in the same readiness event, is noticed only when the conn is next used
+// (the write draws a reset, which fails the conn and its ops). Servers
+// close on their own when they shut down or time a connection out, and
+// then no answer travels with the FIN.
 func (cn *conn) readLoopRaw() {
 	step := cn.readStep
 	for {

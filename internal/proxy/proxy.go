@@ -255,9 +255,13 @@ func (c *conn) serve() {
 
 // serveRaw is serve's loop for plain sockets: it runs inside the runtime
 // poller's read loop (see internal/rawio), where rawStep reads, serves
-// what it read, writes the replies and waits whenever its read came back
-// short. rawStep leaves the loop for a read error or EOF, a close, or
-// replies the socket would not take at once (flush waits for the socket).
+// what it read, writes the replies, and waits when a read finds nothing.
+// It reads until then, not just until a short read: a client that sends
+// its last requests and shuts down its side (printf … | nc -N) may have
+// its FIN arrive with them, and then no readiness event would follow for
+// the end of the stream. rawStep leaves the loop for a read error or EOF,
+// a close, or replies the socket would not take at once (flush waits for
+// the socket).
 func (c *conn) serveRaw() {
 	for {
 		c.rawErr = nil
@@ -298,9 +302,6 @@ func (c *conn) rawStep(fd uintptr) bool {
 			return true
 		}
 		c.makeRoom(need)
-		if n < len(buf) {
-			return false
-		}
 	}
 }
 

@@ -14,7 +14,12 @@
 // short: a short read means the kernel's queue was empty at that
 // moment, and the poller's sockets are edge-triggered, so any byte
 // arriving after it raises a fresh readiness event that ends the wait. A
-// stale event costs one EAGAIN read, as it always did. The callback
+// stale event costs one EAGAIN read, as it always did. The exception is
+// the peer's FIN: when it arrives with the last bytes, in one readiness
+// event, the read returns those bytes short and no event follows for the
+// end of the stream. A callback that must notice a peer's shutdown (a
+// server answering a client that half-closed) reads again instead of
+// waiting after a short read, until a read finds nothing. The callback
 // returns true to leave the loop (an error, EOF, output the socket would
 // not take, a handoff); the caller does that work outside and may enter a
 // fresh loop, whose first callback must read before it waits.
@@ -23,7 +28,8 @@
 // bookkeeping (entersyscall/exitsyscall, a few percent of a busy server's
 // CPU). That is safe only because the poller's sockets are non-blocking:
 // the call returns at once, data or EAGAIN, and never holds the thread.
-// Use them only on a descriptor handed to a RawConn callback.
+// Use them only on non-blocking descriptors: one handed to a RawConn
+// callback, or one an event loop of our own owns (internal/server).
 package rawio
 
 import (

@@ -6,11 +6,9 @@ import (
 	"net"
 	"os"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/vbcache/vbcache/internal/protocol"
-	"github.com/vbcache/vbcache/internal/rawio"
 	"github.com/vbcache/vbcache/internal/sasl"
 	"github.com/vbcache/vbcache/internal/store"
 )
@@ -61,16 +59,11 @@ type conn struct {
 	s      *Server
 	nc     net.Conn
 	listen net.Addr
-	// rc is nc's raw socket when nc is a plain TCP or Unix socket (not
-	// TLS); serveRaw drives it. rawFn is c.rawStep bound once, rawErr
-	// the read error that ended a rawStep.
-	rc     syscall.RawConn
-	rawFn  func(fd uintptr) bool
-	rawErr error
 	// lp is the event loop serving the connection, lfd its descriptor
 	// there (nc is nil meanwhile), or nil and -1 (see loop.go).
 	lp    *loop
 	lfd   int
+	hup   bool     // the loop saw the peer's shutdown: read to the end
 	raddr net.Addr // the peer, for stats conns
 	id    uint64
 	fd    int // memcached-style descriptor number (see Server.allocFD)
@@ -116,8 +109,6 @@ func newConn(s *Server, nc net.Conn) *conn {
 	if nc != nil {
 		c.raddr = nc.RemoteAddr()
 		c.rbuf = make([]byte, readBufSize)
-		c.rc = rawio.Conn(nc)
-		c.rawFn = c.rawStep
 	}
 	c.lastCmd.Store(s.nowUnix())
 	return c
@@ -137,14 +128,14 @@ func (c *conn) serve() {
 	defer c.s.wg.Done()
 	defer c.s.dropConn(c)
 	defer c.nc.Close()
-	if c.rc != nil {
-		c.serveRaw()
-		return
-	}
 	c.serveLoop()
 }
 
-// serveLoop is serve's loop for sockets that are not plain (TLS).
+// serveLoop serves a connection that is not on an event loop (loop.go):
+// TLS, an idle timeout, or detached from its loop. net.Conn.Read costs a
+// read(2) that finds nothing before each wait, which the loops do without;
+// but reading until that read also sees a half-closed peer's end of
+// stream when it came with the last request.
 func (c *conn) serveLoop() {
 	idle := c.s.cfg.IdleTimeout
 	for {

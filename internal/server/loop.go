@@ -30,7 +30,12 @@ import (
 // sees the socket's events. Sockets are registered edge-triggered; the loop
 // reads until a read comes back short, which proves the kernel's queue was
 // empty at that moment, so any later byte raises a fresh event (the same
-// argument as internal/rawio's).
+// argument as internal/rawio's). With one exception: the peer's FIN. When
+// it came with the last bytes in one event, the read returns those bytes
+// short and no event will follow for the end of the stream; so an event
+// that reports the peer's shutdown (EPOLLRDHUP, EPOLLHUP, EPOLLERR) marks
+// the connection (conn.hup) and it is read until the end, not until a
+// short read.
 //
 // An idle loop parks in the runtime poller, which watches the loop's epoll
 // set as one more descriptor; a busy loop never leaves its goroutine.
@@ -42,7 +47,7 @@ import (
 // carries on with the events not yet served, and the current goroutine
 // becomes the connection's own. The descriptor goes back to the runtime
 // poller as a net.Conn and the connection is served from then on as
-// before the loops existed (serveRaw), so every blocking path keeps its
+// before the loops existed (serveLoop), so every blocking path keeps its
 // tested behaviour. Detaching is rare on a data connection; control
 // connections (the manager's, streams) detach on their first such command.
 //
@@ -193,7 +198,7 @@ func (l *loop) add(c *conn, nc net.Conn) bool {
 		return false
 	}
 	c.s.mu.Lock()
-	c.nc, c.rc, c.rawFn = nil, nil, nil
+	c.nc = nil
 	c.s.mu.Unlock()
 	c.lp, c.lfd = l, fd
 	l.mu.Lock()
@@ -214,7 +219,7 @@ func (l *loop) add(c *conn, nc net.Conn) bool {
 		syscall.Close(fd)
 		c.lp, c.lfd = nil, -1
 		c.s.mu.Lock()
-		c.nc, c.rc, c.rawFn = nc, rc, c.rawStep
+		c.nc = nc
 		c.s.kickIfClosingLocked(nc)
 		c.s.mu.Unlock()
 		return false
@@ -295,11 +300,22 @@ func (l *loop) collect(evs []syscall.EpollEvent, work []*conn) (_ []*conn, stop 
 			}
 			continue
 		}
-		if fd < len(l.conns) && l.conns[fd] != nil {
-			work = append(work, l.conns[fd])
+		if c := l.lookup(fd); c != nil {
+			if ev.Events&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
+				c.hup = true
+			}
+			work = append(work, c)
 		}
 	}
 	return work, false
+}
+
+// lookup is the connection on descriptor fd. l.mu is held.
+func (l *loop) lookup(fd int) *conn {
+	if fd < len(l.conns) {
+		return l.conns[fd]
+	}
+	return nil
 }
 
 // wait returns the next ready events. When there are none and block is
@@ -338,7 +354,7 @@ func (l *loop) poll(evs []syscall.EpollEvent) int {
 	}
 }
 
-// serve reads and serves c after an event: the loop's rawStep.
+// serve reads and serves c after an event.
 func (l *loop) serve(c *conn) serveResult {
 	fd := uintptr(c.lfd)
 	for reads := 1; ; reads++ {
@@ -372,7 +388,7 @@ func (l *loop) serve(c *conn) serveResult {
 			return detached
 		}
 		c.makeRoom(need)
-		if n < len(buf) {
+		if n < len(buf) && !c.hup {
 			c.state.Store(int32(stateRead))
 			return served
 		}
@@ -454,10 +470,6 @@ func (c *conn) reattach(fd int) {
 	c.nc = nc
 	c.s.kickIfClosingLocked(nc)
 	c.s.mu.Unlock()
-	c.rc = rawio.Conn(nc)
-	if c.rc != nil {
-		c.rawFn = c.rawStep
-	}
 }
 
 // resume serves a detached connection on its own goroutine until it ends:
@@ -485,10 +497,6 @@ func (c *conn) resume() {
 	if c.producerName != "" {
 		c.state.Store(int32(stateWrite))
 		c.s.cl.streams.ServeProducer(c.nc, c.rbuf[c.r:c.w], c.producerName)
-		return
-	}
-	if c.rc != nil {
-		c.serveRaw()
 		return
 	}
 	c.serveLoop()

@@ -3,12 +3,14 @@ package server
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -218,4 +220,162 @@ func TestLoopDetachesBlockedConnection(t *testing.T) {
 	if h, _ := client.do(protocol.OpNoop, 0, nil, nil, nil); h.Opcode != protocol.OpNoop {
 		t.Fatalf("after the park: %+v", h)
 	}
+}
+
+// TestLoopUnrulyClients puts every kind of awkward client on one loop at
+// once: garbage that closes the connection, a client that resets its
+// connection in the middle of a value, half-closers, quitters, a big
+// reader, a pipeliner. A well-behaved client on the same loop is answered
+// throughout, and when they are gone the node has forgotten every one.
+//
+// It runs twice: on a loop, and with a goroutine per connection (an idle
+// timeout keeps connections off the loops).
+func TestLoopUnrulyClients(t *testing.T) {
+	t.Run("loop", func(t *testing.T) { unrulyClients(t, nil) })
+	t.Run("goroutines", func(t *testing.T) {
+		unrulyClients(t, func(c *Config) { c.IdleTimeout = time.Hour })
+	})
+}
+
+func unrulyClients(t *testing.T, mutate func(*Config)) {
+	s, addr := startServer(t, func(c *Config) {
+		c.Threads = 1
+		if mutate != nil {
+			mutate(c)
+		}
+	})
+	control := dialText(t, addr)
+	control.expect("set ctl 0 0 2\r\nok\r\n", "STORED\r\n")
+	big := strings.Repeat("b", 500_000)
+	fmt.Fprintf(control.nc, "set big 0 0 %d\r\n%s\r\n", len(big), big)
+	control.expect("", "STORED\r\n")
+
+	dial := func() (net.Conn, error) {
+		nc, err := net.Dial("tcp", addr)
+		if err == nil {
+			nc.SetDeadline(time.Now().Add(20 * time.Second))
+		}
+		return nc, err
+	}
+	clients := []func() error{
+		func() error { // a line with no end: memcached closes
+			nc, err := dial()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			io.WriteString(nc, strings.Repeat("\x00garbage", 1000))
+			if _, err := io.ReadAll(nc); err != nil && !isReset(err) {
+				return fmt.Errorf("garbage: %v", err)
+			}
+			return nil
+		},
+		func() error { // reset in the middle of a value
+			nc, err := dial()
+			if err != nil {
+				return err
+			}
+			io.WriteString(nc, "set torn 0 0 100\r\nonly part of it")
+			nc.(*net.TCPConn).SetLinger(0)
+			return nc.Close()
+		},
+		func() error { // half-close: answers still come
+			nc, err := dial()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			io.WriteString(nc, "get ctl\r\n")
+			nc.(*net.TCPConn).CloseWrite()
+			b, err := io.ReadAll(nc)
+			if want := "VALUE ctl 0 2\r\nok\r\nEND\r\n"; string(b) != want || err != nil {
+				return fmt.Errorf("half-close: %q %v", b, err)
+			}
+			return nil
+		},
+		func() error { // quit after a command
+			nc, err := dial()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			io.WriteString(nc, "get ctl\r\nquit\r\nget ctl\r\n")
+			b, err := io.ReadAll(nc)
+			if want := "VALUE ctl 0 2\r\nok\r\nEND\r\n"; string(b) != want || err != nil {
+				return fmt.Errorf("quit: %q %v", b, err)
+			}
+			return nil
+		},
+		func() error { // 20 MB of replies to one multi-get (more than the socket buffers)
+			nc, err := dial()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			const n = 40
+			io.WriteString(nc, "get"+strings.Repeat(" big", n)+"\r\n")
+			want := fmt.Sprintf("VALUE big 0 %d\r\n%s\r\n", len(big), big)
+			buf := make([]byte, len(want))
+			br := bufio.NewReaderSize(nc, 1<<20)
+			for i := range n {
+				if _, err := io.ReadFull(br, buf); err != nil || string(buf) != want {
+					return fmt.Errorf("big value %d: %v", i, err)
+				}
+			}
+			if line, err := br.ReadString('\n'); line != "END\r\n" {
+				return fmt.Errorf("big: end %q %v", line, err)
+			}
+			return nil
+		},
+		func() error { // a pipeline of 5000 gets
+			nc, err := dial()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			const n = 5000
+			go io.WriteString(nc, strings.Repeat("get ctl\r\n", n))
+			want := "VALUE ctl 0 2\r\nok\r\nEND\r\n"
+			buf := make([]byte, len(want))
+			br := bufio.NewReader(nc)
+			for i := range n {
+				if _, err := io.ReadFull(br, buf); err != nil || string(buf) != want {
+					return fmt.Errorf("pipeline %d: %q %v", i, buf, err)
+				}
+			}
+			return nil
+		},
+	}
+	errs := make(chan error, 4*len(clients))
+	var wg sync.WaitGroup
+	for range 4 {
+		for _, f := range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs <- f()
+			}()
+		}
+	}
+	for i := range 100 {
+		control.expect("get ctl\r\n", "VALUE ctl 0 2\r\nok\r\nEND\r\n")
+		if i%10 == 0 {
+			runtime.Gosched()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	waitFor(t, "the unruly clients to be forgotten", func() bool { return s.currConns.Load() == 1 && loopConns(s) <= 1 })
+	control.expect("get ctl\r\n", "VALUE ctl 0 2\r\nok\r\nEND\r\n")
+}
+
+// isReset reports a connection reset, which a server's close can turn
+// into when the client's bytes are still unread.
+func isReset(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET)
 }

@@ -1,0 +1,70 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vbcache/vbcache/test/nodeproc"
+)
+
+// TestHalfClosedClients: a client that sends its requests and shuts down
+// its side (printf … | nc -N) gets every answer and then the end of the
+// stream, also when its requests and its FIN reach the proxy together.
+// Many at once, so that the proxy is busy when they arrive.
+func TestHalfClosedClients(t *testing.T) {
+	bin := nodeproc.Need(t, "upstream", "memcached")
+	n := nodeproc.Start(t, nodeproc.Memcached, bin, "-t", "1")
+	cfg, err := ParseConfig([]byte("listen: 127.0.0.1:0\ndistribution: ketama\nhash: md5\nservers: [" + n.Addr + ":1]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Logf = nil
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go p.Serve(ln)
+	t.Cleanup(func() { p.Close() })
+	addr := ln.Addr().String()
+
+	const clients, rounds = 16, 25
+	want := "END\r\nVERSION " + p.Version + "\r\n"
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				nc, err := net.Dial("tcp", addr)
+				if err != nil {
+					errs <- err
+					return
+				}
+				nc.SetDeadline(time.Now().Add(10 * time.Second))
+				io.WriteString(nc, fmt.Sprintf("get absent:%d:%d\r\nversion\r\n", i, r))
+				nc.(*net.TCPConn).CloseWrite()
+				b, err := io.ReadAll(nc)
+				nc.Close()
+				if string(b) != want || err != nil {
+					errs <- fmt.Errorf("client %d round %d: %q %v", i, r, b, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
