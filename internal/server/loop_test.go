@@ -379,3 +379,22 @@ func unrulyClients(t *testing.T, mutate func(*Config)) {
 func isReset(err error) bool {
 	return errors.Is(err, syscall.ECONNRESET)
 }
+
+func TestLoopServesUnixSockets(t *testing.T) {
+	sock := t.TempDir() + "/vbcache.sock"
+	s, _ := startServer(t, func(c *Config) { c.UnixSocket = sock })
+	nc, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &textClient{t: t, nc: nc, r: bufio.NewReader(nc)}
+	t.Cleanup(func() { nc.Close() })
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	c.expect("set u 0 0 1\r\nx\r\n", "STORED\r\n")
+	if n := loopConns(s); n != 1 {
+		t.Fatalf("%d connections on the loops, want 1", n)
+	}
+	c.expect("get u\r\n", "VALUE u 0 1\r\nx\r\nEND\r\n")
+	nc.Close()
+	waitFor(t, "the unix client to be forgotten", func() bool { return loopConns(s) == 0 && s.currConns.Load() == 0 })
+}
