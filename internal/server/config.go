@@ -41,6 +41,7 @@ type Config struct {
 	PrefixDelim    byte          // -D (':'); setting it enables stats detail
 	DetailEnabled  bool          // stats detail on at start (set by -D)
 	IdleTimeout    time.Duration // -o idle_timeout (0: never)
+	NoEventLoops   bool          // a goroutine per connection instead of event loops (loop.go); for comparisons and tests
 	MaxConnsFast   bool          // reject extra connections with "ERROR Too many open connections" (default on)
 	LRUCrawler     bool          // -o lru_crawler (on) / no_lru_crawler
 	// NoLRUMaintainer is -o no_lru_maintainer (or no_modern): memcached

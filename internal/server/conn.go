@@ -65,9 +65,12 @@ type conn struct {
 	lfd   int
 	hup   bool     // the loop saw the peer's shutdown: read to the end
 	raddr net.Addr // the peer, for stats conns
-	id    uint64
-	fd    int // memcached-style descriptor number (see Server.allocFD)
-	ctr   *counters
+	// lastRead is when the loop last read from the connection
+	// (sinceStart), kept only with an idle timeout.
+	lastRead time.Duration
+	id       uint64
+	fd       int // memcached-style descriptor number (see Server.allocFD)
+	ctr      *counters
 
 	rbuf []byte // input; unread bytes are rbuf[r:w]
 	r, w int
@@ -132,7 +135,7 @@ func (c *conn) serve() {
 }
 
 // serveLoop serves a connection that is not on an event loop (loop.go):
-// TLS, an idle timeout, or detached from its loop. net.Conn.Read costs a
+// TLS, loops turned off, or detached from its loop. net.Conn.Read costs a
 // read(2) that finds nothing before each wait, which the loops do without;
 // but reading until that read also sees a half-closed peer's end of
 // stream when it came with the last request.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"net"
 	"os"
 	"runtime"
@@ -51,10 +52,14 @@ import (
 // tested behaviour. Detaching is rare on a data connection; control
 // connections (the manager's, streams) detach on their first such command.
 //
-// Connections with an idle timeout (-o idle_timeout) keep a goroutine
-// each: the loop has no timers. TLS connections too. VBCACHE_NOLOOP=1 in
-// the environment turns the loops off altogether, for comparisons
-// (docs/PERFORMANCE.md).
+// TLS connections keep a goroutine each. Config.NoEventLoops, or
+// VBCACHE_NOLOOP=1 in the environment, turns the loops off altogether, for
+// comparisons (docs/PERFORMANCE.md).
+//
+// With an idle timeout (-o idle_timeout) a loop sweeps its connections
+// every quarter of the timeout (at most every second), as memcached's
+// connection-timeout thread does, and closes those that have read nothing
+// for the timeout; an idle loop parks with a deadline for that.
 //
 // # Ownership
 //
@@ -87,7 +92,15 @@ type loop struct {
 	// again in the next (see maxReadsPerTurn); a handoff passes both on.
 	rest  []*conn
 	again []*conn
+	// The idle sweep (zero idle: none): due at nextSweep, every sweepEvery;
+	// times are sinceStart.
+	idle, sweepEvery, nextSweep time.Duration
 }
+
+// loopStart is the origin of the loops' clock (monotonic).
+var loopStart = time.Now()
+
+func sinceStart() time.Duration { return time.Since(loopStart) }
 
 // loopsWanted is how many event loops a node runs: one per thread (-t)
 // the Go runtime can run at once.
@@ -99,7 +112,7 @@ func (s *Server) loopsWanted() int {
 // known once the listeners are open). A loop that cannot be created is
 // left out: its connections get goroutines.
 func (s *Server) makeLoops() {
-	if s.cfg.IdleTimeout > 0 || os.Getenv("VBCACHE_NOLOOP") != "" {
+	if s.cfg.NoEventLoops || os.Getenv("VBCACHE_NOLOOP") != "" {
 		return
 	}
 	for range s.loopsWanted() {
@@ -134,7 +147,10 @@ func newLoop(s *Server) (*loop, error) {
 	if err != nil {
 		return nil, os.NewSyscallError("epoll_create1", err)
 	}
-	l := &loop{s: s, epfd: epfd}
+	l := &loop{s: s, epfd: epfd, idle: s.cfg.IdleTimeout}
+	if l.idle > 0 {
+		l.sweepEvery = min(max(l.idle/4, 10*time.Millisecond), time.Second)
+	}
 	if err := syscall.SetNonblock(epfd, true); err != nil {
 		syscall.Close(epfd)
 		return nil, os.NewSyscallError("fcntl", err)
@@ -201,6 +217,9 @@ func (l *loop) add(c *conn, nc net.Conn) bool {
 	c.nc = nil
 	c.s.mu.Unlock()
 	c.lp, c.lfd = l, fd
+	if l.idle > 0 {
+		c.lastRead = sinceStart()
+	}
 	l.mu.Lock()
 	ok := !l.stopped
 	if ok {
@@ -255,6 +274,12 @@ func (l *loop) run(work []*conn) {
 	defer l.s.wg.Done()
 	evs := make([]syscall.EpollEvent, maxLoopEvents)
 	for {
+		if l.idle > 0 {
+			if now := sinceStart(); now >= l.nextSweep {
+				l.sweep(now)
+				l.nextSweep = now + l.sweepEvery
+			}
+		}
 		if len(work) == 0 {
 			n, ok := l.wait(evs, len(l.again) == 0)
 			if !ok {
@@ -332,11 +357,36 @@ func (l *loop) wait(evs []syscall.EpollEvent, block bool) (n int, ok bool) {
 	if n > 0 || !block {
 		return n, true
 	}
+	if l.idle > 0 {
+		l.ep.SetReadDeadline(time.Now().Add(l.sweepEvery))
+	}
 	err := l.eprc.Read(func(uintptr) bool {
 		n = l.poll(evs)
 		return n > 0
 	})
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return 0, true // time for the idle sweep
+	}
 	return n, err == nil
+}
+
+// sweep closes the connections that have read nothing for the idle
+// timeout (memcached's idle_kicks).
+func (l *loop) sweep(now time.Duration) {
+	var idle []*conn
+	l.mu.Lock()
+	for _, c := range l.conns {
+		if c != nil && now-c.lastRead >= l.idle {
+			idle = append(idle, c)
+		}
+	}
+	l.mu.Unlock()
+	for _, c := range idle {
+		if c.lp == l {
+			l.s.idleKicks.Add(1) // before the client can see the close
+			l.close(c)
+		}
+	}
 }
 
 // poll is a non-blocking epoll_wait, without the scheduler's syscall
@@ -370,6 +420,9 @@ func (l *loop) serve(c *conn) serveResult {
 		}
 		c.w += n
 		c.ctr.bytesRead.Add(uint64(n))
+		if l.idle > 0 {
+			c.lastRead = sinceStart()
+		}
 		c.state.Store(int32(stateParse))
 		need := c.processInput()
 		if c.lp == nil {

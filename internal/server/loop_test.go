@@ -228,12 +228,11 @@ func TestLoopDetachesBlockedConnection(t *testing.T) {
 // reader, a pipeliner. A well-behaved client on the same loop is answered
 // throughout, and when they are gone the node has forgotten every one.
 //
-// It runs twice: on a loop, and with a goroutine per connection (an idle
-// timeout keeps connections off the loops).
+// It runs twice: on a loop, and with a goroutine per connection.
 func TestLoopUnrulyClients(t *testing.T) {
 	t.Run("loop", func(t *testing.T) { unrulyClients(t, nil) })
 	t.Run("goroutines", func(t *testing.T) {
-		unrulyClients(t, func(c *Config) { c.IdleTimeout = time.Hour })
+		unrulyClients(t, func(c *Config) { c.NoEventLoops = true })
 	})
 }
 
@@ -397,4 +396,37 @@ func TestLoopServesUnixSockets(t *testing.T) {
 	c.expect("get u\r\n", "VALUE u 0 1\r\nx\r\nEND\r\n")
 	nc.Close()
 	waitFor(t, "the unix client to be forgotten", func() bool { return loopConns(s) == 0 && s.currConns.Load() == 0 })
+}
+
+// TestLoopIdleTimeout: a loop closes the connection that stays idle past
+// -o idle_timeout while another keeps the same loop busy, and only that
+// one.
+func TestLoopIdleTimeout(t *testing.T) {
+	s, addr := startServer(t, func(c *Config) { c.IdleTimeout = 200 * time.Millisecond; c.Threads = 1 })
+	idle := dialText(t, addr)
+	busy := dialText(t, addr)
+	busy.expect("version\r\n", "VERSION "+s.cfg.Version+"\r\n")
+	if n := loopConns(s); n != 2 {
+		t.Fatalf("%d connections on the loop, want 2", n)
+	}
+	closed := make(chan error, 1)
+	go func() {
+		_, err := idle.r.ReadByte()
+		closed <- err
+	}()
+	for done := false; !done; {
+		busy.expect("version\r\n", "VERSION "+s.cfg.Version+"\r\n")
+		select {
+		case err := <-closed:
+			if err != io.EOF {
+				t.Fatalf("idle connection: %v, want EOF", err)
+			}
+			done = true
+		default:
+		}
+	}
+	if k := s.idleKicks.Load(); k != 1 {
+		t.Errorf("idle_kicks = %d, want 1", k)
+	}
+	busy.expect("version\r\n", "VERSION "+s.cfg.Version+"\r\n")
 }

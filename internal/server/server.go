@@ -9,8 +9,7 @@
 // epoll set and serves each ready socket in turn, without a goroutine
 // switch. A connection about to block (a parked request, a full socket, a
 // stream handoff) leaves its loop for a goroutine of its own, as TLS
-// connections and those with an idle timeout have from the start
-// (loop.go). Either way a connection reads into its own
+// connections have from the start (loop.go). Either way a connection reads into its own
 // buffer, cuts complete lines out of it, parses them with package protocol
 // into tokens that alias the buffer, and runs each command against the
 // store through a store.Tx that lives in the connection, so a GET allocates
