@@ -402,7 +402,7 @@ func TestLoopServesUnixSockets(t *testing.T) {
 // -o idle_timeout while another keeps the same loop busy, and only that
 // one.
 func TestLoopIdleTimeout(t *testing.T) {
-	s, addr := startServer(t, func(c *Config) { c.IdleTimeout = 200 * time.Millisecond; c.Threads = 1 })
+	s, addr := startServer(t, func(c *Config) { c.IdleTimeout = time.Second; c.Threads = 1 })
 	idle := dialText(t, addr)
 	busy := dialText(t, addr)
 	busy.expect("version\r\n", "VERSION "+s.cfg.Version+"\r\n")
