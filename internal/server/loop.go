@@ -247,9 +247,12 @@ func (l *loop) add(c *conn, nc net.Conn) bool {
 	return true
 }
 
+// forget removes descriptor fd's connection from the loop's table.
 func (l *loop) forget(fd int) {
 	l.mu.Lock()
-	l.conns[fd] = nil
+	if fd < len(l.conns) { // the table is gone once the loop stopped
+		l.conns[fd] = nil
+	}
 	l.mu.Unlock()
 }
 
