@@ -36,6 +36,15 @@ import (
 
 var b64 = base64.StdEncoding.Strict()
 
+// decodeB64 is RFC 5802's base64: Strict still skips CR and LF, which the
+// RFC's grammar does not allow inside a value.
+func decodeB64(v string) ([]byte, error) {
+	if strings.ContainsAny(v, "\r\n") {
+		return nil, base64.CorruptInputError(strings.IndexAny(v, "\r\n"))
+	}
+	return b64.DecodeString(v)
+}
+
 // serverNonceLen is the number of random bytes in the server's half of the
 // nonce; base64 makes it 24 printable characters without padding.
 const serverNonceLen = 18
@@ -164,11 +173,11 @@ func (s *Server) scramFinal(in []byte) ([]byte, bool, error) {
 			return s.fail(fmt.Errorf("%w: bad extension attribute in client-final", ErrMalformed))
 		}
 	}
-	cb, err := b64.DecodeString(cbEnc)
+	cb, err := decodeB64(cbEnc)
 	if err != nil {
 		return s.fail(fmt.Errorf("%w: c= is not base64", ErrMalformed))
 	}
-	proof, err := b64.DecodeString(proofEnc)
+	proof, err := decodeB64(proofEnc)
 	if err != nil {
 		return s.fail(fmt.Errorf("%w: p= is not base64", ErrMalformed))
 	}
