@@ -385,10 +385,8 @@ func (l *loop) sweep(now time.Duration) {
 	}
 	l.mu.Unlock()
 	for _, c := range idle {
-		if c.lp == l {
-			l.s.idleKicks.Add(1) // before the client can see the close
-			l.close(c)
-		}
+		l.s.idleKicks.Add(1) // before the client can see the close
+		l.close(c)
 	}
 }
 
@@ -454,7 +452,7 @@ func (l *loop) serve(c *conn) serveResult {
 	}
 }
 
-// close closes a connection the loop serves.
+// close closes a connection the loop serves (or served, in stop).
 func (l *loop) close(c *conn) {
 	c.state.Store(int32(stateClosing))
 	l.forget(c.lfd)
@@ -472,9 +470,7 @@ func (l *loop) stop() {
 	l.mu.Unlock()
 	for _, c := range conns {
 		if c != nil {
-			syscall.Close(c.lfd)
-			c.lp, c.lfd = nil, -1
-			c.s.dropConn(c)
+			l.close(c)
 		}
 	}
 	l.closeFDs()
@@ -528,33 +524,15 @@ func (c *conn) reattach(fd int) {
 	c.s.mu.Unlock()
 }
 
-// resume serves a detached connection on its own goroutine until it ends:
-// it writes what the loop could not, serves what is buffered, and goes on
-// as serve does.
+// resume serves a detached connection on its own goroutine until it ends,
+// as serve does: serveLoop's first round writes what the loop could not
+// and hands a stream over.
 func (c *conn) resume() {
 	defer c.s.dropConn(c)
 	if c.nc == nil {
-		return
+		return // reattach failed
 	}
 	defer c.nc.Close()
-	if c.s.closing.Load() {
-		return
-	}
-	if err := c.flush(); err != nil || c.close {
-		return
-	}
-	if c.producerName == "" {
-		need := c.processInput()
-		if err := c.flush(); err != nil || c.close {
-			return
-		}
-		c.makeRoom(need)
-	}
-	if c.producerName != "" {
-		c.state.Store(int32(stateWrite))
-		c.s.cl.streams.ServeProducer(c.nc, c.rbuf[c.r:c.w], c.producerName)
-		return
-	}
 	c.serveLoop()
 }
 
@@ -566,4 +544,22 @@ func (s *Server) kickIfClosingLocked(nc net.Conn) {
 	if s.closing.Load() {
 		nc.SetReadDeadline(time.Unix(1, 0))
 	}
+}
+
+// writeRaw writes the replies straight to the socket of a connection on a
+// loop. It returns false, with what is left in c.out, when the socket
+// would block or failed; the caller detaches the connection and flush
+// finishes the job (or meets the error) on the connection's goroutine.
+func (c *conn) writeRaw(fd uintptr) bool {
+	c.state.Store(int32(stateWrite))
+	n, err := rawio.Write(fd, c.out)
+	c.ctr.bytesWritten.Add(uint64(n))
+	if err != nil {
+		c.out = c.out[:copy(c.out, c.out[n:])]
+		c.mark = 0
+		c.authMark = -1
+		return false
+	}
+	c.resetOut()
+	return true
 }

@@ -9,16 +9,16 @@
 // epoll set and serves each ready socket in turn, without a goroutine
 // switch. A connection about to block (a parked request, a full socket, a
 // stream handoff) leaves its loop for a goroutine of its own, as TLS
-// connections have from the start (loop.go). Either way a connection reads into its own
-// buffer, cuts complete lines out of it, parses them with package protocol
-// into tokens that alias the buffer, and runs each command against the
-// store through a store.Tx that lives in the connection, so a GET allocates
-// nothing: the value is copied from slab memory straight into the
-// connection's output buffer under the store's shard lock. Replies to
-// pipelined commands accumulate in the output buffer and are written with
-// one write when the input buffer holds no further complete command
-// (memcached's conn_mwrite), so a pipeline of N gets costs one read and one
-// write.
+// connections have from the start (loop.go). Either way a connection reads
+// into its own buffer, cuts complete lines out of it, parses them with
+// package protocol into tokens that alias the buffer, and runs each
+// command against the store through a store.Tx that lives in the
+// connection, so a GET allocates nothing: the value is copied from slab
+// memory straight into the connection's output buffer under the store's
+// shard lock. Replies to pipelined commands accumulate in the output
+// buffer and are written with one write when the input buffer holds no
+// further complete command (memcached's conn_mwrite), so a pipeline of N
+// gets costs one read and one write.
 //
 // A storage command whose data has not fully arrived is not consumed: the
 // connection reads more (growing the buffer up to the item size limit) and
@@ -28,9 +28,10 @@
 // # Ownership
 //
 // Serve owns the accept loops, the event loops and every connection
-// goroutine: it waits for all of them before it returns. Counters are sharded atomics (counters.go).
-// Everything memcached keeps in globals hangs off *Server, so several nodes
-// can live in one process (tests run three).
+// goroutine: it waits for all of them before it returns. Counters are
+// sharded atomics (counters.go). Everything memcached keeps in globals
+// hangs off *Server, so several nodes can live in one process (tests run
+// three).
 //
 // # Compatibility
 //
