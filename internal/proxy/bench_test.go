@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/vbcache/vbcache/test/nodeproc"
@@ -22,30 +23,9 @@ import (
 //	go test ./internal/proxy -run '^$' -bench . -benchmem
 func benchProxy(b *testing.B) string {
 	b.Helper()
-	bin := nodeproc.Need(b, "benchmark upstream", "memcached")
-	var servers []string
-	for range 2 {
-		n := nodeproc.Start(b, nodeproc.Memcached, bin, "-t", "1")
-		servers = append(servers, n.Addr)
-	}
-	cfg, err := ParseConfig([]byte("listen: 127.0.0.1:0\ndistribution: ketama\nhash: md5\nservers: [" +
-		servers[0] + ":1, " + servers[1] + ":1]\n"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, err := New(context.Background(), cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	p.Logf = nil
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go p.Serve(ln)
-	b.Cleanup(func() { p.Close() })
+	_, addr := startProxy(b, "benchmark upstream", 2)
 	// Load the keys.
-	nc, err := net.Dial("tcp", ln.Addr().String())
+	nc, err := net.Dial("tcp", addr)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -61,7 +41,36 @@ func benchProxy(b *testing.B) string {
 			b.Fatalf("set: %q %v", l, err)
 		}
 	}
-	return ln.Addr().String()
+	return addr
+}
+
+// startProxy runs a proxy in process for the test, in front of n memcached
+// processes (ketama over md5), and returns it and its address. why says
+// what memcached is needed for, when it is missing.
+func startProxy(tb testing.TB, why string, n int) (*Proxy, string) {
+	tb.Helper()
+	bin := nodeproc.Need(tb, why, "memcached")
+	var servers []string
+	for range n {
+		servers = append(servers, nodeproc.Start(tb, nodeproc.Memcached, bin, "-t", "1").Addr+":1")
+	}
+	cfg, err := ParseConfig([]byte("listen: 127.0.0.1:0\ndistribution: ketama\nhash: md5\nservers: [" +
+		strings.Join(servers, ", ") + "]\n"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p, err := New(context.Background(), cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p.Logf = nil
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	go p.Serve(ln)
+	tb.Cleanup(func() { p.Close() })
+	return p, ln.Addr().String()
 }
 
 const benchKeys = 1000

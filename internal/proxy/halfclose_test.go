@@ -1,15 +1,12 @@
 package proxy
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/vbcache/vbcache/test/nodeproc"
 )
 
 // TestHalfClosedClients: a client that sends its requests and shuts down
@@ -17,24 +14,7 @@ import (
 // stream, also when its requests and its FIN reach the proxy together.
 // Many at once, so that the proxy is busy when they arrive.
 func TestHalfClosedClients(t *testing.T) {
-	bin := nodeproc.Need(t, "upstream", "memcached")
-	n := nodeproc.Start(t, nodeproc.Memcached, bin, "-t", "1")
-	cfg, err := ParseConfig([]byte("listen: 127.0.0.1:0\ndistribution: ketama\nhash: md5\nservers: [" + n.Addr + ":1]\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Logf = nil
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go p.Serve(ln)
-	t.Cleanup(func() { p.Close() })
-	addr := ln.Addr().String()
+	p, addr := startProxy(t, "upstream", 1)
 
 	const clients, rounds = 16, 25
 	want := "END\r\nVERSION " + p.Version + "\r\n"
