@@ -92,6 +92,11 @@ type loop struct {
 	// again in the next (see maxReadsPerTurn); a handoff passes both on.
 	rest  []*conn
 	again []*conn
+	// evs receives epoll's events; got is how many wait's ready function
+	// (made once, so that parking allocates nothing) last polled.
+	evs   []syscall.EpollEvent
+	got   int
+	ready func(uintptr) bool
 	// The idle sweep (zero idle: none): due at nextSweep, every sweepEvery;
 	// times are sinceStart.
 	idle, sweepEvery, nextSweep time.Duration
@@ -147,7 +152,11 @@ func newLoop(s *Server) (*loop, error) {
 	if err != nil {
 		return nil, os.NewSyscallError("epoll_create1", err)
 	}
-	l := &loop{s: s, epfd: epfd, idle: s.cfg.IdleTimeout}
+	l := &loop{s: s, epfd: epfd, idle: s.cfg.IdleTimeout, evs: make([]syscall.EpollEvent, maxLoopEvents)}
+	l.ready = func(uintptr) bool {
+		l.got = l.poll(l.evs)
+		return l.got > 0
+	}
 	if l.idle > 0 {
 		l.sweepEvery = min(max(l.idle/4, 10*time.Millisecond), time.Second)
 	}
@@ -275,7 +284,6 @@ const (
 // loop had not served when it detached a connection.
 func (l *loop) run(work []*conn) {
 	defer l.s.wg.Done()
-	evs := make([]syscall.EpollEvent, maxLoopEvents)
 	for {
 		if l.idle > 0 {
 			if now := sinceStart(); now >= l.nextSweep {
@@ -284,12 +292,12 @@ func (l *loop) run(work []*conn) {
 			}
 		}
 		if len(work) == 0 {
-			n, ok := l.wait(evs, len(l.again) == 0)
+			n, ok := l.wait(len(l.again) == 0)
 			if !ok {
 				return // closed under us: cannot happen, stop closes it last
 			}
 			var stop bool
-			work, stop = l.collect(evs[:n], work)
+			work, stop = l.collect(l.evs[:n], work)
 			if stop {
 				l.stop()
 				return
@@ -355,22 +363,20 @@ func (l *loop) lookup(fd int) *conn {
 // node's other goroutines (detached connections, streams, timers) would
 // wait for sysmon to take it back, up to 10 ms on an idle node. ok is
 // false once the set is closed.
-func (l *loop) wait(evs []syscall.EpollEvent, block bool) (n int, ok bool) {
-	n = l.poll(evs)
+func (l *loop) wait(block bool) (n int, ok bool) {
+	n = l.poll(l.evs)
 	if n > 0 || !block {
 		return n, true
 	}
 	if l.idle > 0 {
 		l.ep.SetReadDeadline(time.Now().Add(l.sweepEvery))
 	}
-	err := l.eprc.Read(func(uintptr) bool {
-		n = l.poll(evs)
-		return n > 0
-	})
+	l.got = 0
+	err := l.eprc.Read(l.ready)
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		return 0, true // time for the idle sweep
 	}
-	return n, err == nil
+	return l.got, err == nil
 }
 
 // sweep closes the connections that have read nothing for the idle

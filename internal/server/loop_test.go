@@ -430,3 +430,57 @@ func TestLoopIdleTimeout(t *testing.T) {
 	}
 	busy.expect("version\r\n", "VERSION "+s.cfg.Version+"\r\n")
 }
+
+// TestLoopRoundTripDoesNotAllocate: a request served by an event loop,
+// including the loop parking in the runtime poller while it waits for the
+// next one, allocates nothing. The client is a blocking socket driven by
+// raw system calls, so the process's allocation count is the node's.
+func TestLoopRoundTripDoesNotAllocate(t *testing.T) {
+	s, addr := startServer(t, nil)
+	if len(s.loops) == 0 {
+		t.Fatal("no event loops")
+	}
+	c := dialText(t, addr)
+	c.expect("set k 0 0 5\r\nhello\r\n", "STORED\r\n")
+	ta := s.Addrs()[0].(*net.TCPAddr)
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	sa := &syscall.SockaddrInet4{Port: ta.Port}
+	copy(sa.Addr[:], ta.IP.To4())
+	if err := syscall.Connect(fd, sa); err != nil {
+		t.Fatal(err)
+	}
+	req := []byte("get k\r\n")
+	want := "VALUE k 0 5\r\nhello\r\nEND\r\n"
+	buf := make([]byte, 256)
+	var bad error
+	roundTrip := func() {
+		if _, err := syscall.Write(fd, req); err != nil {
+			bad = err
+			return
+		}
+		n := 0
+		for n < len(want) {
+			m, err := syscall.Read(fd, buf[n:])
+			if err != nil || m <= 0 {
+				bad = fmt.Errorf("read: %d, %v", m, err)
+				return
+			}
+			n += m
+		}
+		if string(buf[:n]) != want {
+			bad = fmt.Errorf("reply %q", buf[:n])
+		}
+	}
+	roundTrip() // the connection joins its loop
+	allocs := testing.AllocsPerRun(2000, roundTrip)
+	if bad != nil {
+		t.Fatal(bad)
+	}
+	if allocs != 0 {
+		t.Errorf("a round trip through the loop allocates %.2f times", allocs)
+	}
+}
