@@ -69,7 +69,7 @@ type serverOptions struct {
 	user       string // -u
 	lockMemory bool   // -k
 	coreDumps  bool   // -r
-	largePages bool   // -L (accepted; the Go runtime manages pages)
+	largePages bool   // -L (accepted; huge pages are the default, -o no_hugepages turns them off)
 
 	warnings []string // printed to stderr before starting
 
@@ -803,6 +803,8 @@ func (o *serverOptions) applySubopt(item, key, val string, hasVal bool) error {
 		}
 		// memcached 1.6.18's -h says kilobytes, but it reads bytes.
 		s.SlabChunkMax, o.chunkMaxSet = int(n), true
+	case "no_hugepages":
+		s.NoHugePages = true
 	case "no_chunked_items":
 		s.SlabChunkMax = 1 << 20 // the slab page size
 	case "track_sizes":

@@ -205,6 +205,11 @@ func TestServerFlags(t *testing.T) {
 					t.Errorf("got %+v", c)
 				}
 			}},
+		{"no huge pages", "-o no_hugepages", func(t *testing.T, o *serverOptions) {
+			if !o.cfg.Store.NoHugePages {
+				t.Errorf("got %+v", o.cfg.Store)
+			}
+		}},
 		{"lru percentages", "-o hot_lru_pct=30,warm_lru_pct=50", func(t *testing.T, o *serverOptions) {
 			if o.cfg.Store.HotLRUPct != 30 || o.cfg.Store.WarmLRUPct != 50 {
 				t.Errorf("got %+v", o.cfg.Store)

@@ -39,7 +39,8 @@ const serverHelp = `-p, --port=<num>          TCP port to listen on (default: 11
 -P, --pidfile=<file>      save PID in <file>
 -f, --slab-growth-factor=<num> chunk size growth factor (default: 1.25)
 -n, --slab-min-size=<bytes> min space used for key+value+flags (default: 48)
--L, --enable-largepages   accepted; the Go runtime manages memory pages
+-L, --enable-largepages   accepted; slab memory is on huge pages by default
+                          (see -o no_hugepages)
 -D <char>     Use <char> as the delimiter between key prefixes and IDs.
               This is used for per-prefix stats reporting. The default is
               ":" (colon). If this option is specified, stats collection
@@ -102,6 +103,8 @@ const serverHelp = `-p, --port=<num>          TCP port to listen on (default: 11
    - track_sizes:         enable dynamic reports for 'stats sizes' command.
    - no_hashexpand:       accepted and ignored
    - no_chunked_items:    slab_chunk_max becomes the page size
+   - no_hugepages:        (vbcache) do not ask for transparent huge pages for
+                          slab memory (default: asked for, as memcached's -L)
    - drop_privileges:     accepted and ignored (also its no_ form)
    - inline_ascii_resp:   accepted and ignored
    - sock_cookie_id:      accepted and ignored

@@ -36,6 +36,7 @@ type Config struct {
 	WarmLRUPct     int         // share of a class's items kept in WARM (40)
 	FlatLRU        bool        // -o no_modern / lru mode flat: one plain LRU per class
 	NoSlabReassign bool        // -o no_slab_reassign: pages never move between classes
+	NoHugePages    bool        // -o no_hugepages: slab memory is not advised MADV_HUGEPAGE (arena.go)
 	Shards         int         // number of index shards, a power of two (default 4×GOMAXPROCS rounded up, at least 16)
 	HashPower      int         // -o hashpower: log2 of initial index buckets over all shards (16)
 	Clock          clock.Clock // time source for expiry (clock.Real)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -565,5 +566,52 @@ func BenchmarkDropVBucket(b *testing.B) {
 		b.StopTimer()
 		fill(vb)
 		b.StartTimer()
+	}
+}
+
+// BenchmarkGetSpread reads a million 100-byte items in a scattered order,
+// so that nearly every lookup misses the CPU caches and the TLB: the cost
+// of the index and of the page layout, not of the code around them. The
+// sub-benchmarks compare slab pages on huge pages (the default) with
+// ordinary ones (-o no_hugepages).
+func BenchmarkGetSpread(b *testing.B) {
+	for _, noHuge := range []bool{false, true} {
+		name := "hugepages"
+		if noHuge {
+			name = "no_hugepages"
+		}
+		b.Run(name, func(b *testing.B) { benchGetSpread(b, noHuge) })
+	}
+}
+
+func benchGetSpread(b *testing.B, noHuge bool) {
+	const n = 1 << 20
+	s, err := New(Config{MaxBytes: 512 << 20, NoHugePages: noHuge})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(s.Close)
+	keys := make([][]byte, n)
+	val := make([]byte, 100)
+	var tx Tx
+	for i := range keys {
+		keys[i] = []byte(fmt.Sprintf("key:%07d", i))
+		s.Begin(&tx, keys[i])
+		if err := tx.Store(0, 0, 0, val, nil); err != nil {
+			b.Fatal(err)
+		}
+		tx.End()
+	}
+	var buf []byte
+	i := uint32(0)
+	b.ReportAllocs()
+	for b.Loop() {
+		i = i*1664525 + 1013904223 // an LCG with full period; its top 20 bits pick the key
+		if s.Begin(&tx, keys[i>>12]) != Hit {
+			b.Fatal("miss")
+		}
+		tx.Bump()
+		buf = append(buf[:0], tx.Value()...)
+		tx.End()
 	}
 }

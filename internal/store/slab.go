@@ -147,7 +147,12 @@ func (s *Store) newPageLocked(c *slabClass) bool {
 			s.dir[p>>groupBits] = new(pageGroup)
 		}
 	}
-	buf := make([]byte, c.pageSize)
+	var buf []byte
+	if c.pageSize == int64(s.arena.size) {
+		buf = s.arena.page()
+	} else {
+		buf = make([]byte, c.pageSize) // a large class's page
+	}
 	sl := s.slot(p)
 	sl.buf = buf
 	sl.base = unsafe.Pointer(unsafe.SliceData(buf))
@@ -163,6 +168,9 @@ func (s *Store) releasePage(p uint32) {
 	s.pageMu.Lock()
 	sl := s.slot(p)
 	s.malloced -= int64(len(sl.buf))
+	if len(sl.buf) == s.arena.size {
+		s.arena.release(sl.buf)
+	}
 	sl.buf, sl.base = nil, nil
 	s.freeSlots = append(s.freeSlots, p)
 	s.pageMu.Unlock()

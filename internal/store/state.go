@@ -46,10 +46,11 @@ type storeState struct {
 	maxPages  uint32
 	dir       []*pageGroup // fixed length; groups are allocated under pageMu
 
-	pageMu    sync.Mutex // protects limit, malloced, nextPage, freeSlots and slot allocation
+	pageMu    sync.Mutex // protects limit, malloced, nextPage, arena, freeSlots and slot allocation
 	limit     int64      // page budget in bytes (MaxBytes, or SetMemLimit's value)
 	malloced  int64      // bytes of pages currently held by classes
 	nextPage  uint32     // next never-used page number
+	arena     pageArena  // the standard-size pages' memory (arena.go)
 	freeSlots []uint32   // page numbers whose buffers were released
 
 	// LRU tuning (SetLRU); read under class locks and by Tx.Store.

@@ -166,6 +166,7 @@ func newStore(cfg Config) (*Store, error) {
 		sh.hits = make([]uint64, len(s.classes)*nSegs)
 	}
 	unmapTablesOnCleanup(s, s.shards)
+	s.arena = newPageArena(s, cfg.SlabPageSize, cfg.NoHugePages)
 
 	// Time: store time relStart is now.
 	s.base = cfg.Clock.Now().Unix() - relStart
