@@ -68,11 +68,16 @@ func (a *pageArena) page() []byte {
 	return p
 }
 
-// release takes back a page of a.size bytes that left its class. It is
-// zeroed, as a new page is: a class may take it up with another chunk
-// size, and nothing of the old layout may show through.
+// release takes back a page of a.size bytes that left its class (for a
+// class of another page size, whose pages are not the arena's). Its memory
+// goes back to the kernel (MADV_DONTNEED), so the page costs nothing until
+// it is reused, and then reads as zeros, as a new page does: a class may
+// take it up with another chunk size, and nothing of the old layout may
+// show through.
 func (a *pageArena) release(p []byte) {
-	clear(p)
+	if len(p)%4096 != 0 || syscall.Madvise(p, syscall.MADV_DONTNEED) != nil {
+		clear(p)
+	}
 	a.free = append(a.free, p)
 }
 
