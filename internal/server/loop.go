@@ -364,10 +364,11 @@ func (l *loop) lookup(fd int) *conn {
 // wait for sysmon to take it back, up to 10 ms on an idle node. ok is
 // false once the set is closed.
 func (l *loop) wait(block bool) (n int, ok bool) {
-	n = l.poll(l.evs)
-	if n > 0 || !block {
-		return n, true
+	if !block {
+		return l.poll(l.evs), true
 	}
+	// RawConn.Read calls ready before it parks: no poll of our own first,
+	// or an idle loop would poll twice before parking.
 	if l.idle > 0 {
 		l.ep.SetReadDeadline(time.Now().Add(l.sweepEvery))
 	}
