@@ -44,6 +44,7 @@ type conn struct {
 	spare    []byte     // the buffer being written, for reuse
 	writing  bool       // a goroutine is in nc.Write
 	q        opQueue    // ops sent, awaiting responses, in order
+	dead     []*op      // asynchronous ops failLocked failed, for unlock to complete
 	err      error      // first failure; conn unusable once set
 	deadline time.Time  // the read deadline currently armed (zero: none)
 
@@ -122,7 +123,7 @@ func (cn *conn) send(o *op) error {
 		}
 	}
 	cn.writing = false
-	cn.mu.Unlock()
+	cn.unlock()
 	return nil
 }
 
@@ -175,6 +176,21 @@ func (cn *conn) failLocked(err error) {
 		o := cn.q.pop()
 		cn.inflight.Add(-1)
 		o.err = err
+		if o.cb != nil {
+			cn.dead = append(cn.dead, o) // for unlock: not under mu
+			continue
+		}
+		o.complete()
+	}
+}
+
+// unlock releases mu, then completes the asynchronous ops a failure left
+// in dead: a Completion does not run under mu.
+func (cn *conn) unlock() {
+	dead := cn.dead
+	cn.dead = nil
+	cn.mu.Unlock()
+	for _, o := range dead {
 		o.complete()
 	}
 }
@@ -182,7 +198,7 @@ func (cn *conn) failLocked(err error) {
 func (cn *conn) fail(err error) {
 	cn.mu.Lock()
 	cn.failLocked(err)
-	cn.mu.Unlock()
+	cn.unlock()
 }
 
 // close shuts the conn down and waits for its reader.

@@ -79,6 +79,8 @@ type op struct {
 	body    []byte   // opConfig: the config JSON; NOT_MY_VBUCKET: its body
 	refused []int    // opMulti: indices in keys answered NOT_MY_VBUCKET
 
+	asyncFields // an asynchronous op's (async.go)
+
 	state atomic.Uint32
 	done  chan struct{} // receives once when the op completes
 }
@@ -115,8 +117,13 @@ func putOp(o *op) {
 	opPool.Put(o)
 }
 
-// complete hands o to its waiter, or recycles it if the waiter left.
+// complete hands o to its waiter, or recycles it if the waiter left; an
+// asynchronous op goes to its Completion.
 func (o *op) complete() {
+	if o.cb != nil {
+		o.finishAsync()
+		return
+	}
 	if o.state.CompareAndSwap(opWaiting, opDone) {
 		o.done <- struct{}{}
 		return

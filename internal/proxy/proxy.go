@@ -56,6 +56,7 @@ type counters struct {
 	deleteHits, deleteMisses, incrHits, incrMisses, decrHits, decrMisses atomic.Int64
 	casHits, casMisses, casBadval, cmdFlush, bytesRead, bytesWritten     atomic.Int64
 	upstreamErrors                                                       atomic.Int64
+	fastPath                                                             atomic.Int64 // requests answered by Complete (async.go)
 }
 
 // New builds a proxy for cfg and connects its upstream (a cluster's
@@ -108,8 +109,10 @@ func (p *Proxy) Serve(ln net.Listener) error {
 			}
 			return err
 		}
-		c := &conn{p: p, nc: nc, rbuf: make([]byte, readBufSize), raw: rawio.Conn(nc)}
+		c := &conn{p: p, nc: nc, rbuf: make([]byte, readBufSize), raw: rawio.Conn(nc), rawFD: -1}
 		c.rawFn = c.rawStep
+		c.async.done = make(chan struct{}, 1)
+		c.async.writeFn = c.writeAsync
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
@@ -192,6 +195,7 @@ type conn struct {
 	raw    syscall.RawConn
 	rawFn  func(fd uintptr) bool
 	rawErr error
+	rawFD  int    // the raw socket's descriptor while rawStep serves it, else -1
 	rbuf   []byte // unread input is rbuf[r:w]
 	r, w   int
 	out    []byte
@@ -203,8 +207,9 @@ type conn struct {
 	swallow int
 	keyBuf  [512]byte
 
-	rc   reqCtx        // the upstream requests' context
-	item memcache.Item // a storage command's item, reused
+	rc    reqCtx        // the upstream requests' context
+	item  memcache.Item // a storage command's item, reused
+	async asyncReq      // the request on the fast path (async.go)
 
 	// Scratch space of multi-key gets, reused from request to request.
 	keys   []string   // the keys, substrings of one string
@@ -225,6 +230,7 @@ type hit struct {
 func (c *conn) serve() {
 	defer c.p.wg.Done()
 	defer func() {
+		c.settle() // Complete may still write to the socket
 		c.rc.stop()
 		c.nc.Close()
 		c.p.mu.Lock()
@@ -276,6 +282,7 @@ func (c *conn) serveRaw() {
 
 // rawStep is serveRaw's callback: true leaves the poller's loop.
 func (c *conn) rawStep(fd uintptr) bool {
+	c.rawFD = int(fd)
 	for {
 		buf := c.rbuf[c.w:]
 		n, wait, err := rawio.Fill(fd, buf)
@@ -360,6 +367,12 @@ func (c *conn) resetOut() {
 // bytes from c.r the next request needs when that is known.
 func (c *conn) processInput() (need int) {
 	for !c.close {
+		if c.async.inflight {
+			if c.r == c.w {
+				return 0 // its reply will be written by Complete
+			}
+			c.settle()
+		}
 		if c.swallow > 0 {
 			n := min(c.swallow, c.w-c.r)
 			c.r += n

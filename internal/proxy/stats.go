@@ -63,6 +63,7 @@ func (p *Proxy) statLines() [][2]string {
 		{"proxy_upstream", mode},
 		{"proxy_reloads", i(c.reloads.Load())},
 		{"proxy_reload_errors", i(c.reloadErrors.Load())},
+		{"proxy_fast_path", i(c.fastPath.Load())},
 	}
 	if u.cluster {
 		e, r := u.mc.ConfigRevision()

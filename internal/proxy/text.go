@@ -62,11 +62,17 @@ func (c *conn) dispatch(line, rest []byte) (used, more int) {
 	}
 	switch string(cmd) {
 	case "get", "bget":
+		if n == 3 && t.Rest == nil && c.startGetAsync(t.T[1], false) {
+			return 0, 0
+		}
 		if n >= 3 {
 			c.get(false, false)
 			return 0, 0
 		}
 	case "gets":
+		if n == 3 && t.Rest == nil && c.startGetAsync(t.T[1], true) {
+			return 0, 0
+		}
 		if n >= 3 {
 			c.get(true, false)
 			return 0, 0
@@ -398,6 +404,9 @@ func (c *conn) update(verb string, rest []byte) (used, more int) {
 	}
 	c.item = memcache.Item{Key: string(key), Value: data[:n-2], Flags: flags, Expiration: exp, CasID: casID}
 	it := &c.item // the client encodes it during the call: reused
+	if (verb == "set" || verb == "add" || verb == "replace") && c.startStoreAsync(verb, it) {
+		return n, 0
+	}
 	u := c.p.acquire()
 	defer u.release()
 	err := u.callOnce(&c.rc, it.Key, verb != "set" && verb != "replace", func(ctx context.Context) error {

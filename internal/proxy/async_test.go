@@ -1,0 +1,184 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// statValue reads one general stat of the proxy over a fresh connection.
+func statValue(t *testing.T, addr, name string) int64 {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	io.WriteString(nc, "stats\r\n")
+	r := bufio.NewReader(nc)
+	for {
+		l, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("stats: %v", err)
+		}
+		if l == "END\r\n" {
+			t.Fatalf("no stat %s", name)
+		}
+		if f := strings.Fields(l); len(f) == 3 && f[1] == name {
+			n, _ := strconv.ParseInt(f[2], 10, 64)
+			return n
+		}
+	}
+}
+
+// TestFastPathKeepsOrder: one pipelined write mixing requests the fast
+// path serves (single-key get, gets, set, add, replace, noreply) with ones
+// it leaves to the plain path (multi-get, delete, incr, version, a key too
+// long) is answered in request order, with memcached's replies.
+func TestFastPathKeepsOrder(t *testing.T) {
+	_, addr := startProxy(t, "upstream", 2)
+	script := []struct{ req, reply string }{
+		{"set o:a 5 0 3\r\nabc\r\n", "STORED\r\n"},
+		{"get o:a\r\n", "VALUE o:a 5 3\r\nabc\r\nEND\r\n"},
+		{"get o:missing\r\n", "END\r\n"},
+		{"set o:b 0 0 1 noreply\r\nx\r\n", ""},
+		{"get o:b\r\n", "VALUE o:b 0 1\r\nx\r\nEND\r\n"},
+		{"get o:a o:b o:missing\r\n", "VALUE o:a 5 3\r\nabc\r\nVALUE o:b 0 1\r\nx\r\nEND\r\n"},
+		{"add o:a 0 0 1\r\nz\r\n", "NOT_STORED\r\n"},
+		{"replace o:none 0 0 1\r\nz\r\n", "NOT_STORED\r\n"},
+		{"version\r\n", "VERSION vbcache-proxy\r\n"},
+		{"set o:n 0 0 1\r\n7\r\n", "STORED\r\n"},
+		{"incr o:n 5\r\n", "12\r\n"},
+		{"get o:n\r\n", "VALUE o:n 0 2\r\n12\r\nEND\r\n"},
+		{"delete o:n\r\n", "DELETED\r\n"},
+		{"get o:n\r\n", "END\r\n"},
+		{"get " + strings.Repeat("k", 251) + "\r\n", "CLIENT_ERROR bad command line format\r\n"},
+		{"replace o:a 9 0 2\r\nzz\r\n", "STORED\r\n"},
+		{"get o:a\r\n", "VALUE o:a 9 2\r\nzz\r\nEND\r\n"},
+	}
+	var req, want strings.Builder
+	for _, s := range script {
+		req.WriteString(s.req)
+		want.WriteString(s.reply)
+	}
+	before := statValue(t, addr, "proxy_fast_path")
+	for round := range 20 {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(nc, req.String()); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, want.Len())
+		if _, err := io.ReadFull(nc, got); err != nil {
+			t.Fatalf("round %d: %v after %q", round, err, got)
+		}
+		nc.Close()
+		if string(got) != want.String() {
+			t.Fatalf("round %d:\n got %q\nwant %q", round, got, want.String())
+		}
+	}
+	// 12 of the 17 requests take the fast path.
+	if n := statValue(t, addr, "proxy_fast_path") - before; n != 20*12 {
+		t.Errorf("fast path served %d requests, want %d", n, 20*12)
+	}
+}
+
+// TestFastPathSlowReader: replies the client's socket does not take at
+// once (a client that sends all its gets of a big value before reading)
+// are finished by the client's goroutine, in order and whole.
+func TestFastPathSlowReader(t *testing.T) {
+	_, addr := startProxy(t, "upstream", 1)
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(30 * time.Second))
+	big := bytes.Repeat([]byte("0123456789abcdef"), 400<<10/16)
+	fmt.Fprintf(nc, "set big 0 0 %d\r\n%s\r\n", len(big), big)
+	r := bufio.NewReader(nc)
+	if l, err := r.ReadString('\n'); l != "STORED\r\n" {
+		t.Fatalf("set: %q %v", l, err)
+	}
+	const gets = 40 // 16 MB of replies: far more than the socket buffers
+	go io.WriteString(nc, strings.Repeat("get big\r\n", gets))
+	head := fmt.Sprintf("VALUE big 0 %d\r\n", len(big))
+	for i := range gets {
+		l, err := r.ReadString('\n')
+		if err != nil || l != head {
+			t.Fatalf("get %d: %q %v", i, l, err)
+		}
+		v := make([]byte, len(big)+len("\r\nEND\r\n"))
+		if _, err := io.ReadFull(r, v); err != nil {
+			t.Fatalf("get %d: %v", i, err)
+		}
+		if !bytes.Equal(v[:len(big)], big) || string(v[len(big):]) != "\r\nEND\r\n" {
+			t.Fatalf("get %d: wrong value", i)
+		}
+	}
+}
+
+// TestFastPathClientsLeave: clients that close with a request in flight
+// (before, during and after its answer) leave the proxy serving everyone
+// else correctly.
+func TestFastPathClientsLeave(t *testing.T) {
+	p, addr := startProxy(t, "upstream", 2)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range 50 {
+				nc, err := net.Dial("tcp", addr)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				fmt.Fprintf(nc, "set leave:%d:%d 0 0 1\r\nx\r\nget leave:%d:%d\r\n", i, j, i, j)
+				nc.Close()
+			}
+		}()
+	}
+	// Meanwhile a steady client checks its answers.
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(20 * time.Second))
+	r := bufio.NewReader(nc)
+	for i := range 500 {
+		fmt.Fprintf(nc, "set steady 0 0 %d\r\n%d\r\nget steady\r\n", len(strconv.Itoa(i)), i)
+		want := fmt.Sprintf("STORED\r\nVALUE steady 0 %d\r\n%d\r\nEND\r\n", len(strconv.Itoa(i)), i)
+		got := make([]byte, len(want))
+		if _, err := io.ReadFull(r, got); err != nil || string(got) != want {
+			t.Fatalf("steady %d: %q %v", i, got, err)
+		}
+	}
+	wg.Wait()
+	// Every connection is gone, with its request settled.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p.mu.Lock()
+		n := len(p.conns)
+		p.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections left", n)
+		}
+		runtime.Gosched()
+	}
+}

@@ -1,0 +1,106 @@
+package memcache
+
+import (
+	"context"
+	"net"
+)
+
+// A Completion receives the outcome of a request started without waiting
+// (GetAsync, StoreAsync).
+//
+// Complete is called exactly once per started request, with the item of
+// a get's hit (nil otherwise: a miss comes as ErrCacheMiss) and the error,
+// as GetContext and the store methods would return them. It runs on the
+// goroutine that reads the server's connection, in the order the server
+// answers, so it must not block: the next answers of that connection wait
+// for it. It must not start another request of the client either.
+type Completion interface {
+	Complete(it *Item, err error)
+}
+
+// GetAsync starts a get of key and returns without waiting for the
+// answer, which h receives. It reports false, and h is not called, when
+// it sent nothing: for a cluster client (whose requests may need retries
+// after a new map), an illegal key, no server, or a server it could not
+// connect to. The caller then uses GetContext, which also moves the key to
+// another server where the selector says so.
+//
+// Asynchronous requests spare the caller a goroutine switch per request:
+// a proxy answers its client from Complete, on the reader's goroutine,
+// instead of waking the goroutine that read the client's request.
+func (c *Client) GetAsync(key string, h Completion) bool {
+	o := getOp(opGet)
+	o.key = key
+	return c.startAsync(key, o, h)
+}
+
+// StoreAsync starts a set (or add or replace) of item and returns without
+// waiting; see GetAsync. item's Key and Value are encoded before
+// StoreAsync returns, but item itself must stay unchanged until h.Complete
+// (a binary answer fills in its CasID). verb is "set", "add" or "replace";
+// other verbs report false.
+func (c *Client) StoreAsync(verb string, item *Item, h Completion) bool {
+	var v storeVerb
+	switch verb {
+	case "set":
+		v = verbSet
+	case "add":
+		v = verbAdd
+	case "replace":
+		v = verbReplace
+	default:
+		return false
+	}
+	o := getOp(opStore)
+	o.verb = v
+	o.item = item
+	return c.startAsync(item.Key, o, h)
+}
+
+// startAsync sends o, whose outcome goes to h, or recycles it and reports
+// false when it could not.
+func (c *Client) startAsync(key string, o *op, h Completion) bool {
+	if c.cl != nil {
+		putOp(o)
+		return false
+	}
+	addr, err := c.pick(key, o)
+	if err != nil {
+		putOp(o)
+		return false
+	}
+	cn, err := c.pool(addr).get(context.Background(), c)
+	if err != nil {
+		putOp(o)
+		return false
+	}
+	o.cb, o.client, o.addr = h, c, addr
+	if err := cn.send(o); err != nil {
+		// Not queued: the conn had failed before o got in.
+		o.err = err
+		o.finishAsync()
+	}
+	return true
+}
+
+// finishAsync ends an asynchronous op: the selector hears how it went, o
+// goes back to the pool, and its Completion gets the outcome.
+func (o *op) finishAsync() {
+	h, c, addr, err := o.cb, o.client, o.addr, o.err
+	var it *Item
+	if o.kind == opGet && err == nil {
+		it = o.item
+	}
+	putOp(o)
+	c.report(addr, err)
+	h.Complete(it, err)
+}
+
+// asyncFields are an op's fields for asynchronous requests (embedded in
+// op): cb receives the outcome instead of a waiter; client and addr are
+// for the health report.
+type asyncFields struct {
+	cb     Completion
+	client *Client
+	addr   net.Addr
+}

@@ -1,0 +1,137 @@
+package memcache
+
+import (
+	"errors"
+	"net"
+	"testing"
+	"time"
+)
+
+// outcome is a Completion that hands each outcome to the test.
+type outcome chan result
+
+type result struct {
+	it  *Item
+	err error
+}
+
+func (o outcome) Complete(it *Item, err error) { o <- result{it, err} }
+
+func (o outcome) next(t *testing.T) result {
+	t.Helper()
+	select {
+	case r := <-o:
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("no completion")
+		return result{}
+	}
+}
+
+func TestAsyncRequests(t *testing.T) {
+	addr := startNode(t)
+	for name, proto := range map[string]Protocol{"text": Text, "binary": Binary} {
+		t.Run(name, func(t *testing.T) {
+			checkGoroutines(t)
+			c := New(addr)
+			c.Protocol = proto
+			defer c.Close()
+			h := make(outcome, 1)
+			key := "async:" + name
+			it := &Item{Key: key, Value: []byte("hello"), Flags: 7}
+			if !c.StoreAsync("set", it, h) {
+				t.Fatal("set not started")
+			}
+			if r := h.next(t); r.err != nil || r.it != nil {
+				t.Fatalf("set: %+v", r)
+			}
+			if !c.GetAsync(key, h) {
+				t.Fatal("get not started")
+			}
+			if r := h.next(t); r.err != nil || string(r.it.Value) != "hello" || r.it.Flags != 7 || r.it.CasID == 0 {
+				t.Fatalf("get: %+v", r)
+			}
+			c.GetAsync(key+":none", h)
+			if r := h.next(t); !errors.Is(r.err, ErrCacheMiss) || r.it != nil {
+				t.Fatalf("get miss: %+v", r)
+			}
+			c.StoreAsync("add", &Item{Key: key, Value: []byte("x")}, h)
+			if r := h.next(t); !errors.Is(r.err, ErrNotStored) {
+				t.Fatalf("add: %+v", r)
+			}
+			c.StoreAsync("replace", &Item{Key: key + ":none", Value: []byte("x")}, h)
+			if r := h.next(t); !errors.Is(r.err, ErrNotStored) {
+				t.Fatalf("replace: %+v", r)
+			}
+			// Not sent: the caller takes the waiting path.
+			if c.StoreAsync("cas", it, h) || c.StoreAsync("append", it, h) || c.GetAsync("bad key", h) {
+				t.Fatal("started a request GetAsync/StoreAsync does not send")
+			}
+			select {
+			case r := <-h:
+				t.Fatalf("completion for a request not sent: %+v", r)
+			default:
+			}
+		})
+	}
+}
+
+// TestAsyncFailure: requests in flight on a connection that fails (the
+// server closes it, or does not answer within Timeout) complete with the
+// error, every one of them.
+func TestAsyncFailure(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 4)
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- nc
+		}
+	}()
+	c := New(ln.Addr().String())
+	c.Timeout = 200 * time.Millisecond
+	c.MaxConns = 1
+	defer c.Close()
+	h := make(outcome, 8)
+
+	// The server closes the connection with three requests in flight.
+	for i := range 3 {
+		if !c.GetAsync("k"+string(rune('a'+i)), h) {
+			t.Fatal("not started")
+		}
+	}
+	nc := <-accepted
+	nc.Close()
+	for range 3 {
+		if r := h.next(t); r.err == nil || r.it != nil {
+			t.Fatalf("got %+v, want an error", r)
+		}
+	}
+
+	// The server says nothing: the requests time out.
+	c.GetAsync("late", h)
+	nc = <-accepted
+	defer nc.Close()
+	r := h.next(t)
+	var ne net.Error
+	if !errors.As(r.err, &ne) || !ne.Timeout() {
+		t.Fatalf("got %+v, want a timeout", r)
+	}
+}
+
+// TestAsyncCluster: a cluster client sends nothing asynchronously (its
+// requests may need retries after a new map).
+func TestAsyncCluster(t *testing.T) {
+	c := &Client{cl: &cluster{}}
+	h := make(outcome, 1)
+	if c.GetAsync("k", h) || c.StoreAsync("set", &Item{Key: "k"}, h) {
+		t.Fatal("a cluster client started an asynchronous request")
+	}
+}
