@@ -13,7 +13,7 @@ import (
 // as GetContext and the store methods would return them. It runs on the
 // goroutine that reads the server's connection, in the order the server
 // answers, so it must not block: the next answers of that connection wait
-// for it. It must not start another request of the client either.
+// for it. It may start other requests (no lock of the client is held).
 type Completion interface {
 	Complete(it *Item, err error)
 }

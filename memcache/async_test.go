@@ -2,6 +2,7 @@ package memcache
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -133,5 +134,45 @@ func TestAsyncCluster(t *testing.T) {
 	h := make(outcome, 1)
 	if c.GetAsync("k", h) || c.StoreAsync("set", &Item{Key: "k"}, h) {
 		t.Fatal("a cluster client started an asynchronous request")
+	}
+}
+
+// chain is a Completion that starts the next get from Complete itself.
+type chain struct {
+	c    *Client
+	left int
+	done chan error
+}
+
+func (ch *chain) Complete(it *Item, err error) {
+	if err != nil || string(it.Value) != "v" {
+		ch.done <- fmt.Errorf("get: %v %v", it, err)
+		return
+	}
+	if ch.left--; ch.left == 0 {
+		ch.done <- nil
+		return
+	}
+	if !ch.c.GetAsync("chained", ch) {
+		ch.done <- errors.New("not started")
+	}
+}
+
+// TestAsyncChained: a Completion may start the client's next request.
+func TestAsyncChained(t *testing.T) {
+	c := New(startNode(t))
+	defer c.Close()
+	if err := c.Set(&Item{Key: "chained", Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	ch := &chain{c: c, left: 100, done: make(chan error, 1)}
+	c.GetAsync("chained", ch)
+	select {
+	case err := <-ch.done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("stuck with %d gets left", ch.left)
 	}
 }
