@@ -10,7 +10,8 @@ import (
 //
 // Complete is called exactly once per started request, with the item of
 // a get's hit (nil otherwise: a miss comes as ErrCacheMiss) and the error,
-// as GetContext and the store methods would return them. It runs on the
+// as GetContext and the store methods would return them. The item and its
+// Value are the client's, reused once Complete returns: copy what is kept. It runs on the
 // goroutine that reads the server's connection, in the order the server
 // answers, so it must not block: the next answers of that connection wait
 // for it. It may start other requests (no lock of the client is held).
@@ -89,11 +90,11 @@ func (o *op) finishAsync() {
 	h, c, addr, err := o.cb, o.client, o.addr, o.err
 	var it *Item
 	if o.kind == opGet && err == nil {
-		it = o.item
+		it = o.item // o's own (setItem): o goes back to the pool after Complete
 	}
-	putOp(o)
 	c.report(addr, err)
 	h.Complete(it, err)
+	putOp(o)
 }
 
 // asyncFields are an op's fields for asynchronous requests (embedded in
@@ -103,4 +104,5 @@ type asyncFields struct {
 	cb     Completion
 	client *Client
 	addr   net.Addr
+	own    Item // a get's hit, lent to Complete (setItem)
 }

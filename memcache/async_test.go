@@ -16,7 +16,15 @@ type result struct {
 	err error
 }
 
-func (o outcome) Complete(it *Item, err error) { o <- result{it, err} }
+// Complete copies the item: it is the client's once Complete returns.
+func (o outcome) Complete(it *Item, err error) {
+	if it != nil {
+		c := *it
+		c.Value = append([]byte(nil), it.Value...)
+		it = &c
+	}
+	o <- result{it, err}
+}
 
 func (o outcome) next(t *testing.T) result {
 	t.Helper()

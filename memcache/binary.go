@@ -253,9 +253,7 @@ func (o *op) binaryAnswer(status uint16, extras, value []byte, cas uint64) error
 		if len(extras) < 4 {
 			return badResponse("get reply without flags", extras)
 		}
-		v := make([]byte, len(value))
-		copy(v, value)
-		o.item = &Item{Key: o.key, Value: v, Flags: binary.BigEndian.Uint32(extras), CasID: cas}
+		o.setItem(binary.BigEndian.Uint32(extras), cas, value)
 	case opIncr, opDecr:
 		if len(value) != 8 {
 			return badResponse("incr/decr reply", value)

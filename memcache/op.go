@@ -395,6 +395,23 @@ func (o *op) parseTextValues(b []byte) (int, bool, error) {
 	}
 }
 
+// setItem stores a single-key get's hit. A waiter gets an Item of its
+// own; an asynchronous op's Completion gets the op's own Item over the
+// op's arena, valid until Complete returns (finishAsync), so that the
+// hit costs no allocation.
+func (o *op) setItem(flags uint32, cas uint64, data []byte) {
+	if o.cb != nil {
+		o.arena = append(o.arena[:0], data...)
+		o.scratch = true
+		o.own = Item{Key: o.key, Value: o.arena, Flags: flags, CasID: cas}
+		o.item = &o.own
+		return
+	}
+	v := make([]byte, len(data))
+	copy(v, data)
+	o.item = &Item{Key: o.key, Value: v, Flags: flags, CasID: cas}
+}
+
 // gotValue stores one hit.
 func (o *op) gotValue(key []byte, flags uint32, cas uint64, data []byte) error {
 	if o.kind != opMulti {
@@ -402,9 +419,7 @@ func (o *op) gotValue(key []byte, flags uint32, cas uint64, data []byte) error {
 			return badResponse("reply for another key", key)
 		}
 		o.got = true
-		v := make([]byte, len(data))
-		copy(v, data)
-		o.item = &Item{Key: o.key, Value: v, Flags: flags, CasID: cas}
+		o.setItem(flags, cas, data)
 		return nil
 	}
 	k, ok := o.matchKey(key)

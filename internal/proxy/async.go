@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"time"
+	"unsafe"
 
 	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/rawio"
@@ -49,7 +50,8 @@ type asyncReq struct {
 	store   bool   // a storage command (else a get)
 	withCAS bool   // gets
 	noreply bool   // storage: no reply
-	key     string // the get's key
+	key     string // the request's key: a view of keyBuf, which stays put until Complete
+	keyBuf  []byte
 	item    memcache.Item
 
 	out     []byte             // Complete's reply; after it, what the socket did not take
@@ -69,7 +71,7 @@ func (c *conn) startGetAsync(key []byte, withCAS bool) bool {
 		return false
 	}
 	a.store, a.withCAS, a.noreply = false, withCAS, false
-	a.key = string(key)
+	a.setKey(key)
 	a.u, a.st, a.start = u, u.statOf(a.key), time.Now()
 	a.inflight = true
 	if !u.mc.GetAsync(a.key, c) {
@@ -79,9 +81,17 @@ func (c *conn) startGetAsync(key []byte, withCAS bool) bool {
 	return true
 }
 
-// startStoreAsync tries the fast path for set, add and replace of it,
-// whose Value the client encodes before StoreAsync returns.
-func (c *conn) startStoreAsync(verb string, it *memcache.Item) bool {
+// setKey makes a.key a copy of key without allocating: keyBuf is written
+// only here, while no request is in flight, so the view stays valid for
+// as long as the client holds it (its op is recycled after Complete).
+func (a *asyncReq) setKey(key []byte) {
+	a.keyBuf = append(a.keyBuf[:0], key...)
+	a.key = unsafe.String(unsafe.SliceData(a.keyBuf), len(a.keyBuf))
+}
+
+// startStoreAsync tries the fast path for set, add and replace of key
+// with value, which the client encodes before StoreAsync returns.
+func (c *conn) startStoreAsync(verb string, key, value []byte, flags uint32, exp int32) bool {
 	if !c.asyncReady() {
 		return false
 	}
@@ -92,8 +102,9 @@ func (c *conn) startStoreAsync(verb string, it *memcache.Item) bool {
 		return false
 	}
 	a.store, a.withCAS, a.noreply = true, false, c.noreply
-	a.item = *it
-	a.u, a.st, a.start = u, u.statOf(it.Key), time.Now()
+	a.setKey(key)
+	a.item = memcache.Item{Key: a.key, Value: value, Flags: flags, Expiration: exp}
+	a.u, a.st, a.start = u, u.statOf(a.key), time.Now()
 	a.inflight = true
 	if !u.mc.StoreAsync(verb, &a.item, c) {
 		a.item = memcache.Item{}

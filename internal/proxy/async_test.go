@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -180,5 +181,62 @@ func TestFastPathClientsLeave(t *testing.T) {
 			t.Fatalf("%d connections left", n)
 		}
 		runtime.Gosched()
+	}
+}
+
+// TestFastPathDoesNotAllocate: a get and a set on the fast path, from the
+// client's request to its reply, allocate nothing in the proxy (the
+// client drives a blocking socket with raw system calls; memcached is
+// another process).
+func TestFastPathDoesNotAllocate(t *testing.T) {
+	_, addr := startProxy(t, "upstream", 2)
+	ta, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	sa := &syscall.SockaddrInet4{Port: ta.Port}
+	copy(sa.Addr[:], ta.IP.To4())
+	if err := syscall.Connect(fd, sa); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 256)
+	var bad error
+	roundTrip := func(req []byte, want string) func() {
+		return func() {
+			if _, err := syscall.Write(fd, req); err != nil {
+				bad = err
+				return
+			}
+			n := 0
+			for n < len(want) {
+				m, err := syscall.Read(fd, buf[n:])
+				if err != nil || m <= 0 {
+					bad = fmt.Errorf("read: %d, %v", m, err)
+					return
+				}
+				n += m
+			}
+			if string(buf[:n]) != want {
+				bad = fmt.Errorf("reply %q, want %q", buf[:n], want)
+			}
+		}
+	}
+	set := roundTrip([]byte("set alloc 3 0 5\r\nhello\r\n"), "STORED\r\n")
+	get := roundTrip([]byte("get alloc\r\n"), "VALUE alloc 3 5\r\nhello\r\nEND\r\n")
+	set() // connections and buffers
+	get()
+	for name, f := range map[string]func(){"set": set, "get": get} {
+		allocs := testing.AllocsPerRun(2000, f)
+		if bad != nil {
+			t.Fatal(bad)
+		}
+		if allocs != 0 {
+			t.Errorf("a %s through the proxy allocates %.2f times", name, allocs)
+		}
 	}
 }

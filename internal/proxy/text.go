@@ -402,11 +402,11 @@ func (c *conn) update(verb string, rest []byte) (used, more int) {
 		c.reply("CLIENT_ERROR bad data chunk")
 		return n, 0
 	}
-	c.item = memcache.Item{Key: string(key), Value: data[:n-2], Flags: flags, Expiration: exp, CasID: casID}
-	it := &c.item // the client encodes it during the call: reused
-	if (verb == "set" || verb == "add" || verb == "replace") && c.startStoreAsync(verb, it) {
+	if (verb == "set" || verb == "add" || verb == "replace") && c.startStoreAsync(verb, key, data[:n-2], flags, exp) {
 		return n, 0
 	}
+	c.item = memcache.Item{Key: string(key), Value: data[:n-2], Flags: flags, Expiration: exp, CasID: casID}
+	it := &c.item // the client encodes it during the call: reused
 	u := c.p.acquire()
 	defer u.release()
 	err := u.callOnce(&c.rc, it.Key, verb != "set" && verb != "replace", func(ctx context.Context) error {
