@@ -19,7 +19,11 @@
 // Client.MaxConns) only when every open one already has several requests
 // waiting. GetMulti groups the keys by server, sends every server its
 // share before waiting for any, and so runs the servers in parallel
-// without starting a goroutine.
+// without starting a goroutine. GetAsync and StoreAsync send without
+// waiting: the reader goroutine hands the outcome to a Completion instead
+// of waking a caller (a proxy writes its client's reply from there). They
+// make one attempt on one server and are refused by cluster clients,
+// whose requests may need retries after a new map (async.go).
 //
 // # Memory
 //

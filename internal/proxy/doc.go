@@ -17,12 +17,22 @@
 // multi-key get is split by server and sent to all of them before any
 // answer is awaited (Client.GetMultiFunc); the values are gathered in the
 // connection's scratch buffer and written in the order of the request's
-// keys. Per request, the hot path allocates only the key string (and, for
-// a single-key get, the client's Item and Value): the storage Item, the
-// multi-get buffers and the request context are the connection's and are
-// reused. Requests of one connection share one deadline context, renewed
+// keys. Requests of one connection share one deadline context, renewed
 // when it is an eighth of Config.Timeout older than a fresh one would be,
 // so each request gets between 7/8 of the timeout and all of it.
+//
+// # The fast path
+//
+// Single-key text get, gets, set, add and replace over a pool do not wait
+// on the client's goroutine (async.go): it sends the request with
+// memcache's GetAsync or StoreAsync and goes back to its socket, and the
+// upstream connection's reader goroutine writes the reply to the client
+// (conn.Complete), sparing the two goroutine switches of a request that
+// waits. One such request is in flight per connection and it leaves only
+// once the earlier replies are written, so replies keep their order. The
+// fast path allocates nothing per request (TestFastPathDoesNotAllocate);
+// the plain path allocates the key string and, for a single-key get, the
+// client's Item and Value.
 //
 // # Upstreams
 //
