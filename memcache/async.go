@@ -37,19 +37,12 @@ func (c *Client) GetAsync(key string, h Completion) bool {
 
 // StoreAsync starts a set (or add or replace) of item and returns without
 // waiting; see GetAsync. item's Key and Value are encoded before
-// StoreAsync returns, but item itself must stay unchanged until h.Complete
-// (a binary answer fills in its CasID). verb is "set", "add" or "replace";
+// StoreAsync returns, but item itself must stay unchanged until
+// h.Complete. verb is "set", "add" or "replace";
 // other verbs report false.
 func (c *Client) StoreAsync(verb string, item *Item, h Completion) bool {
-	var v storeVerb
-	switch verb {
-	case "set":
-		v = verbSet
-	case "add":
-		v = verbAdd
-	case "replace":
-		v = verbReplace
-	default:
+	v, ok := storeVerbOf(verb)
+	if !ok || (v != verbSet && v != verbAdd && v != verbReplace) {
 		return false
 	}
 	o := getOp(opStore)

@@ -1,6 +1,7 @@
 package memcache
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -38,10 +39,10 @@ func (o outcome) next(t *testing.T) result {
 }
 
 func TestAsyncRequests(t *testing.T) {
+	checkGoroutines(t) // first: its check runs after the node's cleanup
 	addr := startNode(t)
 	for name, proto := range map[string]Protocol{"text": Text, "binary": Binary} {
 		t.Run(name, func(t *testing.T) {
-			checkGoroutines(t)
 			c := New(addr)
 			c.Protocol = proto
 			defer c.Close()
@@ -182,5 +183,53 @@ func TestAsyncChained(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatalf("stuck with %d gets left", ch.left)
+	}
+}
+
+// TestStoreContext: over the binary protocol a store returns the item's
+// new CAS (the one a gets then returns); over text, 0. The item is left
+// as it was either way.
+func TestStoreContext(t *testing.T) {
+	addr := startNode(t)
+	ctx := context.Background()
+	for name, proto := range map[string]Protocol{"text": Text, "binary": Binary} {
+		t.Run(name, func(t *testing.T) {
+			c := New(addr)
+			c.Protocol = proto
+			defer c.Close()
+			key := "storecas:" + name
+			for _, verb := range []string{"set", "replace", "append", "prepend", "cas"} {
+				it := &Item{Key: key, Value: []byte("a")}
+				if verb == "cas" {
+					g, err := c.Get(key)
+					if err != nil {
+						t.Fatal(err)
+					}
+					it.CasID = g.CasID
+				}
+				before := *it
+				cas, err := c.StoreContext(ctx, verb, it)
+				if err != nil {
+					t.Fatalf("%s: %v", verb, err)
+				}
+				got, err := c.Get(key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := uint64(0)
+				if proto == Binary {
+					want = got.CasID
+				}
+				if cas != want {
+					t.Errorf("%s: CAS %d, want %d", verb, cas, want)
+				}
+				if it.CasID != before.CasID {
+					t.Errorf("%s changed the item's CasID", verb)
+				}
+			}
+			if _, err := c.StoreContext(ctx, "incr", &Item{Key: key}); err == nil {
+				t.Error("StoreContext took the verb incr")
+			}
+		})
 	}
 }

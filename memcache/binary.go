@@ -254,6 +254,8 @@ func (o *op) binaryAnswer(status uint16, extras, value []byte, cas uint64) error
 			return badResponse("get reply without flags", extras)
 		}
 		o.setItem(binary.BigEndian.Uint32(extras), cas, value)
+	case opStore:
+		o.stored, o.gotStored = cas, true // for the caller's Item.CasID (Client.store, finishAsync)
 	case opIncr, opDecr:
 		if len(value) != 8 {
 			return badResponse("incr/decr reply", value)

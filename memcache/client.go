@@ -2,6 +2,7 @@ package memcache
 
 import (
 	"context"
+	"fmt"
 	"net"
 )
 
@@ -273,10 +274,47 @@ func (c *Client) CompareAndSwapContext(ctx context.Context, item *Item) error {
 // store runs a storage command. The item is encoded before the call
 // returns; the caller may reuse it (and its Value) afterwards.
 func (c *Client) store(ctx context.Context, verb storeVerb, item *Item) error {
+	_, err := c.storeCAS(ctx, verb, item)
+	return err
+}
+
+// storeCAS is store, also returning the new CAS a binary answer carries.
+func (c *Client) storeCAS(ctx context.Context, verb storeVerb, item *Item) (uint64, error) {
 	o := getOp(opStore)
 	o.verb = verb
 	o.item = item
-	return c.simple(ctx, item.Key, o)
+	o, err := c.roundTrip(ctx, item.Key, o)
+	var cas uint64
+	if o != nil {
+		if err == nil && o.gotStored {
+			cas = o.stored
+		}
+		putOp(o)
+	}
+	return cas, err
+}
+
+// StoreContext stores item with verb ("set", "add", "replace", "append",
+// "prepend" or "cas", as Set, Add, … CompareAndSwap do) and also returns
+// the stored item's new CAS: over the binary protocol, whose answer
+// carries it; over text it is 0 (the answer has none). item is not
+// changed, as with the other store methods.
+func (c *Client) StoreContext(ctx context.Context, verb string, item *Item) (cas uint64, err error) {
+	v, ok := storeVerbOf(verb)
+	if !ok {
+		return 0, fmt.Errorf("memcache: unknown store verb %q", verb)
+	}
+	return c.storeCAS(ctx, v, item)
+}
+
+// storeVerbOf maps a storage command's name to its verb.
+func storeVerbOf(verb string) (storeVerb, bool) {
+	for i, v := range storeVerbs {
+		if v == verb {
+			return storeVerb(i), true
+		}
+	}
+	return 0, false
 }
 
 // Increment atomically increments key by delta. The return value is the

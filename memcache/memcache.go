@@ -92,7 +92,8 @@ type Item struct {
 	// CasID is the compare and swap ID.
 	//
 	// It's populated by get requests and then the same value is
-	// required for a CompareAndSwap request to succeed.
+	// required for a CompareAndSwap request to succeed. Stores leave it
+	// as it is (StoreContext returns a store's new CAS).
 	CasID uint64
 }
 

@@ -153,21 +153,22 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 		c.p.ctr.cmdSet.Add(1)
 		u := c.p.acquire()
 		once := op == protocol.OpAdd || r.CAS != 0 && (op == protocol.OpReplace || op == protocol.OpSet)
-		err := u.callOnce(&c.rc, key, once, func(ctx context.Context) error {
-			switch {
-			case r.CAS != 0 && op != protocol.OpAdd:
-				if op == protocol.OpReplace || op == protocol.OpSet {
-					return u.mc.CompareAndSwapContext(ctx, it)
-				}
-			case op == protocol.OpAdd:
-				return u.mc.AddContext(ctx, it)
-			case op == protocol.OpReplace:
-				return u.mc.ReplaceContext(ctx, it)
-			}
-			return u.mc.SetContext(ctx, it)
+		verb := "set"
+		switch {
+		case op == protocol.OpAdd:
+			verb = "add"
+		case r.CAS != 0:
+			verb = "cas" // replace with a CAS is a cas: the key must exist
+		case op == protocol.OpReplace:
+			verb = "replace"
+		}
+		var cas uint64 // the new CAS: a binary upstream's answer has it, a text one's not
+		err := u.callOnce(&c.rc, key, once, func(ctx context.Context) (err error) {
+			cas, err = u.mc.StoreContext(ctx, verb, it)
+			return err
 		})
 		if !upErr(u, key, err) && !quiet {
-			resp(protocol.StatusOK, 0, nil, nil, nil)
+			resp(protocol.StatusOK, cas, nil, nil, nil)
 		}
 		u.release()
 	case protocol.OpAppend, protocol.OpPrepend:
@@ -178,14 +179,17 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 		c.item = memcache.Item{Key: key, Value: r.Value}
 		it := &c.item // the client encodes it during the call: reused
 		u := c.p.acquire()
-		err := u.callOnce(&c.rc, key, true, func(ctx context.Context) error {
-			if op == protocol.OpAppend {
-				return u.mc.AppendContext(ctx, it)
-			}
-			return u.mc.PrependContext(ctx, it)
+		verb := "prepend"
+		if op == protocol.OpAppend {
+			verb = "append"
+		}
+		var cas uint64
+		err := u.callOnce(&c.rc, key, true, func(ctx context.Context) (err error) {
+			cas, err = u.mc.StoreContext(ctx, verb, it)
+			return err
 		})
 		if !upErr(u, key, err) && !quiet {
-			resp(protocol.StatusOK, 0, nil, nil, nil)
+			resp(protocol.StatusOK, cas, nil, nil, nil)
 		}
 		u.release()
 	case protocol.OpDelete:

@@ -127,13 +127,18 @@ func replacing(old, new string) func(string) string {
 	return func(s string) string { return strings.Replace(s, old, new, 1) }
 }
 
-var mutations = []string{"set", "set cas ok", "add new", "replace", "append", "prepend", "incr creates",
-	"incr", "decr", "decr below zero", "decr creates", "set empty value", "set with vbucket"}
+var (
+	stores = []string{"set", "set cas ok", "add new", "replace", "append", "prepend", "set empty value",
+		"set with vbucket"}
+	arithmetic = []string{"incr creates", "incr", "decr", "decr below zero", "decr creates"}
+)
 
 // knownDiffs lists the discrepancies reported to the lead.
 var knownDiffs = []knownDiff{
-	{why: "binary: a successful mutation answers CAS 0; memcached answers the item's new CAS",
-		part: "raw binary", steps: mutations, proxy: replacing(" cas ext=", " cas0 ext=")},
+	{why: "binary, pool: a successful store answers CAS 0 (the text upstream's answer has none); memcached answers the item's new CAS",
+		target: "pool", part: "raw binary", steps: stores, proxy: replacing(" cas ext=", " cas0 ext=")},
+	{why: "binary: a successful incr or decr answers CAS 0; memcached answers the item's new CAS",
+		part: "raw binary", steps: arithmetic, proxy: replacing(" cas ext=", " cas0 ext=")},
 	{why: "binary touch: the proxy answers CAS 0 and no extras; memcached answers the CAS and the flags (4-byte extras)",
 		part: "raw binary", steps: []string{"touch"}, proxy: replacing(" cas ext=00000005 ", " cas0 ext= ")},
 }
