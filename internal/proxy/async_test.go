@@ -93,6 +93,30 @@ func TestFastPathKeepsOrder(t *testing.T) {
 	if n := statValue(t, addr, "proxy_fast_path") - before; n != 20*12 {
 		t.Errorf("fast path served %d requests, want %d", n, 20*12)
 	}
+	// Round trips of sets and gets all take it.
+	before = statValue(t, addr, "proxy_fast_path")
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	r := bufio.NewReader(nc)
+	for i := range 50 {
+		fmt.Fprintf(nc, "set o:rt 0 0 1\r\n%d\r\n", i%10)
+		if l, err := r.ReadString('\n'); l != "STORED\r\n" {
+			t.Fatalf("set: %q %v", l, err)
+		}
+		io.WriteString(nc, "get o:rt\r\n")
+		want := fmt.Sprintf("VALUE o:rt 0 1\r\n%d\r\nEND\r\n", i%10)
+		got := make([]byte, len(want))
+		if _, err := io.ReadFull(r, got); err != nil || string(got) != want {
+			t.Fatalf("get: %q %v", got, err)
+		}
+	}
+	if n := statValue(t, addr, "proxy_fast_path") - before; n != 100 {
+		t.Errorf("fast path served %d of 100 round trips", n)
+	}
 }
 
 // TestFastPathSlowReader: replies the client's socket does not take at
