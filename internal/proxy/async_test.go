@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -263,4 +264,51 @@ func TestFastPathDoesNotAllocate(t *testing.T) {
 			t.Errorf("a %s through the proxy allocates %.2f times", name, allocs)
 		}
 	}
+}
+
+// FuzzProxyFastPath sends arbitrary bytes over a real socket to a proxy in
+// front of a real memcached, then shuts down its side: requests on the fast
+// path and the plain path mix in any order. Properties: no panic, the
+// connection always ends (the proxy answers what it can and closes after
+// the client's FIN), and the proxy keeps serving others.
+func FuzzProxyFastPath(f *testing.F) {
+	for _, s := range []string{
+		"set a 0 0 1\r\nx\r\nget a\r\nget a b\r\ngets a\r\n",
+		"get a\r\nget a\r\nget a\r\nversion\r\n",
+		"set a 0 0 1 noreply\r\nx\r\nadd a 0 0 1\r\ny\r\nreplace a 0 0 2\r\nzz\r\nget a\r\n",
+		"get a\r\nmg a v\r\nset b 0 0 3\r\nabc\r\nincr b 1\r\nget b\r\n",
+		"set a 0 0 5\r\nab", "get " + strings.Repeat("k", 260) + "\r\nget a\r\n", "get a\r\nquit\r\nget a\r\n",
+		"\x80\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00a",
+	} {
+		f.Add([]byte(s))
+	}
+	_, addr := startProxy(f, "upstream", 2)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		nc.SetDeadline(time.Now().Add(10 * time.Second))
+		go func() {
+			nc.Write(data)
+			nc.(*net.TCPConn).CloseWrite()
+		}()
+		// A reset ends it too: closing with unread input (quit, a
+		// garbage line) resets the connection, as memcached's does.
+		if _, err := io.Copy(io.Discard, nc); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("the connection did not end: %v", err)
+		}
+		// Others are still served.
+		other, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		other.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(other, "version\r\n")
+		if l, err := bufio.NewReader(other).ReadString('\n'); err != nil || !strings.HasPrefix(l, "VERSION ") {
+			t.Fatalf("proxy stopped answering: %q %v", l, err)
+		}
+	})
 }
