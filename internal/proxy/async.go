@@ -29,7 +29,7 @@ import (
 //     processInput waits for its completion (settle) before the next
 //     request, and serve waits before closing the socket.
 //   - Complete writes what the socket takes at once; the rest (a client
-//     that is not reading) is left in aout, and settle moves it to the
+//     that is not reading) is left in out, and settle moves it to the
 //     front of c.out, for the client's goroutine to write.
 //
 // Complete writes through the socket's RawConn, so a socket closed under

@@ -11,16 +11,17 @@ import (
 // Items are reached at random, so on 4 KiB pages nearly every lookup of a
 // large cache misses the TLB as well as the caches; on 2 MiB pages a
 // gigabyte is 512 TLB entries (BenchmarkGetSpread: a random get among a
-// million items is about 15% cheaper). memcached does the same under -L,
+// million items is about 14% cheaper). memcached does the same under -L,
 // where it also allocates the whole -m at start; the arena maps as the
 // cache grows, and the kernel backs a huge page when it is first touched,
 // so a cache holds at most one partly used huge page more than it fills.
 // With transparent huge pages off (or -o no_hugepages) the advice is not
 // given and the pages are ordinary.
 //
-// The arena is protected by Store.pageMu. Pages never return to the
-// kernel while the Store lives (memcached keeps its slabs too); released
-// pages (a page moved to a class of another page size) are reused first.
+// The arena is protected by Store.pageMu. Its mappings stay while the
+// Store lives (memcached keeps its slabs too); a released page (one moved
+// to a class of another page size) gives its memory back to the kernel
+// and is reused first.
 // The mappings are unmapped by a cleanup once the Store is unreachable,
 // as the index tables are: a page's bytes are valid only while the Store
 // is, which the Tx contract (a value is valid until End) already demands.
