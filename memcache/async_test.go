@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net"
-	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -128,22 +125,6 @@ func TestAsyncFailure(t *testing.T) {
 		}
 	}
 
-	// A multi-get's part on a connection that closes: Done has the error.
-	m := &multiOutcome{hits: map[int]string{}, done: make(chan error, 1)}
-	if !c.GetMultiAsync([]string{"x", "y"}, m) {
-		t.Fatal("multi-get not started")
-	}
-	nc = <-accepted
-	nc.Close()
-	select {
-	case err := <-m.done:
-		if err == nil {
-			t.Fatal("multi-get: Done without the error")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("multi-get: no Done")
-	}
-
 	// The server says nothing: the requests time out.
 	c.GetAsync("late", h)
 	nc = <-accepted
@@ -248,80 +229,6 @@ func TestStoreContext(t *testing.T) {
 			}
 			if _, err := c.StoreContext(ctx, "incr", &Item{Key: key}); err == nil {
 				t.Error("StoreContext took the verb incr")
-			}
-		})
-	}
-}
-
-// multiOutcome is a MultiCompletion that collects the hits and checks
-// that its calls do not overlap.
-type multiOutcome struct {
-	busy atomic.Bool
-	hits map[int]string
-	done chan error
-	bad  error
-}
-
-func (m *multiOutcome) Hit(i int, it *Item) {
-	if !m.busy.CompareAndSwap(false, true) {
-		m.bad = errors.New("overlapping calls")
-	}
-	if _, dup := m.hits[i]; dup {
-		m.bad = fmt.Errorf("key %d hit twice", i)
-	}
-	m.hits[i] = it.Key + "=" + string(it.Value)
-	m.busy.Store(false)
-}
-
-func (m *multiOutcome) Done(err error) {
-	if m.bad != nil {
-		err = m.bad
-	}
-	m.done <- err
-}
-
-// TestGetMultiAsync: keys spread over two servers come back as Hit calls
-// with their index in the request, then one Done.
-func TestGetMultiAsync(t *testing.T) {
-	checkGoroutines(t)
-	a, b := startNode(t), startNode(t)
-	for name, proto := range map[string]Protocol{"text": Text, "binary": Binary} {
-		t.Run(name, func(t *testing.T) {
-			c := New(a, b)
-			c.Protocol = proto
-			defer c.Close()
-			var keys []string
-			want := map[int]string{}
-			for i := range 40 {
-				k := fmt.Sprintf("ma:%s:%d", name, i)
-				keys = append(keys, k)
-				if i%3 == 0 {
-					continue // a miss
-				}
-				if err := c.Set(&Item{Key: k, Value: []byte(strconv.Itoa(i))}); err != nil {
-					t.Fatal(err)
-				}
-				want[i] = k + "=" + strconv.Itoa(i)
-			}
-			for round := range 3 {
-				m := &multiOutcome{hits: map[int]string{}, done: make(chan error, 1)}
-				if !c.GetMultiAsync(keys, m) {
-					t.Fatal("not started")
-				}
-				select {
-				case err := <-m.done:
-					if err != nil {
-						t.Fatal(err)
-					}
-				case <-time.After(10 * time.Second):
-					t.Fatal("no Done")
-				}
-				if !maps.Equal(m.hits, want) {
-					t.Fatalf("round %d: hits %v, want %v", round, m.hits, want)
-				}
-			}
-			if c.GetMultiAsync(nil, &multiOutcome{}) || c.GetMultiAsync([]string{"ok", "bad key"}, &multiOutcome{}) {
-				t.Error("started a multi-get with no keys or an illegal one")
 			}
 		})
 	}

@@ -176,7 +176,7 @@ func (cn *conn) failLocked(err error) {
 		o := cn.q.pop()
 		cn.inflight.Add(-1)
 		o.err = err
-		if o.cb != nil || o.gather != nil {
+		if o.cb != nil {
 			cn.dead = append(cn.dead, o) // for unlock: not under mu
 			continue
 		}

@@ -122,7 +122,7 @@ func putOp(o *op) {
 // complete hands o to its waiter, or recycles it if the waiter left; an
 // asynchronous op goes to its Completion.
 func (o *op) complete() {
-	if o.cb != nil || o.gather != nil {
+	if o.cb != nil {
 		o.finishAsync()
 		return
 	}

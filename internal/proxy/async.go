@@ -48,7 +48,6 @@ type asyncReq struct {
 	st      *srvStat
 	start   time.Time
 	store   bool   // a storage command (else a get)
-	multi   bool   // a multi-key get: the keys are c.keys, the hits c.hits and c.vals
 	withCAS bool   // gets
 	noreply bool   // storage: no reply
 	key     string // the request's key: a view of keyBuf, which stays put until Complete
@@ -71,7 +70,7 @@ func (c *conn) startGetAsync(key []byte, withCAS bool) bool {
 		u.release()
 		return false
 	}
-	a.store, a.multi, a.withCAS, a.noreply = false, false, withCAS, false
+	a.store, a.withCAS, a.noreply = false, withCAS, false
 	a.setKey(key)
 	a.u, a.st, a.start = u, u.statOf(a.key), time.Now()
 	a.inflight = true
@@ -102,7 +101,7 @@ func (c *conn) startStoreAsync(verb string, key, value []byte, flags uint32, exp
 		u.release()
 		return false
 	}
-	a.store, a.multi, a.withCAS, a.noreply = true, false, false, c.noreply
+	a.store, a.withCAS, a.noreply = true, false, c.noreply
 	a.setKey(key)
 	a.item = memcache.Item{Key: a.key, Value: value, Flags: flags, Expiration: exp}
 	a.u, a.st, a.start = u, u.statOf(a.key), time.Now()
@@ -113,85 +112,6 @@ func (c *conn) startStoreAsync(verb string, key, value []byte, flags uint32, exp
 		return false
 	}
 	return true
-}
-
-// startMultiAsync tries the fast path for a get of the keys get gathered
-// in c.kb and c.keyEnd. The keys, the hits and the values live in the
-// connection's multi-get scratch space (c.keys, c.hits, c.vals), which
-// nothing else uses while the request is in flight; the keys are views
-// of c.kb. It reports false when the plain path must serve the request
-// (c.kb and c.keyEnd are left as they were).
-func (c *conn) startMultiAsync(withCAS bool) bool {
-	if !c.asyncReady() {
-		return false
-	}
-	a := &c.async
-	u := c.p.acquire()
-	if u.cluster {
-		u.release()
-		return false
-	}
-	all := unsafe.String(unsafe.SliceData(c.kb), len(c.kb))
-	keys := c.keys[:0]
-	c.hits = c.hits[:0]
-	prev := 0
-	for _, e := range c.keyEnd {
-		keys = append(keys, all[prev:e])
-		c.hits = append(c.hits, hit{off: -1})
-		prev = e
-	}
-	c.keys = keys
-	c.vals = c.vals[:0]
-	a.store, a.multi, a.withCAS, a.noreply = false, true, withCAS, false
-	a.u, a.start = u, time.Now()
-	u.statsOf(keys, &c.srvs)
-	a.inflight = true
-	if !u.mc.GetMultiAsync(keys, c) {
-		clear(c.keys)
-		c.keys = c.keys[:0]
-		c.unlaunch()
-		return false
-	}
-	return true
-}
-
-// Hit is the memcache.MultiCompletion's: it keeps one hit of the
-// connection's multi-get.
-func (c *conn) Hit(i int, it *memcache.Item) { c.keep(i, it) }
-
-// Done is the memcache.MultiCompletion's: the multi-get's reply, in the
-// order of its keys, on the last server's reader goroutine.
-func (c *conn) Done(err error) {
-	a := &c.async
-	u := a.u
-	c.p.ctr.fastPath.Add(1)
-	d := time.Since(a.start)
-	for _, s := range c.srvs {
-		s.record(d, !answer(err))
-	}
-	if errors.Is(err, memcache.ErrMalformedKey) {
-		err = nil
-	}
-	out := a.out[:0]
-	if err != nil {
-		out = append(out, errReply(u, c.keys[0], err)...)
-		out = append(out, '\r', '\n')
-	} else {
-		for i, k := range c.keys {
-			h := c.hits[i]
-			c.p.ctr.cmdGet.Add(1)
-			if h.off < 0 {
-				c.p.ctr.getMisses.Add(1)
-				continue
-			}
-			c.p.ctr.getHits.Add(1)
-			out = appendValue(out, k, h.flags, c.vals[h.off:h.off+h.n], h.cas, a.withCAS)
-		}
-		out = append(out, "END\r\n"...)
-	}
-	clear(c.keys) // views of c.kb: the next get rebuilds them
-	c.keys = c.keys[:0]
-	c.deliver(u, out)
 }
 
 // unlaunch undoes a start whose request was not sent.
@@ -254,13 +174,6 @@ func (c *conn) Complete(it *memcache.Item, err error) {
 			out = append(out, '\r', '\n')
 		}
 	}
-	c.deliver(u, out)
-}
-
-// deliver writes the reply of the request in flight (what the socket
-// takes now), lets go of the upstream and signals settle.
-func (c *conn) deliver(u *upstream, out []byte) {
-	a := &c.async
 	a.out = out
 	if len(out) > 0 {
 		c.raw.Write(a.writeFn) // a closed socket: the reply is dropped with it

@@ -247,9 +247,6 @@ func (c *conn) get(withCAS, touch bool) {
 		c.reply("ERROR")
 		return
 	}
-	if !touch && len(c.keyEnd) > 1 && c.startMultiAsync(withCAS) {
-		return
-	}
 	all := string(c.kb)
 	keys := c.keys[:0]
 	c.hits = c.hits[:0]

@@ -414,12 +414,6 @@ func retryable(err error, once bool) bool {
 // callMulti is call for a multi-key request: each server the keys go to
 // counts one request. stats is scratch space, reused by the caller.
 func (u *upstream) callMulti(rc *reqCtx, keys []string, stats *[]*srvStat, fn func(ctx context.Context) error) error {
-	return u.run(rc, u.statsOf(keys, stats), false, fn)
-}
-
-// statsOf returns the counters of the servers keys go to, each once, in
-// *stats (scratch space, reused by the caller).
-func (u *upstream) statsOf(keys []string, stats *[]*srvStat) []*srvStat {
 	ss := (*stats)[:0]
 next:
 	for _, k := range keys {
@@ -435,7 +429,7 @@ next:
 		}
 	}
 	*stats = ss
-	return ss
+	return u.run(rc, ss, false, fn)
 }
 
 // statOf returns the counters of the server key is routed to, without
