@@ -5,14 +5,18 @@ import (
 	"net/url"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/logutil"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // EmbeddedEtcd is a single-member etcd run inside the manager's process,
 // the default store for a cluster on one machine.
 type EmbeddedEtcd struct {
 	e         *embed.Etcd
-	ClientURL string // where clients reach it
+	level     zap.AtomicLevel // its log level; Close silences it
+	ClientURL string          // where clients reach it
 }
 
 // EtcdMember describes one embedded member of a (possibly multi-member)
@@ -54,10 +58,20 @@ func StartEtcd(m EtcdMember) (*EmbeddedEtcd, error) {
 	if m.Token != "" {
 		cfg.InitialClusterToken = m.Token
 	}
-	cfg.LogLevel = "error"
+	// etcd's own logger (its default format), with a level we can change:
+	// Close silences it, or stopping logs each closed listener as an
+	// error ("setting up serving from embedded etcd failed").
+	level := zap.NewAtomicLevelAt(zapcore.ErrorLevel)
 	if !m.QuietLogs {
-		cfg.LogLevel = "warn"
+		level.SetLevel(zapcore.WarnLevel)
 	}
+	zcfg := logutil.DefaultZapLoggerConfig
+	zcfg.Level = level
+	lg, err := zcfg.Build()
+	if err != nil {
+		return nil, fmt.Errorf("etcd logger: %w", err)
+	}
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg)
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, err
@@ -76,8 +90,11 @@ func StartEtcd(m EtcdMember) (*EmbeddedEtcd, error) {
 		e.Close()
 		return nil, fmt.Errorf("embedded etcd did not become ready in %v", limit)
 	}
-	return &EmbeddedEtcd{e: e, ClientURL: m.ClientURL}, nil
+	return &EmbeddedEtcd{e: e, level: level, ClientURL: m.ClientURL}, nil
 }
 
-// Close stops the member.
-func (e *EmbeddedEtcd) Close() { e.e.Close() }
+// Close stops the member, quietly.
+func (e *EmbeddedEtcd) Close() {
+	e.level.SetLevel(zapcore.FatalLevel)
+	e.e.Close()
+}
