@@ -11,10 +11,11 @@ import (
 // Complete is called exactly once per started request, with the item of
 // a get's hit (nil otherwise: a miss comes as ErrCacheMiss) and the error,
 // as GetContext and the store methods would return them. The item and its
-// Value are the client's, reused once Complete returns: copy what is kept. It runs on the
-// goroutine that reads the server's connection, in the order the server
-// answers, so it must not block: the next answers of that connection wait
-// for it. It may start other requests (no lock of the client is held).
+// Value are the client's, reused once Complete returns: copy what is
+// kept. It runs on the goroutine that reads the server's connection, in
+// the order the server answers, so it must not block: the next answers of
+// that connection wait for it. It may start other requests (no lock of
+// the client is held).
 type Completion interface {
 	Complete(it *Item, err error)
 }
@@ -38,8 +39,7 @@ func (c *Client) GetAsync(key string, h Completion) bool {
 // StoreAsync starts a set (or add or replace) of item and returns without
 // waiting; see GetAsync. item's Key and Value are encoded before
 // StoreAsync returns, but item itself must stay unchanged until
-// h.Complete. verb is "set", "add" or "replace";
-// other verbs report false.
+// h.Complete. verb is "set", "add" or "replace"; other verbs report false.
 func (c *Client) StoreAsync(verb string, item *Item, h Completion) bool {
 	v, ok := storeVerbOf(verb)
 	if !ok || (v != verbSet && v != verbAdd && v != verbReplace) {
@@ -69,16 +69,15 @@ func (c *Client) startAsync(key string, o *op, h Completion) bool {
 		return false
 	}
 	o.cb, o.client, o.addr = h, c, addr
-	if err := cn.send(o); err != nil {
-		// Not queued: the conn had failed before o got in.
-		o.err = err
-		o.finishAsync()
+	if cn.send(o) != nil {
+		putOp(o) // not queued: the conn had failed before o got in
+		return false
 	}
 	return true
 }
 
-// finishAsync ends an asynchronous op: the selector hears how it went, o
-// goes back to the pool, and its Completion gets the outcome.
+// finishAsync ends an asynchronous op: the selector hears how it went,
+// its Completion gets the outcome, and o goes back to the pool.
 func (o *op) finishAsync() {
 	h, c, addr, err := o.cb, o.client, o.addr, o.err
 	var it *Item

@@ -255,7 +255,7 @@ func (o *op) binaryAnswer(status uint16, extras, value []byte, cas uint64) error
 		}
 		o.setItem(binary.BigEndian.Uint32(extras), cas, value)
 	case opStore:
-		o.stored, o.gotStored = cas, true // for the caller's Item.CasID (Client.store, finishAsync)
+		o.stored = cas // StoreContext returns it
 	case opIncr, opDecr:
 		if len(value) != 8 {
 			return badResponse("incr/decr reply", value)

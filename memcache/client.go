@@ -286,7 +286,7 @@ func (c *Client) storeCAS(ctx context.Context, verb storeVerb, item *Item) (uint
 	o, err := c.roundTrip(ctx, item.Key, o)
 	var cas uint64
 	if o != nil {
-		if err == nil && o.gotStored {
+		if err == nil {
 			cas = o.stored
 		}
 		putOp(o)

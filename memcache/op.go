@@ -65,15 +65,14 @@ type op struct {
 	// Results.
 	err    error
 	n      uint64 // incr/decr result
-	stored uint64 // opStore over binary: the stored item's new CAS (gotStored: it came)
+	stored uint64 // opStore over binary: the stored item's new CAS (text: 0)
 	items  []Item // opMulti hits
 	arena  []byte // opMulti: value storage, carved into Item.Value
 	next   int    // opMulti: index in keys of the next expected hit
 	// scratch (opMulti): items and arena are only lent to the caller
 	// (GetMultiFunc), so putOp keeps them for the op's next use.
-	scratch   bool
-	got       bool // opGet/opGat: the VALUE block has been read
-	gotStored bool // opStore: stored holds the answer's CAS
+	scratch bool
+	got     bool // opGet/opGat: the VALUE block has been read
 
 	// Cluster (binary only).
 	haveRev bool     // opConfig: send rev as {epoch, rev} extras
@@ -139,7 +138,7 @@ func (o *op) resetForRetry() {
 	if o.kind == opGet || o.kind == opGat {
 		o.item = nil
 	}
-	o.err, o.n, o.stored, o.gotStored, o.got, o.body = nil, 0, 0, false, false, nil
+	o.err, o.n, o.stored, o.got, o.body = nil, 0, 0, false, nil
 	o.state.Store(opWaiting)
 }
 

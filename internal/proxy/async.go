@@ -6,7 +6,6 @@ import (
 	"unsafe"
 
 	"github.com/vbcache/vbcache/internal/protocol"
-	"github.com/vbcache/vbcache/internal/rawio"
 	"github.com/vbcache/vbcache/memcache"
 )
 
@@ -65,9 +64,8 @@ func (c *conn) startGetAsync(key []byte, withCAS bool) bool {
 		return false
 	}
 	a := &c.async
-	u := c.p.acquire()
-	if u.cluster {
-		u.release()
+	u := c.poolUpstream()
+	if u == nil {
 		return false
 	}
 	a.store, a.withCAS, a.noreply = false, withCAS, false
@@ -96,9 +94,8 @@ func (c *conn) startStoreAsync(verb string, key, value []byte, flags uint32, exp
 		return false
 	}
 	a := &c.async
-	u := c.p.acquire()
-	if u.cluster {
-		u.release()
+	u := c.poolUpstream()
+	if u == nil {
 		return false
 	}
 	a.store, a.withCAS, a.noreply = true, false, c.noreply
@@ -112,6 +109,17 @@ func (c *conn) startStoreAsync(verb string, key, value []byte, flags uint32, exp
 		return false
 	}
 	return true
+}
+
+// poolUpstream returns the current upstream, with a reference held, when
+// it is a pool (nil for a cluster, whose requests the fast path leaves).
+func (c *conn) poolUpstream() *upstream {
+	u := c.p.acquire()
+	if u.cluster {
+		u.release()
+		return nil
+	}
+	return u
 }
 
 // unlaunch undoes a start whose request was not sent.
@@ -129,10 +137,8 @@ func (c *conn) asyncReady() bool {
 		return false
 	}
 	if len(c.out) > 0 {
-		n, err := rawio.Write(uintptr(c.rawFD), c.out)
-		c.p.ctr.bytesWritten.Add(int64(n))
-		c.out = c.out[:copy(c.out, c.out[n:])]
-		if err != nil || len(c.out) > 0 {
+		var err error
+		if c.out, err = c.writeNow(uintptr(c.rawFD), c.out); err != nil || len(c.out) > 0 {
 			return false
 		}
 	}
@@ -170,7 +176,7 @@ func (c *conn) Complete(it *memcache.Item, err error) {
 			out = append(out, "END\r\n"...)
 		default:
 			c.p.ctr.getMisses.Add(1)
-			out = append(out, errReply(u, string(a.key), err)...)
+			out = append(out, errReply(u, a.key, err)...)
 			out = append(out, '\r', '\n')
 		}
 	}
@@ -186,9 +192,7 @@ func (c *conn) Complete(it *memcache.Item, err error) {
 // writeAsync is Complete's write: what the socket takes now, no waiting.
 func (c *conn) writeAsync(fd uintptr) bool {
 	a := &c.async
-	n, _ := rawio.Write(fd, a.out)
-	c.p.ctr.bytesWritten.Add(int64(n))
-	a.out = a.out[:copy(a.out, a.out[n:])]
+	a.out, _ = c.writeNow(fd, a.out)
 	return true
 }
 

@@ -297,10 +297,9 @@ func (c *conn) rawStep(fd uintptr) bool {
 		c.p.ctr.bytesRead.Add(int64(n))
 		need := c.processInput()
 		if len(c.out) > 0 {
-			n, err := rawio.Write(fd, c.out)
-			c.p.ctr.bytesWritten.Add(int64(n))
+			rest, err := c.writeNow(fd, c.out)
 			if err != nil {
-				c.out = c.out[:copy(c.out, c.out[n:])]
+				c.out = rest
 				return true
 			}
 			c.resetOut()
@@ -310,6 +309,15 @@ func (c *conn) rawStep(fd uintptr) bool {
 		}
 		c.makeRoom(need)
 	}
+}
+
+// writeNow writes what socket fd takes of b now, without waiting, and
+// returns the rest (moved to b's front) and the error (EAGAIN: the socket
+// is full).
+func (c *conn) writeNow(fd uintptr, b []byte) ([]byte, error) {
+	n, err := rawio.Write(fd, b)
+	c.p.ctr.bytesWritten.Add(int64(n))
+	return b[:copy(b, b[n:])], err
 }
 
 // makeRoom compacts the input buffer, and grows it when the next request

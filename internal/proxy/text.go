@@ -317,19 +317,7 @@ func (c *conn) get(withCAS, touch bool) {
 		if h.off < 0 {
 			continue
 		}
-		c.out = append(c.out, "VALUE "...)
-		c.out = append(c.out, k...)
-		c.out = append(c.out, ' ')
-		c.out = protocol.AppendUint(c.out, uint64(h.flags))
-		c.out = append(c.out, ' ')
-		c.out = protocol.AppendUint(c.out, uint64(h.n))
-		if withCAS {
-			c.out = append(c.out, ' ')
-			c.out = protocol.AppendUint(c.out, h.cas)
-		}
-		c.out = append(c.out, '\r', '\n')
-		c.out = append(c.out, c.vals[h.off:h.off+h.n]...)
-		c.out = append(c.out, '\r', '\n')
+		c.out = appendValue(c.out, k, h.flags, c.vals[h.off:h.off+h.n], h.cas, withCAS)
 	}
 	c.out = append(c.out, "END\r\n"...)
 }
