@@ -20,6 +20,18 @@ type Completion interface {
 	Complete(it *Item, err error)
 }
 
+// A Flusher is a Completion that may defer part of its work (a proxy's
+// write of the replies to its client) until Flush. The reader calls Flush
+// after the Complete calls of everything one read brought, so that the
+// answers to one client's pipelined requests leave in one write; it
+// calls Flush at once after a Complete that reports a failed connection.
+// Flush runs on the reader's goroutine, like Complete, and may be called
+// more than once for the same work.
+type Flusher interface {
+	Completion
+	Flush()
+}
+
 // GetAsync starts a get of key and returns without waiting for the
 // answer, which h receives. It reports false, and h is not called, when
 // it sent nothing: for a cluster client (whose requests may need retries
@@ -78,7 +90,7 @@ func (c *Client) startAsync(key string, o *op, h Completion) bool {
 
 // finishAsync ends an asynchronous op: the selector hears how it went,
 // its Completion gets the outcome, and o goes back to the pool.
-func (o *op) finishAsync() {
+func (o *op) finishAsync() Flusher {
 	h, c, addr, err := o.cb, o.client, o.addr, o.err
 	var it *Item
 	if o.kind == opGet && err == nil {
@@ -87,6 +99,8 @@ func (o *op) finishAsync() {
 	c.report(addr, err)
 	h.Complete(it, err)
 	putOp(o)
+	f, _ := h.(Flusher)
+	return f
 }
 
 // asyncFields are an op's fields for asynchronous requests (embedded in

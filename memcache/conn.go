@@ -39,6 +39,8 @@ type conn struct {
 	inflight atomic.Int32 // ops queued and not completed
 	failed   atomic.Bool  // err is set
 
+	flushers []Flusher // the reader's: Completions to flush after a parse
+
 	mu       sync.Mutex // protects the fields below
 	wbuf     []byte     // encoded requests not yet written
 	spare    []byte     // the buffer being written, for reuse
@@ -180,7 +182,7 @@ func (cn *conn) failLocked(err error) {
 			cn.dead = append(cn.dead, o) // for unlock: not under mu
 			continue
 		}
-		o.complete()
+		o.complete() // a waiter: never a Flusher
 	}
 }
 
@@ -191,7 +193,9 @@ func (cn *conn) unlock() {
 	cn.dead = nil
 	cn.mu.Unlock()
 	for _, o := range dead {
-		o.complete()
+		if f := o.complete(); f != nil {
+			f.Flush()
+		}
 	}
 }
 
@@ -291,6 +295,7 @@ func (cn *conn) readStep(fd uintptr) bool {
 // parseBuffered completes the queued ops whose responses are buffered. It
 // returns false when the conn has failed (it may have failed it itself).
 func (cn *conn) parseBuffered() bool {
+	defer cn.flush() // for the early returns; a no-op after the last
 	for cn.r < cn.w {
 		cn.mu.Lock()
 		if cn.err != nil {
@@ -317,9 +322,21 @@ func (cn *conn) parseBuffered() bool {
 		cn.q.pop()
 		cn.inflight.Add(-1)
 		cn.mu.Unlock()
-		o.complete()
+		if f := o.complete(); f != nil {
+			cn.flushers = append(cn.flushers, f)
+		}
 	}
 	return true
+}
+
+// flush calls Flush on the Flushers completed since the last flush (the
+// reader's own list).
+func (cn *conn) flush() {
+	for i, f := range cn.flushers {
+		f.Flush()
+		cn.flushers[i] = nil
+	}
+	cn.flushers = cn.flushers[:0]
 }
 
 // makeRoom moves the partial response to the front of the read buffer,

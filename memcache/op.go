@@ -120,16 +120,18 @@ func putOp(o *op) {
 
 // complete hands o to its waiter, or recycles it if the waiter left; an
 // asynchronous op goes to its Completion.
-func (o *op) complete() {
+// complete hands o's outcome to its waiter or Completion. It returns the
+// Completion when that is a Flusher, which the caller must flush.
+func (o *op) complete() Flusher {
 	if o.cb != nil {
-		o.finishAsync()
-		return
+		return o.finishAsync()
 	}
 	if o.state.CompareAndSwap(opWaiting, opDone) {
 		o.done <- struct{}{}
-		return
+		return nil
 	}
 	putOp(o)
+	return nil
 }
 
 // resetForRetry clears the results of a completed single-key op so that it
