@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -18,18 +19,32 @@ import (
 // reply. On the fast path the client's goroutine sends the request
 // (memcache.Client.GetAsync / StoreAsync) and goes back to reading its
 // socket; the reader goroutine formats the reply and writes it to the
-// client's socket itself (conn.Complete), as twemproxy's single thread
-// does. The rules that keep a connection's replies in order:
+// client's socket itself (asyncReq.Complete), as twemproxy's single
+// thread does.
 //
+// A client that pipelines its gets has them all in flight at once (up to
+// maxAsyncReads), over every server they live on, as twemproxy does;
+// anything else waits for what is in flight first. The rules that keep a
+// connection's replies in order:
+//
+//   - What is in flight is either one storage command, or up to
+//     maxAsyncReads single-key gets and getses. Reads commute, so their
+//     order at the servers does not matter; a write is answered before
+//     the next request leaves, so a pipelined "set k … / get k" sees its
+//     own write.
 //   - A request goes asynchronously only when the connection's earlier
 //     replies are all written (c.out is flushed first, or the request
-//     takes the plain path), and at most one is in flight per connection.
-//   - While one is in flight the client's goroutine starts nothing else:
-//     processInput waits for its completion (settle) before the next
-//     request, and serve waits before closing the socket.
-//   - Complete writes what the socket takes at once; the rest (a client
-//     that is not reading) is left in out, and settle moves it to the
-//     front of c.out, for the client's goroutine to write.
+//     takes the plain path). Before any other request, dispatch waits for
+//     what is in flight (settle), and serve waits before closing the
+//     socket.
+//   - Requests take slots of a ring in order. A completion moves the
+//     replies of the oldest slots that are complete to c.pend, under
+//     c.amu: a reply that arrives early waits in its slot for the earlier
+//     ones. Flush, which the upstream reader calls after the completions
+//     of one read (memcache.Flusher), writes pend in one write, as much
+//     as the socket takes at once; the rest (a client that is not
+//     reading) stays in pend, and settle moves it to the front of c.out,
+//     for the client's goroutine to write.
 //
 // Complete writes through the socket's RawConn, so a socket closed under
 // it (Proxy.Close) fails the write instead of writing to a reused
@@ -38,8 +53,7 @@ import (
 // meta clients, multi-key gets, gat, cas, append, prepend, and a server
 // the client cannot connect to (the plain path tries the next one).
 type asyncReq struct {
-	inflight bool          // client goroutine: a request is in flight
-	done     chan struct{} // Complete's signal to settle (capacity 1)
+	c *conn
 
 	// Set by the client goroutine before the request leaves, read by
 	// Complete (the upstream connection's lock orders the two).
@@ -53,59 +67,151 @@ type asyncReq struct {
 	keyBuf  []byte
 	item    memcache.Item
 
-	out     []byte             // Complete's reply; after it, what the socket did not take
+	out  []byte // Complete's reply, until it is written
+	done bool   // under c.amu: the reply is in out, waiting for earlier ones
+}
+
+// maxAsyncReads is how many pipelined gets of one connection may be in
+// flight at once.
+const maxAsyncReads = 16
+
+// asyncState is a connection's part of the fast path.
+type asyncState struct {
+	// Owned by the client goroutine.
+	ring   [maxAsyncReads]*asyncReq // slots, made when first needed
+	next   int                      // the slot the next request takes
+	nsent  int                      // requests started since the last settle
+	writes bool                     // what is in flight is a storage command
+
+	settled chan struct{}      // Complete's signal to settle (capacity 1)
 	writeFn func(uintptr) bool // c.writeAsync, bound once
+
+	amu     sync.Mutex // protects what follows; Complete writes under it
+	head    int        // the slot of the oldest request not answered
+	pending int        // requests not answered
+	waiting bool       // settle waits for pending to reach 0
+	pend    []byte     // replies the socket did not take, in order
+	wout    []byte     // what writeFn writes: pend, during Flush
+}
+
+// pipelined reports whether a text command may join what is in flight
+// without waiting for it: a single-key get or gets while only gets are
+// in flight. dispatch settles before every other command.
+func (c *conn) pipelined(t *protocol.Tokens) bool {
+	a := &c.async
+	if a.nsent == 0 {
+		return true // nothing to wait for
+	}
+	if a.writes || t.N != 3 || t.Rest != nil || len(t.T[1]) > protocol.KeyMaxLength {
+		return false
+	}
+	switch string(t.T[0]) {
+	case "get", "bget", "gets":
+		return true
+	}
+	return false
+}
+
+// slot returns the slot the next request takes, waiting for what is in
+// flight when every slot is taken. Slots are answered in ring order, so
+// the next one is free once fewer than maxAsyncReads are pending.
+func (c *conn) slot() *asyncReq {
+	a := &c.async
+	a.amu.Lock()
+	full := a.pending == maxAsyncReads
+	a.amu.Unlock()
+	if full {
+		c.settle()
+	}
+	r := a.ring[a.next]
+	if r == nil {
+		r = &asyncReq{c: c}
+		a.ring[a.next] = r
+	}
+	return r
+}
+
+// launch counts r's request as in flight, before it leaves.
+func (c *conn) launch(r *asyncReq) {
+	a := &c.async
+	a.amu.Lock()
+	a.pending++
+	a.amu.Unlock()
+	a.next = (a.next + 1) % maxAsyncReads
+	a.nsent++
+	a.writes = r.store
+}
+
+// unlaunch undoes a launch whose request was not sent (no Complete will
+// come for it).
+func (c *conn) unlaunch(r *asyncReq) {
+	a := &c.async
+	a.amu.Lock()
+	a.pending--
+	a.amu.Unlock()
+	a.next = (a.next + maxAsyncReads - 1) % maxAsyncReads
+	a.nsent--
+	if a.nsent == 0 {
+		a.writes = false
+	}
+	r.item = memcache.Item{}
+	r.u.release()
+	r.u, r.st = nil, nil
 }
 
 // startGetAsync tries the fast path for "get key" / "gets key". It
-// reports false when the plain path must serve the request.
+// reports false when the plain path must serve the request, after what
+// was in flight has been answered.
 func (c *conn) startGetAsync(key []byte, withCAS bool) bool {
 	if len(key) > protocol.KeyMaxLength || !c.asyncReady() {
+		c.settle()
 		return false
 	}
-	a := &c.async
 	u := c.poolUpstream()
 	if u == nil {
+		c.settle()
 		return false
 	}
-	a.store, a.withCAS, a.noreply = false, withCAS, false
-	a.setKey(key)
-	a.u, a.st, a.start = u, u.statOf(a.key), time.Now()
-	a.inflight = true
-	if !u.mc.GetAsync(a.key, c) {
-		c.unlaunch()
+	r := c.slot()
+	r.store, r.withCAS, r.noreply = false, withCAS, false
+	r.setKey(key)
+	r.u, r.st, r.start = u, u.statOf(r.key), time.Now()
+	c.launch(r)
+	if !u.mc.GetAsync(r.key, r) {
+		c.unlaunch(r)
+		c.settle()
 		return false
 	}
 	return true
 }
 
-// setKey makes a.key a copy of key without allocating: keyBuf is written
-// only here, while no request is in flight, so the view stays valid for
-// as long as the client holds it (its op is recycled after Complete).
-func (a *asyncReq) setKey(key []byte) {
-	a.keyBuf = append(a.keyBuf[:0], key...)
-	a.key = unsafe.String(unsafe.SliceData(a.keyBuf), len(a.keyBuf))
+// setKey makes r.key a copy of key without allocating: keyBuf is written
+// only here, while the slot is free, so the view stays valid for as long
+// as the client holds it (its op is recycled after Complete).
+func (r *asyncReq) setKey(key []byte) {
+	r.keyBuf = append(r.keyBuf[:0], key...)
+	r.key = unsafe.String(unsafe.SliceData(r.keyBuf), len(r.keyBuf))
 }
 
 // startStoreAsync tries the fast path for set, add and replace of key
 // with value, which the client encodes before StoreAsync returns.
+// dispatch has settled what was in flight.
 func (c *conn) startStoreAsync(verb string, key, value []byte, flags uint32, exp int32) bool {
-	if !c.asyncReady() {
+	if c.async.nsent > 0 || !c.asyncReady() {
 		return false
 	}
-	a := &c.async
 	u := c.poolUpstream()
 	if u == nil {
 		return false
 	}
-	a.store, a.withCAS, a.noreply = true, false, c.noreply
-	a.setKey(key)
-	a.item = memcache.Item{Key: a.key, Value: value, Flags: flags, Expiration: exp}
-	a.u, a.st, a.start = u, u.statOf(a.key), time.Now()
-	a.inflight = true
-	if !u.mc.StoreAsync(verb, &a.item, c) {
-		a.item = memcache.Item{}
-		c.unlaunch()
+	r := c.slot()
+	r.store, r.withCAS, r.noreply = true, false, c.noreply
+	r.setKey(key)
+	r.item = memcache.Item{Key: r.key, Value: value, Flags: flags, Expiration: exp}
+	r.u, r.st, r.start = u, u.statOf(r.key), time.Now()
+	c.launch(r)
+	if !u.mc.StoreAsync(verb, &r.item, r) {
+		c.unlaunch(r)
 		return false
 	}
 	return true
@@ -122,16 +228,10 @@ func (c *conn) poolUpstream() *upstream {
 	return u
 }
 
-// unlaunch undoes a start whose request was not sent.
-func (c *conn) unlaunch() {
-	a := &c.async
-	a.inflight = false
-	a.u.release()
-	a.u, a.st = nil, nil
-}
-
 // asyncReady says whether a request may take the fast path now: a raw
 // client socket (rawStep is serving it) and every earlier reply written.
+// While requests are in flight c.out is empty: whatever writes to it
+// settles first.
 func (c *conn) asyncReady() bool {
 	if c.rawFD < 0 {
 		return false
@@ -145,73 +245,118 @@ func (c *conn) asyncReady() bool {
 	return true
 }
 
-// Complete is the memcache.Completion of the connection's asynchronous
-// request; it runs on the upstream connection's reader goroutine.
-func (c *conn) Complete(it *memcache.Item, err error) {
-	a := &c.async
-	u := a.u
+// Complete is the memcache.Completion of a slot's request; it runs on
+// the upstream connection's reader goroutine. It formats the reply and
+// queues every reply that is due, in request order, for Flush.
+func (r *asyncReq) Complete(it *memcache.Item, err error) {
+	c := r.c
+	u := r.u
 	c.p.ctr.fastPath.Add(1)
-	a.st.record(time.Since(a.start), !answer(err))
-	out := a.out[:0]
+	r.st.record(time.Since(r.start), !answer(err))
+	out := r.out[:0]
 	switch {
-	case a.store:
+	case r.store:
 		switch {
-		case a.noreply:
+		case r.noreply:
 		case err == nil:
 			out = append(out, "STORED\r\n"...)
 		default:
-			out = append(out, errReply(u, a.item.Key, err)...)
+			out = append(out, errReply(u, r.item.Key, err)...)
 			out = append(out, '\r', '\n')
 		}
-		a.item = memcache.Item{}
+		r.item = memcache.Item{}
 	default:
 		c.p.ctr.cmdGet.Add(1)
 		switch {
 		case it != nil:
 			c.p.ctr.getHits.Add(1)
-			out = appendValue(out, a.key, it.Flags, it.Value, it.CasID, a.withCAS)
+			out = appendValue(out, r.key, it.Flags, it.Value, it.CasID, r.withCAS)
 			out = append(out, "END\r\n"...)
 		case err == nil, errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrMalformedKey):
 			c.p.ctr.getMisses.Add(1)
 			out = append(out, "END\r\n"...)
 		default:
 			c.p.ctr.getMisses.Add(1)
-			out = append(out, errReply(u, a.key, err)...)
+			out = append(out, errReply(u, r.key, err)...)
 			out = append(out, '\r', '\n')
 		}
 	}
-	a.out = out
-	if len(out) > 0 {
-		c.raw.Write(a.writeFn) // a closed socket: the reply is dropped with it
-	}
-	a.u, a.st, a.key = nil, nil, ""
+	r.out = out
+	r.u, r.st, r.key = nil, nil, ""
 	u.release()
-	a.done <- struct{}{}
+
+	a := &c.async
+	a.amu.Lock()
+	r.done = true
+	for {
+		h := a.ring[a.head]
+		if h == nil || !h.done {
+			break
+		}
+		h.done = false
+		a.pend = append(a.pend, h.out...) // Flush writes it
+		if cap(h.out) > 1<<20 {
+			h.out = nil // do not keep a huge value's buffer
+		} else {
+			h.out = h.out[:0]
+		}
+		a.head = (a.head + 1) % maxAsyncReads
+		a.pending--
+	}
+	if a.pending == 0 && a.waiting {
+		a.waiting = false
+		a.settled <- struct{}{}
+	}
+	a.amu.Unlock()
 }
 
-// writeAsync is Complete's write: what the socket takes now, no waiting.
+// Flush writes the replies that are due, as much as the socket takes
+// now; the upstream reader calls it after the Completes of one read, so
+// the replies to a client's pipelined gets leave together. What the
+// socket does not take waits in pend for the next Flush or settle.
+func (r *asyncReq) Flush() {
+	c := r.c
+	a := &c.async
+	a.amu.Lock()
+	if len(a.pend) > 0 {
+		a.wout = a.pend
+		c.raw.Write(a.writeFn) // a closed socket: the replies are dropped with it
+		a.pend, a.wout = a.wout, nil
+	}
+	a.amu.Unlock()
+}
+
+// writeAsync is Flush's write: what the socket takes now, no waiting.
+// It leaves the rest at the front of a.wout.
 func (c *conn) writeAsync(fd uintptr) bool {
 	a := &c.async
-	a.out, _ = c.writeNow(fd, a.out)
+	a.wout, _ = c.writeNow(fd, a.wout)
 	return true
 }
 
-// settle waits for the request in flight and puts what Complete could not
-// write in front of the next replies.
+// settle waits until every request in flight is answered and puts what
+// Complete could not write in front of the next replies.
 func (c *conn) settle() {
 	a := &c.async
-	if !a.inflight {
+	if a.nsent == 0 {
 		return
 	}
-	<-a.done
-	a.inflight = false
-	if len(a.out) > 0 {
-		c.out = append(c.out, a.out...)
-		a.out = a.out[:0]
+	a.amu.Lock()
+	if a.pending > 0 {
+		a.waiting = true
+		a.amu.Unlock()
+		<-a.settled
+		a.amu.Lock()
 	}
-	if cap(a.out) > 1<<20 {
-		a.out = nil // do not keep a huge value's buffer
+	if len(a.pend) > 0 {
+		c.out = append(c.out, a.pend...)
+		a.pend = a.pend[:0]
 	}
+	if cap(a.pend) > 1<<20 {
+		a.pend = nil
+	}
+	a.amu.Unlock()
+	a.nsent, a.writes = 0, false
 }
 
 // appendValue appends a text get's VALUE block for one hit.

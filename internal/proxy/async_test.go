@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -311,4 +312,163 @@ func FuzzProxyFastPath(f *testing.F) {
 			t.Fatalf("proxy stopped answering: %q %v", l, err)
 		}
 	})
+}
+
+// heldServer is a fake memcached for TestFastPathPipelinedGets: it
+// answers "gets key" with the key as the value and CAS 7, but only once
+// release is closed, and records the keys it was asked for.
+type heldServer struct {
+	addr    string
+	release chan struct{}
+	mu      *sync.Mutex
+	cond    *sync.Cond
+	got     *[]string // every server's received keys, as "<addr> <key>"
+	sent    int       // answers written (under mu)
+}
+
+func startHeldServer(t *testing.T, mu *sync.Mutex, cond *sync.Cond, got *[]string) *heldServer {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &heldServer{addr: ln.Addr().String(), release: make(chan struct{}), mu: mu, cond: cond, got: got}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() { // owned by the test: Cleanup closes ln and waits
+		defer wg.Done()
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			keys := make(chan string, 64)
+			wg.Add(2)
+			go func() { // reads and records every request at once
+				defer wg.Done()
+				defer close(keys)
+				r := bufio.NewReader(nc)
+				for {
+					l, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					// The proxy's upstream asks with gets.
+					key, ok := strings.CutPrefix(strings.TrimSpace(l), "gets ")
+					if !ok {
+						return
+					}
+					s.mu.Lock()
+					*s.got = append(*s.got, s.addr+" "+key)
+					s.cond.Broadcast()
+					s.mu.Unlock()
+					keys <- key
+				}
+			}()
+			go func() { // answers in order, once released
+				defer wg.Done()
+				defer nc.Close()
+				for key := range keys {
+					select {
+					case <-s.release:
+					case <-time.After(20 * time.Second):
+						return
+					}
+					fmt.Fprintf(nc, "VALUE %s 0 %d 7\r\n%s\r\nEND\r\n", key, len(key), key)
+					s.mu.Lock()
+					s.sent++
+					s.cond.Broadcast()
+					s.mu.Unlock()
+				}
+			}()
+		}
+	}()
+	return s
+}
+
+// TestFastPathPipelinedGets: a client's pipelined gets are in flight
+// together, on both servers, and when the second server answers first the
+// replies still come in request order.
+func TestFastPathPipelinedGets(t *testing.T) {
+	var mu sync.Mutex
+	cond := sync.NewCond(&mu)
+	var got []string
+	a := startHeldServer(t, &mu, cond, &got)
+	b := startHeldServer(t, &mu, cond, &got)
+	cfg, err := ParseConfig([]byte("listen: 127.0.0.1:0\ndistribution: ketama\nhash: md5\nservers: [" +
+		a.addr + ":1, " + b.addr + ":1]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Logf = nil
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go p.Serve(ln)
+	defer p.Close()
+
+	const n = 12 // fewer than maxAsyncReads: all in flight at once
+	var req, want strings.Builder
+	for i := range n {
+		k := fmt.Sprintf("pipe:%d", i)
+		if i%3 == 2 {
+			fmt.Fprintf(&req, "gets %s\r\n", k)
+			fmt.Fprintf(&want, "VALUE %s 0 %d 7\r\n%s\r\nEND\r\n", k, len(k), k)
+		} else {
+			fmt.Fprintf(&req, "get %s\r\n", k)
+			fmt.Fprintf(&want, "VALUE %s 0 %d\r\n%s\r\nEND\r\n", k, len(k), k)
+		}
+	}
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.WriteString(nc, req.String()); err != nil {
+		t.Fatal(err)
+	}
+	// Every get reaches a server before any is answered.
+	mu.Lock()
+	deadline := time.AfterFunc(15*time.Second, func() { mu.Lock(); cond.Broadcast(); mu.Unlock() })
+	start := time.Now()
+	for len(got) < n && time.Since(start) < 15*time.Second {
+		cond.Wait()
+	}
+	deadline.Stop()
+	received := append([]string(nil), got...)
+	mu.Unlock()
+	if len(received) < n {
+		t.Fatalf("only %d of %d pipelined gets reached the servers while none was answered: %q", len(received), n, received)
+	}
+	onA := 0
+	for _, g := range received {
+		if strings.HasPrefix(g, a.addr+" ") {
+			onA++
+		}
+	}
+	if onA == 0 || onA == n {
+		t.Fatalf("the keys did not spread over both servers (%d of %d on the first): pick others", onA, n)
+	}
+	// The second server answers first; the first one's replies come
+	// earlier in the pipeline for some keys, later for others.
+	close(b.release)
+	mu.Lock()
+	for b.sent < n-onA {
+		cond.Wait()
+	}
+	mu.Unlock()
+	close(a.release)
+	reply := make([]byte, want.Len())
+	if _, err := io.ReadFull(nc, reply); err != nil {
+		t.Fatalf("%v after %q", err, reply)
+	}
+	if string(reply) != want.String() {
+		t.Fatalf("replies out of order:\n got %q\nwant %q", reply, want.String())
+	}
 }

@@ -27,9 +27,12 @@
 // on the client's goroutine (async.go): it sends the request with
 // memcache's GetAsync or StoreAsync and goes back to its socket, and the
 // upstream connection's reader goroutine writes the reply to the client
-// (conn.Complete), sparing the two goroutine switches of a request that
-// waits. One such request is in flight per connection and it leaves only
-// once the earlier replies are written, so replies keep their order. The
+// (asyncReq.Complete), sparing the two goroutine switches of a request
+// that waits. A client's pipelined gets are all in flight at once (up to
+// 16), on every server they live on; a storage command is alone in
+// flight, and anything else waits for what is in flight. Replies are
+// written in request order, those of one upstream read in one write
+// (memcache.Flusher). The
 // fast path allocates nothing per request (TestFastPathDoesNotAllocate);
 // the plain path allocates the key string and, for a single-key get, the
 // client's Item and Value.

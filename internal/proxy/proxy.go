@@ -111,7 +111,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 		}
 		c := &conn{p: p, nc: nc, rbuf: make([]byte, readBufSize), raw: rawio.Conn(nc), rawFD: -1}
 		c.rawFn = c.rawStep
-		c.async.done = make(chan struct{}, 1)
+		c.async.settled = make(chan struct{}, 1)
 		c.async.writeFn = c.writeAsync
 		p.mu.Lock()
 		if p.closed {
@@ -209,7 +209,7 @@ type conn struct {
 
 	rc    reqCtx        // the upstream requests' context
 	item  memcache.Item // a storage command's item, reused
-	async asyncReq      // the request on the fast path (async.go)
+	async asyncState    // the requests on the fast path (async.go)
 
 	// Scratch space of multi-key gets, reused from request to request.
 	keys   []string   // the keys, substrings of one string
@@ -375,11 +375,13 @@ func (c *conn) resetOut() {
 // bytes from c.r the next request needs when that is known.
 func (c *conn) processInput() (need int) {
 	for !c.close {
-		if c.async.inflight {
+		if c.async.nsent > 0 {
 			if c.r == c.w {
-				return 0 // its reply will be written by Complete
+				return 0 // the replies will be written by Complete
 			}
-			c.settle()
+			if c.mode != 1 {
+				c.settle() // text: dispatch decides
+			}
 		}
 		if c.swallow > 0 {
 			n := min(c.swallow, c.w-c.r)

@@ -36,6 +36,9 @@ func (c *conn) dispatch(line, rest []byte) (used, more int) {
 	t := &c.toks
 	c.noreply = false
 	protocol.Tokenize(line, t)
+	if !c.pipelined(t) {
+		c.settle() // every reply before this command's
+	}
 	if t.N < 2 || len(t.T[0]) < 2 {
 		c.reply("ERROR")
 		return 0, 0
