@@ -27,11 +27,14 @@ import (
 // anything else waits for what is in flight first. The rules that keep a
 // connection's replies in order:
 //
-//   - What is in flight is either one storage command, or up to
-//     maxAsyncReads single-key gets and getses. Reads commute, so their
-//     order at the servers does not matter; a write is answered before
-//     the next request leaves, so a pipelined "set k … / get k" sees its
-//     own write.
+//   - Over a pool with one connection per server (upstream.ordered, the
+//     default), every request reaches its server in the order the client
+//     sent it, so up to maxAsyncReads gets, sets, adds and replaces are
+//     in flight together, and a pipelined "set k … / get k" sees its own
+//     write. With more connections per server, what is in flight is
+//     either one storage command or up to maxAsyncReads gets: reads
+//     commute, and a write is answered before the next request leaves.
+//     A reload settles first (the new upstream's connections are others).
 //   - A request goes asynchronously only when the connection's earlier
 //     replies are all written (c.out is flushed first, or the request
 //     takes the plain path). Before any other request, dispatch waits for
@@ -71,17 +74,18 @@ type asyncReq struct {
 	done bool   // under c.amu: the reply is in out, waiting for earlier ones
 }
 
-// maxAsyncReads is how many pipelined gets of one connection may be in
-// flight at once.
+// maxAsyncReads is how many pipelined requests of one connection may be
+// in flight at once.
 const maxAsyncReads = 16
 
 // asyncState is a connection's part of the fast path.
 type asyncState struct {
 	// Owned by the client goroutine.
-	ring   [maxAsyncReads]*asyncReq // slots, made when first needed
+	ring   [maxAsyncReads]*asyncReq // slots, made when first needed (written under amu)
 	next   int                      // the slot the next request takes
 	nsent  int                      // requests started since the last settle
-	writes bool                     // what is in flight is a storage command
+	writes bool                     // a storage command is in flight
+	batchU *upstream                // the upstream of what is in flight
 
 	settled chan struct{}      // Complete's signal to settle (capacity 1)
 	writeFn func(uintptr) bool // c.writeAsync, bound once
@@ -96,18 +100,24 @@ type asyncState struct {
 
 // pipelined reports whether a text command may join what is in flight
 // without waiting for it: a single-key get or gets while only gets are
-// in flight. dispatch settles before every other command.
+// in flight, or, over an ordered upstream (one connection per server),
+// also set, add and replace, and gets behind them. dispatch settles
+// before every other command; a pipelined one that ends up answered
+// synchronously (an error, the plain path) settles before its reply.
 func (c *conn) pipelined(t *protocol.Tokens) bool {
 	a := &c.async
 	if a.nsent == 0 {
 		return true // nothing to wait for
 	}
-	if a.writes || t.N != 3 || t.Rest != nil || len(t.T[1]) > protocol.KeyMaxLength {
+	if t.Rest != nil || t.N < 3 {
 		return false
 	}
+	ordered := a.batchU != nil && a.batchU.ordered
 	switch string(t.T[0]) {
 	case "get", "bget", "gets":
-		return true
+		return t.N == 3 && len(t.T[1]) <= protocol.KeyMaxLength && (!a.writes || ordered)
+	case "set", "add", "replace":
+		return ordered
 	}
 	return false
 }
@@ -126,7 +136,9 @@ func (c *conn) slot() *asyncReq {
 	r := a.ring[a.next]
 	if r == nil {
 		r = &asyncReq{c: c}
+		a.amu.Lock() // Complete reads the ring under amu
 		a.ring[a.next] = r
+		a.amu.Unlock()
 	}
 	return r
 }
@@ -139,7 +151,8 @@ func (c *conn) launch(r *asyncReq) {
 	a.amu.Unlock()
 	a.next = (a.next + 1) % maxAsyncReads
 	a.nsent++
-	a.writes = r.store
+	a.writes = a.writes || r.store
+	a.batchU = r.u
 }
 
 // unlaunch undoes a launch whose request was not sent (no Complete will
@@ -152,7 +165,7 @@ func (c *conn) unlaunch(r *asyncReq) {
 	a.next = (a.next + maxAsyncReads - 1) % maxAsyncReads
 	a.nsent--
 	if a.nsent == 0 {
-		a.writes = false
+		a.writes, a.batchU = false, nil
 	}
 	r.item = memcache.Item{}
 	r.u.release()
@@ -171,6 +184,9 @@ func (c *conn) startGetAsync(key []byte, withCAS bool) bool {
 	if u == nil {
 		c.settle()
 		return false
+	}
+	if c.async.nsent > 0 && u != c.async.batchU {
+		c.settle() // a reload: the new upstream's connections keep no order with the old
 	}
 	r := c.slot()
 	r.store, r.withCAS, r.noreply = false, withCAS, false
@@ -194,15 +210,18 @@ func (r *asyncReq) setKey(key []byte) {
 }
 
 // startStoreAsync tries the fast path for set, add and replace of key
-// with value, which the client encodes before StoreAsync returns.
-// dispatch has settled what was in flight.
+// with value, which the client encodes before StoreAsync returns. Unless
+// the upstream is ordered, dispatch has settled what was in flight.
 func (c *conn) startStoreAsync(verb string, key, value []byte, flags uint32, exp int32) bool {
-	if c.async.nsent > 0 || !c.asyncReady() {
+	if !c.asyncReady() {
 		return false
 	}
 	u := c.poolUpstream()
 	if u == nil {
 		return false
+	}
+	if c.async.nsent > 0 && (u != c.async.batchU || !u.ordered) {
+		c.settle()
 	}
 	r := c.slot()
 	r.store, r.withCAS, r.noreply = true, false, c.noreply
@@ -356,7 +375,7 @@ func (c *conn) settle() {
 		a.pend = nil
 	}
 	a.amu.Unlock()
-	a.nsent, a.writes = 0, false
+	a.nsent, a.writes, a.batchU = 0, false, nil
 }
 
 // appendValue appends a text get's VALUE block for one hit.

@@ -47,7 +47,17 @@ func statValue(t *testing.T, addr, name string) int64 {
 // it leaves to the plain path (multi-get, delete, incr, version, a key too
 // long) is answered in request order, with memcached's replies.
 func TestFastPathKeepsOrder(t *testing.T) {
-	_, addr := startProxy(t, "upstream", 2)
+	// One connection per server pipelines a client's sets with its gets;
+	// with two, a set waits for what is in flight and gets wait for it.
+	for _, conns := range []int{1, 2} {
+		t.Run(fmt.Sprintf("server_connections=%d", conns), func(t *testing.T) {
+			_, addr := startProxyWith(t, "upstream", 2, fmt.Sprintf("server_connections: %d\n", conns))
+			testKeepsOrder(t, addr)
+		})
+	}
+}
+
+func testKeepsOrder(t *testing.T, addr string) {
 	script := []struct{ req, reply string }{
 		{"set o:a 5 0 3\r\nabc\r\n", "STORED\r\n"},
 		{"get o:a\r\n", "VALUE o:a 5 3\r\nabc\r\nEND\r\n"},
@@ -314,9 +324,10 @@ func FuzzProxyFastPath(f *testing.F) {
 	})
 }
 
-// heldServer is a fake memcached for TestFastPathPipelinedGets: it
-// answers "gets key" with the key as the value and CAS 7, but only once
-// release is closed, and records the keys it was asked for.
+// heldServer is a fake memcached for the pipelining tests: it answers
+// "gets key" with the key as the value and CAS 7, and a set with STORED,
+// but only once release is closed, and records the requests it read
+// (as "<addr> <key>" and "<addr> set:<key>").
 type heldServer struct {
 	addr    string
 	release chan struct{}
@@ -353,9 +364,23 @@ func startHeldServer(t *testing.T, mu *sync.Mutex, cond *sync.Cond, got *[]strin
 					if err != nil {
 						return
 					}
-					// The proxy's upstream asks with gets.
-					key, ok := strings.CutPrefix(strings.TrimSpace(l), "gets ")
-					if !ok {
+					// The proxy's upstream asks with gets, and stores
+					// with "set <key> <flags> <exptime> <bytes>".
+					req := strings.Fields(l)
+					var key string
+					switch {
+					case len(req) == 2 && req[0] == "gets":
+						key = req[1]
+					case len(req) == 5 && req[0] == "set":
+						n, err := strconv.Atoi(req[4])
+						if err != nil {
+							return
+						}
+						if _, err := io.ReadFull(r, make([]byte, n+2)); err != nil {
+							return
+						}
+						key = "set:" + req[1] // answered STORED
+					default:
 						return
 					}
 					s.mu.Lock()
@@ -374,7 +399,11 @@ func startHeldServer(t *testing.T, mu *sync.Mutex, cond *sync.Cond, got *[]strin
 					case <-time.After(20 * time.Second):
 						return
 					}
-					fmt.Fprintf(nc, "VALUE %s 0 %d 7\r\n%s\r\nEND\r\n", key, len(key), key)
+					if strings.HasPrefix(key, "set:") {
+						io.WriteString(nc, "STORED\r\n")
+					} else {
+						fmt.Fprintf(nc, "VALUE %s 0 %d 7\r\n%s\r\nEND\r\n", key, len(key), key)
+					}
 					s.mu.Lock()
 					s.sent++
 					s.cond.Broadcast()
@@ -390,13 +419,29 @@ func startHeldServer(t *testing.T, mu *sync.Mutex, cond *sync.Cond, got *[]strin
 // together, on both servers, and when the second server answers first the
 // replies still come in request order.
 func TestFastPathPipelinedGets(t *testing.T) {
+	testPipelined(t, 2, false)
+}
+
+// TestFastPathPipelinedSets: over one connection per server (the
+// default), a client's pipelined sets are in flight together with its
+// gets, and answered in request order.
+func TestFastPathPipelinedSets(t *testing.T) {
+	testPipelined(t, 1, true)
+}
+
+// testPipelined pipelines 12 requests (gets, and sets when withSets)
+// through a proxy with conns connections per server over two held
+// servers, checks that all of them reach the servers before any is
+// answered, lets the second server answer first, and checks the replies'
+// order.
+func testPipelined(t *testing.T, conns int, withSets bool) {
 	var mu sync.Mutex
 	cond := sync.NewCond(&mu)
 	var got []string
 	a := startHeldServer(t, &mu, cond, &got)
 	b := startHeldServer(t, &mu, cond, &got)
 	cfg, err := ParseConfig([]byte("listen: 127.0.0.1:0\ndistribution: ketama\nhash: md5\nservers: [" +
-		a.addr + ":1, " + b.addr + ":1]\n"))
+		a.addr + ":1, " + b.addr + ":1]\nserver_connections: " + strconv.Itoa(conns) + "\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -416,7 +461,10 @@ func TestFastPathPipelinedGets(t *testing.T) {
 	var req, want strings.Builder
 	for i := range n {
 		k := fmt.Sprintf("pipe:%d", i)
-		if i%3 == 2 {
+		if withSets && i%4 == 1 {
+			fmt.Fprintf(&req, "set %s 0 0 1\r\nx\r\n", k)
+			want.WriteString("STORED\r\n")
+		} else if i%3 == 2 {
 			fmt.Fprintf(&req, "gets %s\r\n", k)
 			fmt.Fprintf(&want, "VALUE %s 0 %d 7\r\n%s\r\nEND\r\n", k, len(k), k)
 		} else {

@@ -49,13 +49,19 @@ func benchProxy(b *testing.B) string {
 // what memcached is needed for, when it is missing.
 func startProxy(tb testing.TB, why string, n int) (*Proxy, string) {
 	tb.Helper()
+	return startProxyWith(tb, why, n, "")
+}
+
+// startProxyWith is startProxy with more lines of pool configuration.
+func startProxyWith(tb testing.TB, why string, n int, extra string) (*Proxy, string) {
+	tb.Helper()
 	bin := nodeproc.Need(tb, why, "memcached")
 	var servers []string
 	for range n {
 		servers = append(servers, nodeproc.Start(tb, nodeproc.Memcached, bin, "-t", "1").Addr+":1")
 	}
 	cfg, err := ParseConfig([]byte("listen: 127.0.0.1:0\ndistribution: ketama\nhash: md5\nservers: [" +
-		strings.Join(servers, ", ") + "]\n"))
+		strings.Join(servers, ", ") + "]\n" + extra))
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -26,7 +26,7 @@ import (
 //	server_retry_timeout: 30000
 //	server_failure_limit: 2
 //	timeout: 2000
-//	server_connections: 2
+//	server_connections: 1          # per server (default 1: a client's pipelined sets then need not wait)
 //
 // or, for a vbcache cluster instead of servers:
 //
@@ -79,10 +79,16 @@ type ClusterConfig struct {
 
 // Defaults.
 const (
-	DefaultTimeout           = 2000 * time.Millisecond
-	DefaultServerConnections = 2
-	DefaultClusterRetry      = 10 * time.Second
-	DefaultClusterRefresh    = time.Second
+	DefaultTimeout = 2000 * time.Millisecond
+	// DefaultServerConnections is a pool's connections per server when
+	// server_connections is not set: one, as twemproxy's default. It
+	// keeps each client's requests to a server in order, so the fast
+	// path pipelines a client's sets as well as its gets (async.go).
+	DefaultServerConnections = 1
+	// DefaultClusterConnections is a cluster's connections per node.
+	DefaultClusterConnections = 2
+	DefaultClusterRetry       = 10 * time.Second
+	DefaultClusterRefresh     = time.Second
 )
 
 // LoadConfig reads and checks a pool file.
@@ -275,8 +281,11 @@ func (c *Config) timeout() time.Duration {
 }
 
 func (c *Config) conns() int {
-	if c.ServerConnections > 0 {
+	switch {
+	case c.ServerConnections > 0:
 		return c.ServerConnections
+	case c.Cluster != nil || c.Manager != "":
+		return DefaultClusterConnections
 	}
 	return DefaultServerConnections
 }

@@ -29,10 +29,12 @@
 // upstream connection's reader goroutine writes the reply to the client
 // (asyncReq.Complete), sparing the two goroutine switches of a request
 // that waits. A client's pipelined gets are all in flight at once (up to
-// 16), on every server they live on; a storage command is alone in
-// flight, and anything else waits for what is in flight. Replies are
-// written in request order, those of one upstream read in one write
-// (memcache.Flusher). The
+// 16), on every server they live on. With one connection per server (the
+// default, as twemproxy's), requests reach each server in the order they
+// were sent, so sets, adds and replaces are pipelined with them; with
+// more, a storage command is alone in flight. Anything else waits for
+// what is in flight. Replies are written in request order, those of one
+// upstream read in one write (memcache.Flusher). The
 // fast path allocates nothing per request (TestFastPathDoesNotAllocate);
 // the plain path allocates the key string and, for a single-key get, the
 // client's Item and Value.

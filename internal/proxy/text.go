@@ -17,6 +17,7 @@ func (c *conn) reply(s string) {
 	if c.noreply {
 		return
 	}
+	c.settle() // a storage command may be pipelined behind what is in flight
 	c.out = append(c.out, s...)
 	c.out = append(c.out, '\r', '\n')
 }
@@ -396,6 +397,7 @@ func (c *conn) update(verb string, rest []byte) (used, more int) {
 	if (verb == "set" || verb == "add" || verb == "replace") && c.startStoreAsync(verb, key, data[:n-2], flags, exp) {
 		return n, 0
 	}
+	c.settle()
 	c.item = memcache.Item{Key: string(key), Value: data[:n-2], Flags: flags, Expiration: exp, CasID: casID}
 	it := &c.item // the client encodes it during the call: reused
 	u := c.p.acquire()
