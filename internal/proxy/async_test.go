@@ -289,6 +289,10 @@ func FuzzProxyFastPath(f *testing.F) {
 		"set a 0 0 1 noreply\r\nx\r\nadd a 0 0 1\r\ny\r\nreplace a 0 0 2\r\nzz\r\nget a\r\n",
 		"get a\r\nmg a v\r\nset b 0 0 3\r\nabc\r\nincr b 1\r\nget b\r\n",
 		"set a 0 0 5\r\nab", "get " + strings.Repeat("k", 260) + "\r\nget a\r\n", "get a\r\nquit\r\nget a\r\n",
+		// Pipelines: gets and sets in flight together, broken by other commands.
+		"get a\r\nget b\r\nset a 0 0 1\r\n1\r\nget a\r\nset b 0 0 2\r\n22\r\ngets b\r\ndelete a\r\nget a\r\nget b\r\n",
+		"set a 0 0 1 noreply\r\n1\r\nget a\r\nset a 0 0 1\r\n2\r\nget a b c\r\nadd a 0 0 1\r\n3\r\nget a\r\nset a 0 0 x\r\nget a\r\n",
+		strings.Repeat("get a\r\nset a 0 0 1\r\nz\r\n", 20),
 		"\x80\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00a",
 	} {
 		f.Add([]byte(s))
