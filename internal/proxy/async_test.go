@@ -339,6 +339,7 @@ type heldServer struct {
 	cond    *sync.Cond
 	got     *[]string // every server's received keys, as "<addr> <key>"
 	sent    int       // answers written (under mu)
+	drop    bool      // on release, close the connection instead of answering
 }
 
 func startHeldServer(t *testing.T, mu *sync.Mutex, cond *sync.Cond, got *[]string) *heldServer {
@@ -402,6 +403,9 @@ func startHeldServer(t *testing.T, mu *sync.Mutex, cond *sync.Cond, got *[]strin
 					case <-s.release:
 					case <-time.After(20 * time.Second):
 						return
+					}
+					if s.drop {
+						return // the deferred Close ends the connection
 					}
 					if strings.HasPrefix(key, "set:") {
 						io.WriteString(nc, "STORED\r\n")
@@ -522,5 +526,99 @@ func testPipelined(t *testing.T, conns int, withSets bool) {
 	}
 	if string(reply) != want.String() {
 		t.Fatalf("replies out of order:\n got %q\nwant %q", reply, want.String())
+	}
+}
+
+// TestFastPathPipelineServerDies: when a server's connection dies with
+// pipelined requests in flight, every one of them is answered, in order,
+// those on the dead server with SERVER_ERROR, and the client connection
+// goes on serving.
+func TestFastPathPipelineServerDies(t *testing.T) {
+	var mu sync.Mutex
+	cond := sync.NewCond(&mu)
+	var got []string
+	a := startHeldServer(t, &mu, cond, &got)
+	b := startHeldServer(t, &mu, cond, &got)
+	a.drop = true
+	cfg, err := ParseConfig([]byte("listen: 127.0.0.1:0\ndistribution: ketama\nhash: md5\nservers: [" +
+		a.addr + ":1, " + b.addr + ":1]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Logf = nil
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go p.Serve(ln)
+	defer p.Close()
+
+	const n = 12
+	var req strings.Builder
+	for i := range n {
+		if i%4 == 1 {
+			fmt.Fprintf(&req, "set die:%d 0 0 1\r\nx\r\n", i)
+		} else {
+			fmt.Fprintf(&req, "get die:%d\r\n", i)
+		}
+	}
+	nc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(20 * time.Second))
+	io.WriteString(nc, req.String())
+	mu.Lock()
+	start := time.Now()
+	wake := time.AfterFunc(15*time.Second, func() { mu.Lock(); cond.Broadcast(); mu.Unlock() })
+	for len(got) < n && time.Since(start) < 15*time.Second {
+		cond.Wait()
+	}
+	wake.Stop()
+	onA := map[string]bool{}
+	for _, g := range got {
+		if k, ok := strings.CutPrefix(g, a.addr+" "); ok {
+			onA[strings.TrimPrefix(k, "set:")] = true
+		}
+	}
+	all := len(got)
+	mu.Unlock()
+	if all < n || len(onA) == 0 || len(onA) == n {
+		t.Fatalf("%d of %d requests reached the servers, %d on the first: need all, on both", all, n, len(onA))
+	}
+	close(b.release)
+	close(a.release) // a's connection dies
+	r := bufio.NewReader(nc)
+	for i := range n {
+		k := fmt.Sprintf("die:%d", i)
+		l, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reply %d: %v", i, err)
+		}
+		switch {
+		case onA[k]:
+			if !strings.HasPrefix(l, "SERVER_ERROR ") {
+				t.Fatalf("reply %d (%s, on the dead server): %q", i, k, l)
+			}
+		case i%4 == 1:
+			if l != "STORED\r\n" {
+				t.Fatalf("reply %d (%s): %q", i, k, l)
+			}
+		default:
+			want := fmt.Sprintf("VALUE %s 0 %d\r\n", k, len(k))
+			rest := make([]byte, len(k)+len("\r\nEND\r\n"))
+			if _, err := io.ReadFull(r, rest); l != want || err != nil || string(rest) != k+"\r\nEND\r\n" {
+				t.Fatalf("reply %d (%s): %q %q %v", i, k, l, rest, err)
+			}
+		}
+	}
+	io.WriteString(nc, "version\r\n")
+	if l, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(l, "VERSION ") {
+		t.Fatalf("after the failure: %q %v", l, err)
 	}
 }
