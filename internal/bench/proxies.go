@@ -8,7 +8,7 @@ package bench
 //	start nutcracker and vbcache proxy (pinned to ProxyCPU, GOMAXPROCS=1),
 //	    both from the same twemproxy pool file (ketama, md5) but for the
 //	    listen port; one warm-up run through each
-//	for each workload (get, set, mget):
+//	for each workload (get, set, mget, pipe):
 //	    for round 1..Rounds: run direct, nutcracker, vbcache proxy
 //	        (the order rotates by one each round; load pinned to LoadCPU)
 //	stop everything
@@ -69,7 +69,7 @@ type ProxiesConfig struct {
 	// Rate, when not zero, makes every run open loop at this many requests
 	// per second (latency from the scheduled send time).
 	Rate float64
-	// Workloads to run by name (get, set, mget); empty means all.
+	// Workloads to run by name (get, set, mget, pipe); empty means all.
 	Workloads []string
 	// ProxyCPU is the taskset CPU list of the proxies; LoadCPU that of the
 	// load generator and the memcached servers. Empty means "0" and "1".
@@ -139,8 +139,10 @@ func (c *ProxiesConfig) Validate() error {
 }
 
 // proxyWorkloadList is the list: single gets of 100-byte values
-// (key space prefilled), sets, 10-key multi-gets. Servers, Clients,
-// Duration, Rate and Seed are filled in per run.
+// (key space prefilled), sets, 10-key multi-gets; and a pipelining
+// client's mix (90% gets, 10% sets, 16 requests per write), where a proxy
+// shows whether it keeps a client's requests in flight together. Servers,
+// Clients, Duration, Rate and Seed are filled in per run.
 func proxyWorkloadList() []Workload {
 	base := Config{Threads: 1, Pipeline: 1, DataSize: 100, KeyMax: 99_999}
 	w := func(name, title string, mutate func(*Config)) Workload {
@@ -152,6 +154,7 @@ func proxyWorkloadList() []Workload {
 		w("get", "single get, 100 B values, all hits", func(c *Config) { c.Ratio = Ratio{Get: 1} }),
 		w("set", "set, 100 B values", func(c *Config) { c.Ratio = Ratio{Set: 1} }),
 		w("mget", "10-key multi-get, all hits", func(c *Config) { c.Ratio = Ratio{Get: 1}; c.MultiGet = 10 }),
+		w("pipe", "90% get / 10% set, pipeline 16", func(c *Config) { c.Ratio = Ratio{Set: 1, Get: 9}; c.Pipeline = 16 }),
 	}
 }
 
@@ -579,7 +582,7 @@ func (r *ProxiesResult) WriteMarkdown(w io.Writer) error {
 	if r.Rate > 0 {
 		mode = fmt.Sprintf("open loop at %.0f requests/s", r.Rate)
 	}
-	fmt.Fprintf(&b, "Load: %d connections, pipeline 1, %s; direct spreads them over the servers. ", r.Clients, mode)
+	fmt.Fprintf(&b, "Load: %d connections, pipeline 1 (16 for pipe), %s; direct spreads them over the servers. ", r.Clients, mode)
 	fmt.Fprintf(&b, "%d rounds of %s per path and workload, order rotated each round; figures are medians over the rounds. ", r.Rounds, r.RunDuration)
 	fmt.Fprintf(&b, "Load average at start: %s. Whole run: %.0f s.\n\n", in.LoadAvg, r.ElapsedSec)
 	if r.Command != "" {
