@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"os"
 	"sync"
 	"time"
 	"unsafe"
@@ -96,6 +97,7 @@ type asyncState struct {
 	waiting bool       // settle waits for pending to reach 0
 	pend    []byte     // replies the socket did not take, in order
 	wout    []byte     // what writeFn writes: pend, during Flush
+	stalled bool       // Flush left pend to the client's goroutine and woke it
 }
 
 // pipelined reports whether a text command may join what is in flight
@@ -337,12 +339,35 @@ func (r *asyncReq) Flush() {
 	c := r.c
 	a := &c.async
 	a.amu.Lock()
-	if len(a.pend) > 0 {
+	if len(a.pend) > 0 && !a.stalled {
 		a.wout = a.pend
 		c.raw.Write(a.writeFn) // a closed socket: the replies are dropped with it
 		a.pend, a.wout = a.wout, nil
+		if len(a.pend) > 0 {
+			// The client is not reading. Its goroutine may be waiting for
+			// a request that will not come before these replies are
+			// read: wake it (serveRaw) to wait for the socket and write.
+			a.stalled = true
+			c.nc.SetReadDeadline(stallWake)
+		}
 	}
 	a.amu.Unlock()
+}
+
+// stallWake is the read deadline, in the past, with which Flush wakes a
+// client's goroutine to write the replies its socket did not take.
+var stallWake = time.Unix(1, 0)
+
+// stallWoken handles serveRaw's wait ended by err: true when Flush woke
+// it (the deadline is cleared, and the replies written, waiting for the
+// socket as long as it takes), false for any other error.
+func (c *conn) stallWoken(err error) bool {
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		return false
+	}
+	c.nc.SetReadDeadline(time.Time{})
+	c.settle()
+	return c.flush() == nil
 }
 
 // writeAsync is Flush's write: what the socket takes now, no waiting.
@@ -374,6 +399,7 @@ func (c *conn) settle() {
 	if cap(a.pend) > 1<<20 {
 		a.pend = nil
 	}
+	a.stalled = false
 	a.amu.Unlock()
 	a.nsent, a.writes, a.batchU = 0, false, nil
 }

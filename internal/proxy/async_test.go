@@ -622,3 +622,74 @@ func TestFastPathPipelineServerDies(t *testing.T) {
 		t.Fatalf("after the failure: %q %v", l, err)
 	}
 }
+
+// TestFastPathStalledReader: a client that pipelines gets of big values
+// and reads nothing until all of them are answered (its socket buffer
+// fills up, and the proxy's last write leaves replies unwritten, with no
+// request to come) still gets every reply whole.
+func TestFastPathStalledReader(t *testing.T) {
+	_, addr := startProxy(t, "upstream", 2)
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(30 * time.Second))
+	big := bytes.Repeat([]byte("0123456789abcdef"), 512<<10/16)
+	const keys = 8
+	for i := range keys {
+		fmt.Fprintf(nc, "set stall:%d 0 0 %d\r\n%s\r\n", i, len(big), big)
+	}
+	r := bufio.NewReader(nc)
+	for range keys {
+		if l, err := r.ReadString('\n'); l != "STORED\r\n" {
+			t.Fatalf("set: %q %v", l, err)
+		}
+	}
+	const gets = 16 // 8 MB of replies, all in flight at once
+	var req strings.Builder
+	for i := range gets {
+		fmt.Fprintf(&req, "get stall:%d\r\n", i%keys)
+	}
+	if _, err := io.WriteString(nc, req.String()); err != nil {
+		t.Fatal(err)
+	}
+	// Read nothing until the proxy has had every answer: its socket
+	// buffer and ours fill, and what is left waits in the proxy.
+	sc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	sc.SetDeadline(time.Now().Add(30 * time.Second))
+	sr := bufio.NewReader(sc)
+	for hits := int64(0); hits < gets; {
+		io.WriteString(sc, "stats\r\n")
+		for {
+			l, err := sr.ReadString('\n')
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l == "END\r\n" {
+				break
+			}
+			if v, ok := strings.CutPrefix(l, "STAT get_hits "); ok {
+				hits, _ = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			}
+		}
+	}
+	for i := range gets {
+		k := fmt.Sprintf("stall:%d", i%keys)
+		l, err := r.ReadString('\n')
+		if err != nil || l != fmt.Sprintf("VALUE %s 0 %d\r\n", k, len(big)) {
+			t.Fatalf("get %d: %q %v", i, l, err)
+		}
+		v := make([]byte, len(big)+len("\r\nEND\r\n"))
+		if _, err := io.ReadFull(r, v); err != nil {
+			t.Fatalf("get %d: %v", i, err)
+		}
+		if !bytes.Equal(v[:len(big)], big) || string(v[len(big):]) != "\r\nEND\r\n" {
+			t.Fatalf("get %d: wrong value", i)
+		}
+	}
+}

@@ -272,6 +272,9 @@ func (c *conn) serveRaw() {
 	for {
 		c.rawErr = nil
 		if err := c.raw.Read(c.rawFn); err != nil {
+			if c.stallWoken(err) {
+				continue
+			}
 			return
 		}
 		if err := c.flush(); err != nil || c.close || c.rawErr != nil {
