@@ -233,3 +233,57 @@ func TestStoreContext(t *testing.T) {
 		})
 	}
 }
+
+// TestIncrDecrAndTouchCAS: over the binary protocol, IncrDecrContext
+// returns the item's new CAS and TouchItemContext its flags and CAS (the
+// ones a gets then returns); over text, 0.
+func TestIncrDecrAndTouchCAS(t *testing.T) {
+	addr := startNode(t)
+	ctx := context.Background()
+	for name, proto := range map[string]Protocol{"text": Text, "binary": Binary} {
+		t.Run(name, func(t *testing.T) {
+			c := New(addr)
+			c.Protocol = proto
+			defer c.Close()
+			key := "arithcas:" + name
+			if err := c.Set(&Item{Key: key, Value: []byte("10"), Flags: 7}); err != nil {
+				t.Fatal(err)
+			}
+			check := func(what string, cas uint64) {
+				t.Helper()
+				got, err := c.Get(key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := uint64(0)
+				if proto == Binary {
+					want = got.CasID
+				}
+				if cas != want {
+					t.Errorf("%s: CAS %d, want %d", what, cas, want)
+				}
+			}
+			v, cas, err := c.IncrDecrContext(ctx, key, true, 5)
+			if err != nil || v != 15 {
+				t.Fatalf("incr: %d %v", v, err)
+			}
+			check("incr", cas)
+			v, cas, err = c.IncrDecrContext(ctx, key, false, 3)
+			if err != nil || v != 12 {
+				t.Fatalf("decr: %d %v", v, err)
+			}
+			check("decr", cas)
+			flags, cas, err := c.TouchItemContext(ctx, key, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check("touch", cas)
+			if want := map[Protocol]uint32{Text: 0, Binary: 7}[proto]; flags != want {
+				t.Errorf("touch: flags %d, want %d", flags, want)
+			}
+			if _, _, err := c.IncrDecrContext(ctx, "arithcas:none", true, 1); !errors.Is(err, ErrCacheMiss) {
+				t.Errorf("incr of a missing key: %v", err)
+			}
+		})
+	}
+}

@@ -256,11 +256,17 @@ func (o *op) binaryAnswer(status uint16, extras, value []byte, cas uint64) error
 		o.setItem(binary.BigEndian.Uint32(extras), cas, value)
 	case opStore:
 		o.stored = cas // StoreContext returns it
+	case opTouch:
+		o.stored = cas // TouchItemContext returns it, and the flags
+		if len(extras) >= 4 {
+			o.n = uint64(binary.BigEndian.Uint32(extras))
+		}
 	case opIncr, opDecr:
 		if len(value) != 8 {
 			return badResponse("incr/decr reply", value)
 		}
 		o.n = binary.BigEndian.Uint64(value)
+		o.stored = cas // IncrDecrContext returns it
 	case opConfig:
 		o.body = append([]byte(nil), value...)
 	}

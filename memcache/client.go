@@ -179,6 +179,22 @@ func (c *Client) Touch(key string, seconds int32) error {
 	return c.TouchContext(context.Background(), key, seconds)
 }
 
+// TouchItemContext is TouchContext, also returning the item's flags and
+// CAS: over the binary protocol, whose answer carries them; over text
+// both are 0.
+func (c *Client) TouchItemContext(ctx context.Context, key string, seconds int32) (flags uint32, cas uint64, err error) {
+	o := getOp(opTouch)
+	o.key = key
+	o.delta = uint64(uint32(seconds))
+	o, err = c.roundTrip(ctx, key, o)
+	if o == nil {
+		return 0, 0, err
+	}
+	flags, cas = uint32(o.n), o.stored
+	putOp(o)
+	return flags, cas, err
+}
+
 // TouchContext is Touch with a context.
 func (c *Client) TouchContext(ctx context.Context, key string, seconds int32) error {
 	o := getOp(opTouch)
@@ -346,16 +362,32 @@ func (c *Client) DecrementContext(ctx context.Context, key string, delta uint64)
 }
 
 func (c *Client) incrDecr(ctx context.Context, kind opKind, key string, delta uint64) (uint64, error) {
+	n, _, err := c.incrDecrCAS(ctx, kind, key, delta)
+	return n, err
+}
+
+// IncrDecrContext is IncrementContext (incr) or DecrementContext, also
+// returning the item's new CAS: over the binary protocol, whose answer
+// carries it; over text it is 0.
+func (c *Client) IncrDecrContext(ctx context.Context, key string, incr bool, delta uint64) (value, cas uint64, err error) {
+	kind := opDecr
+	if incr {
+		kind = opIncr
+	}
+	return c.incrDecrCAS(ctx, kind, key, delta)
+}
+
+func (c *Client) incrDecrCAS(ctx context.Context, kind opKind, key string, delta uint64) (n, cas uint64, err error) {
 	o := getOp(kind)
 	o.key = key
 	o.delta = delta
-	o, err := c.roundTrip(ctx, key, o)
+	o, err = c.roundTrip(ctx, key, o)
 	if o == nil {
-		return 0, err
+		return 0, 0, err
 	}
-	n := o.n
+	n, cas = o.n, o.stored
 	putOp(o)
-	return n, err
+	return n, cas, err
 }
 
 // GetMulti is a batch version of Get. The returned map from keys to items

@@ -64,8 +64,8 @@ type op struct {
 
 	// Results.
 	err    error
-	n      uint64 // incr/decr result
-	stored uint64 // opStore over binary: the stored item's new CAS (text: 0)
+	n      uint64 // incr/decr result; opTouch over binary: the item's flags
+	stored uint64 // opStore, opIncr/opDecr, opTouch over binary: the item's new CAS (text: 0)
 	items  []Item // opMulti hits
 	arena  []byte // opMulti: value storage, carved into Item.Value
 	next   int    // opMulti: index in keys of the next expected hit

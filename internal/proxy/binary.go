@@ -217,15 +217,15 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 		initial := binary.BigEndian.Uint64(r.Extras[8:])
 		exp := binary.BigEndian.Uint32(r.Extras[16:])
 		u := c.p.acquire()
-		var v uint64
+		var v, cas uint64
 		err := u.callOnce(&c.rc, key, true, func(ctx context.Context) (err error) {
 			for range 2 {
-				v, err = u.incrDecr(ctx, key, op == protocol.OpIncrement, delta)
+				v, cas, err = u.incrDecr(ctx, key, op == protocol.OpIncrement, delta)
 				if !errors.Is(err, memcache.ErrCacheMiss) || exp == 0xffffffff {
 					return err
 				}
 				// Create with the initial value, as memcached does.
-				err = u.mc.AddContext(ctx, &memcache.Item{Key: key, Value: protocol.AppendUint(nil, initial), Expiration: binExptime(exp)})
+				cas, err = u.mc.StoreContext(ctx, "add", &memcache.Item{Key: key, Value: protocol.AppendUint(nil, initial), Expiration: binExptime(exp)})
 				if err == nil {
 					v = initial
 					return nil
@@ -239,7 +239,7 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 		if !upErr(u, key, err) && !quiet {
 			var b [8]byte
 			binary.BigEndian.PutUint64(b[:], v)
-			resp(protocol.StatusOK, 0, nil, nil, b[:])
+			resp(protocol.StatusOK, cas, nil, nil, b[:])
 		}
 		u.release()
 	case protocol.OpTouch:
@@ -248,12 +248,21 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 			break
 		}
 		u := c.p.acquire()
-		err := u.call(&c.rc, key, func(ctx context.Context) error {
-			return u.mc.TouchContext(ctx, key, binExptime(binary.BigEndian.Uint32(r.Extras)))
+		var flags uint32
+		var cas uint64
+		err := u.call(&c.rc, key, func(ctx context.Context) (err error) {
+			flags, cas, err = u.mc.TouchItemContext(ctx, key, binExptime(binary.BigEndian.Uint32(r.Extras)))
+			return err
 		})
 		c.p.ctr.cmdTouch.Add(1)
 		if !upErr(u, key, err) {
-			resp(protocol.StatusOK, 0, nil, nil, nil)
+			if cas != 0 { // a binary upstream's answer: the item's flags and CAS, as memcached gives them
+				var ext [4]byte
+				binary.BigEndian.PutUint32(ext[:], flags)
+				resp(protocol.StatusOK, cas, ext[:], nil, nil)
+			} else {
+				resp(protocol.StatusOK, 0, nil, nil, nil)
+			}
 		}
 		u.release()
 	case protocol.OpNoop:

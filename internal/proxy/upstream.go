@@ -625,9 +625,8 @@ func (c *countedConn) Close() error {
 }
 
 // incrDecr is incr or decr of key by delta, for the three frontends.
-func (u *upstream) incrDecr(ctx context.Context, key string, incr bool, delta uint64) (uint64, error) {
-	if incr {
-		return u.mc.IncrementContext(ctx, key, delta)
-	}
-	return u.mc.DecrementContext(ctx, key, delta)
+// The CAS is the item's new one where the upstream's answer carries it
+// (binary: a cluster), else 0.
+func (u *upstream) incrDecr(ctx context.Context, key string, incr bool, delta uint64) (value, cas uint64, err error) {
+	return u.mc.IncrDecrContext(ctx, key, incr, delta)
 }

@@ -137,10 +137,10 @@ var (
 var knownDiffs = []knownDiff{
 	{why: "binary, pool: a successful store answers CAS 0 (the text upstream's answer has none); memcached answers the item's new CAS",
 		target: "pool", part: "raw binary", steps: stores, proxy: replacing(" cas ext=", " cas0 ext=")},
-	{why: "binary: a successful incr or decr answers CAS 0; memcached answers the item's new CAS",
-		part: "raw binary", steps: arithmetic, proxy: replacing(" cas ext=", " cas0 ext=")},
-	{why: "binary touch: the proxy answers CAS 0 and no extras; memcached answers the CAS and the flags (4-byte extras)",
-		part: "raw binary", steps: []string{"touch"}, proxy: replacing(" cas ext=00000005 ", " cas0 ext= ")},
+	{why: "binary, pool: a successful incr or decr answers CAS 0 (the text upstream's answer has none); memcached answers the item's new CAS",
+		target: "pool", part: "raw binary", steps: arithmetic, proxy: replacing(" cas ext=", " cas0 ext=")},
+	{why: "binary touch, pool: the proxy answers CAS 0 and no extras (the text upstream's TOUCHED has neither); memcached answers the CAS and the flags (4-byte extras)",
+		target: "pool", part: "raw binary", steps: []string{"touch"}, proxy: replacing(" cas ext=00000005 ", " cas0 ext= ")},
 }
 
 // compareAnswers compares rendered answers step by step. want and got are
