@@ -3,7 +3,6 @@ package proxy
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -150,19 +149,25 @@ func TestFastPathSlowReader(t *testing.T) {
 	}
 	const gets = 40 // 16 MB of replies: far more than the socket buffers
 	go io.WriteString(nc, strings.Repeat("get big\r\n", gets))
-	head := fmt.Sprintf("VALUE big 0 %d\r\n", len(big))
 	for i := range gets {
-		l, err := r.ReadString('\n')
-		if err != nil || l != head {
-			t.Fatalf("get %d: %q %v", i, l, err)
-		}
-		v := make([]byte, len(big)+len("\r\nEND\r\n"))
-		if _, err := io.ReadFull(r, v); err != nil {
-			t.Fatalf("get %d: %v", i, err)
-		}
-		if !bytes.Equal(v[:len(big)], big) || string(v[len(big):]) != "\r\nEND\r\n" {
-			t.Fatalf("get %d: wrong value", i)
-		}
+		readHit(t, r, i, "big", big)
+	}
+}
+
+// readHit reads a get's reply from r and checks it is key's hit with
+// value val (flags 0); i numbers the get in failures.
+func readHit(t *testing.T, r *bufio.Reader, i int, key string, val []byte) {
+	t.Helper()
+	l, err := r.ReadString('\n')
+	if err != nil || l != fmt.Sprintf("VALUE %s 0 %d\r\n", key, len(val)) {
+		t.Fatalf("get %d: %q %v", i, l, err)
+	}
+	v := make([]byte, len(val)+len("\r\nEND\r\n"))
+	if _, err := io.ReadFull(r, v); err != nil {
+		t.Fatalf("get %d: %v", i, err)
+	}
+	if !bytes.Equal(v[:len(val)], val) || string(v[len(val):]) != "\r\nEND\r\n" {
+		t.Fatalf("get %d: wrong value", i)
 	}
 }
 
@@ -423,6 +428,57 @@ func startHeldServer(t *testing.T, mu *sync.Mutex, cond *sync.Cond, got *[]strin
 	return s
 }
 
+// heldPool is a proxy over two held servers, a and b, which record into
+// got under mu.
+type heldPool struct {
+	mu   sync.Mutex
+	cond *sync.Cond
+	got  []string
+	a, b *heldServer
+	addr string // the proxy's
+}
+
+// startHeldPool starts two held servers (the first closing its
+// connections instead of answering when dropA) and a proxy over them
+// with conns connections per server.
+func startHeldPool(t *testing.T, conns int, dropA bool) *heldPool {
+	h := &heldPool{}
+	h.cond = sync.NewCond(&h.mu)
+	h.a = startHeldServer(t, &h.mu, h.cond, &h.got)
+	h.b = startHeldServer(t, &h.mu, h.cond, &h.got)
+	h.a.drop = dropA
+	_, h.addr = serveProxy(t, h.a.addr+":1, "+h.b.addr+":1", "server_connections: "+strconv.Itoa(conns)+"\n")
+	return h
+}
+
+// send opens a client connection and writes req in one write.
+func (h *heldPool) send(t *testing.T, req string) net.Conn {
+	nc, err := net.Dial("tcp", h.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	nc.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.WriteString(nc, req); err != nil {
+		t.Fatal(err)
+	}
+	return nc
+}
+
+// received waits until n requests have reached the servers, for 15 s at
+// most, and returns those that have.
+func (h *heldPool) received(n int) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	start := time.Now()
+	wake := time.AfterFunc(15*time.Second, func() { h.mu.Lock(); h.cond.Broadcast(); h.mu.Unlock() })
+	defer wake.Stop()
+	for len(h.got) < n && time.Since(start) < 15*time.Second {
+		h.cond.Wait()
+	}
+	return append([]string(nil), h.got...)
+}
+
 // TestFastPathPipelinedGets: a client's pipelined gets are in flight
 // together, on both servers, and when the second server answers first the
 // replies still come in request order.
@@ -443,27 +499,8 @@ func TestFastPathPipelinedSets(t *testing.T) {
 // answered, lets the second server answer first, and checks the replies'
 // order.
 func testPipelined(t *testing.T, conns int, withSets bool) {
-	var mu sync.Mutex
-	cond := sync.NewCond(&mu)
-	var got []string
-	a := startHeldServer(t, &mu, cond, &got)
-	b := startHeldServer(t, &mu, cond, &got)
-	cfg, err := ParseConfig([]byte("listen: 127.0.0.1:0\ndistribution: ketama\nhash: md5\nservers: [" +
-		a.addr + ":1, " + b.addr + ":1]\nserver_connections: " + strconv.Itoa(conns) + "\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Logf = nil
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go p.Serve(ln)
-	defer p.Close()
+	h := startHeldPool(t, conns, false)
+	a, b := h.a, h.b
 
 	const n = 12 // fewer than maxAsyncReads: all in flight at once
 	var req, want strings.Builder
@@ -480,25 +517,9 @@ func testPipelined(t *testing.T, conns int, withSets bool) {
 			fmt.Fprintf(&want, "VALUE %s 0 %d\r\n%s\r\nEND\r\n", k, len(k), k)
 		}
 	}
-	nc, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	nc.SetDeadline(time.Now().Add(20 * time.Second))
-	if _, err := io.WriteString(nc, req.String()); err != nil {
-		t.Fatal(err)
-	}
+	nc := h.send(t, req.String())
 	// Every get reaches a server before any is answered.
-	mu.Lock()
-	deadline := time.AfterFunc(15*time.Second, func() { mu.Lock(); cond.Broadcast(); mu.Unlock() })
-	start := time.Now()
-	for len(got) < n && time.Since(start) < 15*time.Second {
-		cond.Wait()
-	}
-	deadline.Stop()
-	received := append([]string(nil), got...)
-	mu.Unlock()
+	received := h.received(n)
 	if len(received) < n {
 		t.Fatalf("only %d of %d pipelined gets reached the servers while none was answered: %q", len(received), n, received)
 	}
@@ -514,11 +535,11 @@ func testPipelined(t *testing.T, conns int, withSets bool) {
 	// The second server answers first; the first one's replies come
 	// earlier in the pipeline for some keys, later for others.
 	close(b.release)
-	mu.Lock()
+	h.mu.Lock()
 	for b.sent < n-onA {
-		cond.Wait()
+		h.cond.Wait()
 	}
-	mu.Unlock()
+	h.mu.Unlock()
 	close(a.release)
 	reply := make([]byte, want.Len())
 	if _, err := io.ReadFull(nc, reply); err != nil {
@@ -534,28 +555,8 @@ func testPipelined(t *testing.T, conns int, withSets bool) {
 // those on the dead server with SERVER_ERROR, and the client connection
 // goes on serving.
 func TestFastPathPipelineServerDies(t *testing.T) {
-	var mu sync.Mutex
-	cond := sync.NewCond(&mu)
-	var got []string
-	a := startHeldServer(t, &mu, cond, &got)
-	b := startHeldServer(t, &mu, cond, &got)
-	a.drop = true
-	cfg, err := ParseConfig([]byte("listen: 127.0.0.1:0\ndistribution: ketama\nhash: md5\nservers: [" +
-		a.addr + ":1, " + b.addr + ":1]\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Logf = nil
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go p.Serve(ln)
-	defer p.Close()
+	h := startHeldPool(t, 1, true)
+	a, b := h.a, h.b
 
 	const n = 12
 	var req strings.Builder
@@ -566,20 +567,8 @@ func TestFastPathPipelineServerDies(t *testing.T) {
 			fmt.Fprintf(&req, "get die:%d\r\n", i)
 		}
 	}
-	nc, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	nc.SetDeadline(time.Now().Add(20 * time.Second))
-	io.WriteString(nc, req.String())
-	mu.Lock()
-	start := time.Now()
-	wake := time.AfterFunc(15*time.Second, func() { mu.Lock(); cond.Broadcast(); mu.Unlock() })
-	for len(got) < n && time.Since(start) < 15*time.Second {
-		cond.Wait()
-	}
-	wake.Stop()
+	nc := h.send(t, req.String())
+	got := h.received(n)
 	onA := map[string]bool{}
 	for _, g := range got {
 		if k, ok := strings.CutPrefix(g, a.addr+" "); ok {
@@ -587,7 +576,6 @@ func TestFastPathPipelineServerDies(t *testing.T) {
 		}
 	}
 	all := len(got)
-	mu.Unlock()
 	if all < n || len(onA) == 0 || len(onA) == n {
 		t.Fatalf("%d of %d requests reached the servers, %d on the first: need all, on both", all, n, len(onA))
 	}
@@ -679,17 +667,6 @@ func TestFastPathStalledReader(t *testing.T) {
 		}
 	}
 	for i := range gets {
-		k := fmt.Sprintf("stall:%d", i%keys)
-		l, err := r.ReadString('\n')
-		if err != nil || l != fmt.Sprintf("VALUE %s 0 %d\r\n", k, len(big)) {
-			t.Fatalf("get %d: %q %v", i, l, err)
-		}
-		v := make([]byte, len(big)+len("\r\nEND\r\n"))
-		if _, err := io.ReadFull(r, v); err != nil {
-			t.Fatalf("get %d: %v", i, err)
-		}
-		if !bytes.Equal(v[:len(big)], big) || string(v[len(big):]) != "\r\nEND\r\n" {
-			t.Fatalf("get %d: wrong value", i)
-		}
+		readHit(t, r, i, fmt.Sprintf("stall:%d", i%keys), big)
 	}
 }

@@ -60,8 +60,15 @@ func startProxyWith(tb testing.TB, why string, n int, extra string) (*Proxy, str
 	for range n {
 		servers = append(servers, nodeproc.Start(tb, nodeproc.Memcached, bin, "-t", "1").Addr+":1")
 	}
+	return serveProxy(tb, strings.Join(servers, ", "), extra)
+}
+
+// serveProxy starts an in-process proxy over servers (host:port:weight,
+// comma-separated) with ketama over md5 and more lines of configuration.
+func serveProxy(tb testing.TB, servers, extra string) (*Proxy, string) {
+	tb.Helper()
 	cfg, err := ParseConfig([]byte("listen: 127.0.0.1:0\ndistribution: ketama\nhash: md5\nservers: [" +
-		strings.Join(servers, ", ") + "]\n" + extra))
+		servers + "]\n" + extra))
 	if err != nil {
 		tb.Fatal(err)
 	}
