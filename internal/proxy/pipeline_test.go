@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -100,3 +102,79 @@ func exchange(t *testing.T, addr, req string) string {
 var casField = regexp.MustCompile(`(?m)^(VALUE \S+ \d+ \d+) \d+\r$`)
 
 func norm(s string) string { return casField.ReplaceAllString(s, "$1 CAS\r") }
+
+// TestPipelinesAcrossReloads: pipelines of sets and gets keep their
+// answers right and in order while the pool is reloaded under them, its
+// connections per server switching between one (sets pipelined) and two
+// (sets alone in flight).
+func TestPipelinesAcrossReloads(t *testing.T) {
+	bin := nodeproc.Need(t, "upstream", "memcached")
+	var servers []string
+	for range 2 {
+		servers = append(servers, nodeproc.Start(t, nodeproc.Memcached, bin, "-t", "1").Addr+":1")
+	}
+	p, addr := serveProxy(t, strings.Join(servers, ", "), "")
+	cfgs := make([]*Config, 2)
+	for i := range cfgs {
+		c, err := ParseConfig([]byte("listen: 127.0.0.1:0\ndistribution: ketama\nhash: md5\nservers: [" +
+			strings.Join(servers, ", ") + "]\n" + fmt.Sprintf("server_connections: %d\n", i+1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfgs[i] = c
+	}
+	done := make(chan struct{})
+	reloaded := make(chan int)
+	go func() { // reloads until the client is done; owned by the test
+		n := 0
+		defer func() { reloaded <- n }()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if err := p.Reload(context.Background(), cfgs[n%2]); err != nil {
+				t.Error(err)
+				return
+			}
+			n++
+		}
+	}()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(30 * time.Second))
+	r := bufio.NewReader(nc)
+	rounds := 300
+	if testing.Short() {
+		rounds = 50
+	}
+	for round := range rounds {
+		var req, want strings.Builder
+		for i := range 8 {
+			k := fmt.Sprintf("reload:%d", i)
+			v := fmt.Sprintf("%d.%d", round, i)
+			fmt.Fprintf(&req, "set %s 0 0 %d\r\n%s\r\nget %s\r\n", k, len(v), v, k)
+			fmt.Fprintf(&want, "STORED\r\nVALUE %s 0 %d\r\n%s\r\nEND\r\n", k, len(v), v)
+		}
+		if _, err := io.WriteString(nc, req.String()); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, want.Len())
+		if _, err := io.ReadFull(r, got); err != nil {
+			t.Fatalf("round %d: %v after %q", round, err, got)
+		}
+		if string(got) != want.String() {
+			t.Fatalf("round %d:\n got %q\nwant %q", round, got, want.String())
+		}
+	}
+	close(done)
+	n := <-reloaded
+	if n < 2 {
+		t.Fatalf("only %d reloads happened during the pipelines", n)
+	}
+	t.Logf("%d rounds of 16 pipelined requests across %d reloads", rounds, n)
+}
