@@ -1,8 +1,10 @@
 package proxy
 
 import (
+	"encoding/binary"
 	"errors"
 	"os"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -70,6 +72,12 @@ type asyncReq struct {
 	key     string // the request's key: a view of keyBuf, which stays put until Complete
 	keyBuf  []byte
 	item    memcache.Item
+
+	// A binary get's: its opcode (as sent: quiet or not, with the key or
+	// not) and opaque.
+	bin    bool
+	opcode protocol.Opcode
+	opaque uint32
 
 	out  []byte // Complete's reply, until it is written
 	done bool   // under c.amu: the reply is in out, waiting for earlier ones
@@ -191,7 +199,60 @@ func (c *conn) startGetAsync(key []byte, withCAS bool) bool {
 		c.settle() // a reload: the new upstream's connections keep no order with the old
 	}
 	r := c.slot()
-	r.store, r.withCAS, r.noreply = false, withCAS, false
+	r.store, r.withCAS, r.noreply, r.bin = false, withCAS, false, false
+	r.setKey(key)
+	r.u, r.st, r.start = u, u.statOf(r.key), time.Now()
+	c.launch(r)
+	if !u.mc.GetAsync(r.key, r) {
+		c.unlaunch(r)
+		c.settle()
+		return false
+	}
+	return true
+}
+
+// binPipelined reports whether the binary request at the front of data
+// may join what is in flight without waiting for it: a well-formed get
+// (GET, GETQ, GETK, GETKQ: a key of 1 to 250 bytes, no extras, no value),
+// which binaryPacket starts with startBinGetAsync. processInput settles
+// before every other request.
+func (c *conn) binPipelined(data []byte) bool {
+	if c.async.nsent == 0 {
+		return true
+	}
+	if len(data) < protocol.HeaderLen || data[0] != protocol.MagicRequest {
+		return false
+	}
+	switch protocol.Opcode(data[1]) {
+	case protocol.OpGet, protocol.OpGetQ, protocol.OpGetK, protocol.OpGetKQ:
+	default:
+		return false
+	}
+	keyLen := int(binary.BigEndian.Uint16(data[2:]))
+	extLen := int(data[4])
+	bodyLen := int(binary.BigEndian.Uint32(data[8:]))
+	return extLen == 0 && keyLen > 0 && keyLen <= protocol.KeyMaxLength && bodyLen == keyLen
+}
+
+// startBinGetAsync tries the fast path for a binary get (opcode as sent)
+// of key. Like startGetAsync, it reports false when the plain path must
+// serve the request, after what was in flight has been answered.
+func (c *conn) startBinGetAsync(opcode protocol.Opcode, opaque uint32, key []byte) bool {
+	if !c.asyncReady() {
+		c.settle()
+		return false
+	}
+	u := c.poolUpstream()
+	if u == nil {
+		c.settle()
+		return false
+	}
+	if c.async.nsent > 0 && u != c.async.batchU {
+		c.settle()
+	}
+	r := c.slot()
+	r.store, r.withCAS, r.noreply = false, true, false
+	r.bin, r.opcode, r.opaque = true, opcode, opaque
 	r.setKey(key)
 	r.u, r.st, r.start = u, u.statOf(r.key), time.Now()
 	c.launch(r)
@@ -226,7 +287,7 @@ func (c *conn) startStoreAsync(verb string, key, value []byte, flags uint32, exp
 		c.settle()
 	}
 	r := c.slot()
-	r.store, r.withCAS, r.noreply = true, false, c.noreply
+	r.store, r.withCAS, r.noreply, r.bin = true, false, c.noreply, false
 	r.setKey(key)
 	r.item = memcache.Item{Key: r.key, Value: value, Flags: flags, Expiration: exp}
 	r.u, r.st, r.start = u, u.statOf(r.key), time.Now()
@@ -276,6 +337,8 @@ func (r *asyncReq) Complete(it *memcache.Item, err error) {
 	r.st.record(time.Since(r.start), !answer(err))
 	out := r.out[:0]
 	switch {
+	case r.bin:
+		out = r.appendBinGet(out, it, err)
 	case r.store:
 		switch {
 		case r.noreply:
@@ -369,6 +432,48 @@ func (c *conn) stallWoken(err error) bool {
 	c.settle()
 	return c.flush() == nil
 }
+
+// appendBinGet appends a binary get's response, as binaryPacket's plain
+// path gives it: a hit with its flags and CAS (and the key for GETK); a
+// miss as Key not found ("Not found", or the key for GETK), nothing for
+// the quiet variants; an upstream failure as an internal error.
+func (r *asyncReq) appendBinGet(out []byte, it *memcache.Item, err error) []byte {
+	c := r.c
+	c.p.ctr.cmdGet.Add(1)
+	loud, quiet := r.opcode.Loud()
+	var key []byte
+	if loud == protocol.OpGetK {
+		key = r.keyBuf
+	}
+	switch {
+	case it != nil:
+		c.p.ctr.getHits.Add(1)
+		var ext [4]byte
+		binary.BigEndian.PutUint32(ext[:], it.Flags)
+		return protocol.AppendResponse(out, r.opcode, protocol.StatusOK, r.opaque, it.CasID, ext[:], key, it.Value)
+	case err == nil, errors.Is(err, memcache.ErrCacheMiss):
+		c.p.ctr.getMisses.Add(1)
+		switch {
+		case quiet:
+			return out
+		case key != nil:
+			return protocol.AppendResponse(out, r.opcode, protocol.StatusKeyNotFound, r.opaque, 0, nil, key, nil)
+		}
+		return protocol.AppendResponse(out, r.opcode, protocol.StatusKeyNotFound, r.opaque, 0, nil, nil, notFound)
+	}
+	c.p.ctr.getMisses.Add(1)
+	msg := errReply(r.u, r.key, err)
+	status := statusInternal
+	switch {
+	case !answer(err):
+		msg = strings.TrimPrefix(msg, "SERVER_ERROR ")
+	case strings.HasPrefix(msg, "CLIENT_ERROR"):
+		status, msg = protocol.StatusInvalid, protocol.StatusInvalid.Text()
+	}
+	return protocol.AppendResponse(out, r.opcode, status, r.opaque, 0, nil, nil, []byte(msg))
+}
+
+var notFound = []byte("Not found")
 
 // writeAsync is Flush's write: what the socket takes now, no waiting.
 // It leaves the rest at the front of a.wout.

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vbcache/vbcache/internal/protocol"
 )
 
 // statValue reads one general stat of the proxy over a fresh connection.
@@ -235,19 +237,23 @@ func TestFastPathDoesNotAllocate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
+	dial := func() int {
+		fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { syscall.Close(fd) })
+		sa := &syscall.SockaddrInet4{Port: ta.Port}
+		copy(sa.Addr[:], ta.IP.To4())
+		if err := syscall.Connect(fd, sa); err != nil {
+			t.Fatal(err)
+		}
+		return fd
 	}
-	defer syscall.Close(fd)
-	sa := &syscall.SockaddrInet4{Port: ta.Port}
-	copy(sa.Addr[:], ta.IP.To4())
-	if err := syscall.Connect(fd, sa); err != nil {
-		t.Fatal(err)
-	}
+	text, bin := dial(), dial() // a connection speaks one protocol
 	buf := make([]byte, 256)
 	var bad error
-	roundTrip := func(req []byte, want string) func() {
+	roundTrip := func(fd int, req []byte, want string) func() {
 		return func() {
 			if _, err := syscall.Write(fd, req); err != nil {
 				bad = err
@@ -267,11 +273,24 @@ func TestFastPathDoesNotAllocate(t *testing.T) {
 			}
 		}
 	}
-	set := roundTrip([]byte("set alloc 3 0 5\r\nhello\r\n"), "STORED\r\n")
-	get := roundTrip([]byte("get alloc\r\n"), "VALUE alloc 3 5\r\nhello\r\nEND\r\n")
+	set := roundTrip(text, []byte("set alloc 3 0 5\r\nhello\r\n"), "STORED\r\n")
+	get := roundTrip(text, []byte("get alloc\r\n"), "VALUE alloc 3 5\r\nhello\r\nEND\r\n")
 	set() // connections and buffers
 	get()
-	for name, f := range map[string]func(){"set": set, "get": get} {
+	// A binary GETK of a key nothing changes, answered with the flags,
+	// the key and the value; the CAS field is the server's, so the
+	// expected answer is the first one.
+	roundTrip(text, []byte("set allocb 3 0 5\r\nhello\r\n"), "STORED\r\n")()
+	getk := protocol.AppendRequest(nil, &protocol.Request{Header: protocol.Header{Opcode: protocol.OpGetK, Opaque: 9},
+		Key: []byte("allocb")})
+	roundTrip(bin, getk, "")()
+	n, err := syscall.Read(bin, buf)
+	if err != nil || n < protocol.HeaderLen {
+		t.Fatalf("binary get: %d %v", n, err)
+	}
+	binGet := roundTrip(bin, getk, string(buf[:n]))
+	binGet()
+	for name, f := range map[string]func(){"set": set, "get": get, "binary get": binGet} {
 		allocs := testing.AllocsPerRun(2000, f)
 		if bad != nil {
 			t.Fatal(bad)

@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -12,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/test/nodeproc"
 )
 
@@ -177,4 +180,101 @@ func TestPipelinesAcrossReloads(t *testing.T) {
 		t.Fatalf("only %d reloads happened during the pipelines", n)
 	}
 	t.Logf("%d rounds of 16 pipelined requests across %d reloads", rounds, n)
+}
+
+// TestBinaryPipelinesAnswerAsMemcached is TestPipelinesAnswerAsMemcached
+// for binary clients: random pipelines of GET, GETK, GETQ, GETKQ, SET,
+// SETQ, DELETE and NOOP, each in one write, answered by the proxy as by a
+// memcached (CAS fields aside: a pool's text upstream answers stores with
+// none, and the servers' CAS values differ anyway).
+func TestBinaryPipelinesAnswerAsMemcached(t *testing.T) {
+	bin := nodeproc.Need(t, "reference", "memcached")
+	direct := nodeproc.Start(t, nodeproc.Memcached, bin, "-t", "1").Addr
+	_, addr := startProxy(t, "upstream", 2)
+	rng := rand.New(rand.NewPCG(7, 42))
+	rounds := 150
+	if testing.Short() {
+		rounds = 30
+	}
+	for round := range rounds {
+		req, last := randomBinaryPipeline(rng, fmt.Sprintf("b%d:", round))
+		want := exchangeBinary(t, direct, req, last)
+		got := exchangeBinary(t, addr, req, last)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("round %d: the proxy answered\n%x\nmemcached\n%x", round, got, want)
+		}
+	}
+	if n := statValue(t, addr, "proxy_fast_path"); n == 0 {
+		t.Error("no binary get took the fast path")
+	}
+}
+
+// randomBinaryPipeline is 5 to 40 requests over four keys with prefix p,
+// ending with a NOOP whose opaque it returns.
+func randomBinaryPipeline(rng *rand.Rand, p string) ([]byte, uint32) {
+	var b []byte
+	opaque := uint32(0)
+	add := func(op protocol.Opcode, extras, key, value []byte) {
+		opaque++
+		b = protocol.AppendRequest(b, &protocol.Request{Header: protocol.Header{Opcode: op, Opaque: opaque},
+			Extras: extras, Key: key, Value: value})
+	}
+	for range 5 + rng.IntN(36) {
+		key := []byte(p + string(rune('a'+rng.IntN(4))))
+		switch rng.IntN(10) {
+		case 0, 1:
+			add(protocol.OpGet, nil, key, nil)
+		case 2, 3:
+			add(protocol.OpGetKQ, nil, key, nil)
+		case 4:
+			add(protocol.OpGetK, nil, key, nil)
+		case 5:
+			add(protocol.OpGetQ, nil, key, nil)
+		case 6, 7:
+			op := protocol.OpSet
+			if rng.IntN(2) == 0 {
+				op = protocol.OpSetQ
+			}
+			ext := []byte{0, 0, 0, byte(rng.IntN(3)), 0, 0, 0, 0} // flags, exptime 0
+			add(op, ext, key, []byte(strings.Repeat(string(rune('0'+rng.IntN(10))), 1+rng.IntN(3))))
+		case 8:
+			add(protocol.OpDelete, nil, key, nil)
+		case 9:
+			add(protocol.OpNoop, nil, nil, nil)
+		}
+	}
+	add(protocol.OpNoop, nil, nil, nil)
+	return b, opaque
+}
+
+// exchangeBinary sends req in one write and returns the responses up to
+// the NOOP with opaque last, each with its CAS field zeroed.
+func exchangeBinary(t *testing.T, addr string, req []byte, last uint32) []byte {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := nc.Write(req); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(nc)
+	var out []byte
+	for {
+		h := make([]byte, protocol.HeaderLen)
+		if _, err := io.ReadFull(r, h); err != nil {
+			t.Fatalf("%s: %v after %x", addr, err, out)
+		}
+		body := make([]byte, binary.BigEndian.Uint32(h[8:]))
+		if _, err := io.ReadFull(r, body); err != nil {
+			t.Fatalf("%s: %v", addr, err)
+		}
+		clear(h[16:24])
+		out = append(append(out, h...), body...)
+		if protocol.Opcode(h[1]) == protocol.OpNoop && binary.BigEndian.Uint32(h[12:]) == last {
+			return out
+		}
+	}
 }

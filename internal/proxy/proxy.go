@@ -382,7 +382,7 @@ func (c *conn) processInput() (need int) {
 			if c.r == c.w {
 				return 0 // the replies will be written by Complete
 			}
-			if c.mode != 1 {
+			if c.mode == 2 && !c.binPipelined(c.rbuf[c.r:c.w]) {
 				c.settle() // text: dispatch decides
 			}
 		}
