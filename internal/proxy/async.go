@@ -13,8 +13,8 @@ import (
 	"github.com/vbcache/vbcache/memcache"
 )
 
-// Asynchronous requests: the fast path for single-key text gets and sets
-// over a pool.
+// Asynchronous requests: the fast path for single-key text gets and sets,
+// and binary gets, over a pool.
 //
 // A request served the plain way costs two goroutine switches beyond the
 // ones it cannot avoid: the client's goroutine parks until the upstream
@@ -55,9 +55,10 @@ import (
 // Complete writes through the socket's RawConn, so a socket closed under
 // it (Proxy.Close) fails the write instead of writing to a reused
 // descriptor. Everything else falls back to the plain path: cluster
-// upstreams (their requests may be retried after a new map), binary and
-// meta clients, multi-key gets, gat, cas, append, prepend, and a server
-// the client cannot connect to (the plain path tries the next one).
+// upstreams (their requests may be retried after a new map), meta
+// commands, binary requests other than gets, multi-key text gets, gat,
+// cas, append, prepend, and a server the client cannot connect to (the
+// plain path tries the next one).
 type asyncReq struct {
 	c *conn
 

@@ -23,7 +23,8 @@
 //
 // # The fast path
 //
-// Single-key text get, gets, set, add and replace over a pool do not wait
+// Single-key text get, gets, set, add and replace, and binary GET, GETQ,
+// GETK and GETKQ, over a pool do not wait
 // on the client's goroutine (async.go): it sends the request with
 // memcache's GetAsync or StoreAsync and goes back to its socket, and the
 // upstream connection's reader goroutine writes the reply to the client
