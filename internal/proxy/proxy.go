@@ -267,7 +267,9 @@ func (c *conn) serve() {
 // its FIN arrive with them, and then no readiness event would follow for
 // the end of the stream. rawStep leaves the loop for a read error or EOF,
 // a close, or replies the socket would not take at once (flush waits for
-// the socket).
+// the socket). A wait that ends with the read deadline is the fast path's
+// Flush asking this goroutine to write replies the socket would not take
+// (stallWoken).
 func (c *conn) serveRaw() {
 	for {
 		c.rawErr = nil
@@ -380,10 +382,12 @@ func (c *conn) processInput() (need int) {
 	for !c.close {
 		if c.async.nsent > 0 {
 			if c.r == c.w {
-				return 0 // the replies will be written by Complete
+				return 0 // the upstream readers write the replies (Flush)
 			}
+			// Binary: only a get joins what is in flight. Text:
+			// dispatch decides, once the line is tokenized.
 			if c.mode == 2 && !c.binPipelined(c.rbuf[c.r:c.w]) {
-				c.settle() // text: dispatch decides
+				c.settle()
 			}
 		}
 		if c.swallow > 0 {
