@@ -197,10 +197,8 @@ func (c *Client) TouchItemContext(ctx context.Context, key string, seconds int32
 
 // TouchContext is Touch with a context.
 func (c *Client) TouchContext(ctx context.Context, key string, seconds int32) error {
-	o := getOp(opTouch)
-	o.key = key
-	o.delta = uint64(uint32(seconds))
-	return c.simple(ctx, key, o)
+	_, _, err := c.TouchItemContext(ctx, key, seconds)
+	return err
 }
 
 // simple runs a single-key op whose only result is its error.
@@ -344,7 +342,8 @@ func (c *Client) Increment(key string, delta uint64) (uint64, error) {
 
 // IncrementContext is Increment with a context.
 func (c *Client) IncrementContext(ctx context.Context, key string, delta uint64) (uint64, error) {
-	return c.incrDecr(ctx, opIncr, key, delta)
+	n, _, err := c.incrDecr(ctx, opIncr, key, delta)
+	return n, err
 }
 
 // Decrement atomically decrements key by delta. The return value is the
@@ -358,11 +357,7 @@ func (c *Client) Decrement(key string, delta uint64) (uint64, error) {
 
 // DecrementContext is Decrement with a context.
 func (c *Client) DecrementContext(ctx context.Context, key string, delta uint64) (uint64, error) {
-	return c.incrDecr(ctx, opDecr, key, delta)
-}
-
-func (c *Client) incrDecr(ctx context.Context, kind opKind, key string, delta uint64) (uint64, error) {
-	n, _, err := c.incrDecrCAS(ctx, kind, key, delta)
+	n, _, err := c.incrDecr(ctx, opDecr, key, delta)
 	return n, err
 }
 
@@ -374,10 +369,10 @@ func (c *Client) IncrDecrContext(ctx context.Context, key string, incr bool, del
 	if incr {
 		kind = opIncr
 	}
-	return c.incrDecrCAS(ctx, kind, key, delta)
+	return c.incrDecr(ctx, kind, key, delta)
 }
 
-func (c *Client) incrDecrCAS(ctx context.Context, kind opKind, key string, delta uint64) (n, cas uint64, err error) {
+func (c *Client) incrDecr(ctx context.Context, kind opKind, key string, delta uint64) (n, cas uint64, err error) {
 	o := getOp(kind)
 	o.key = key
 	o.delta = delta

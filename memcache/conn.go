@@ -295,7 +295,7 @@ func (cn *conn) readStep(fd uintptr) bool {
 // parseBuffered completes the queued ops whose responses are buffered. It
 // returns false when the conn has failed (it may have failed it itself).
 func (cn *conn) parseBuffered() bool {
-	defer cn.flush() // for the early returns; a no-op after the last
+	defer cn.flush() // the Flushers completed here, however it returns
 	for cn.r < cn.w {
 		cn.mu.Lock()
 		if cn.err != nil {

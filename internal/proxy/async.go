@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
-	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -52,8 +51,8 @@ import (
 //     reading) stays in pend, and settle moves it to the front of c.out,
 //     for the client's goroutine to write.
 //
-// Complete writes through the socket's RawConn, so a socket closed under
-// it (Proxy.Close) fails the write instead of writing to a reused
+// Flush writes through the socket's RawConn, so a socket closed under it
+// (Proxy.Close) fails the write instead of writing to a reused
 // descriptor. Everything else falls back to the plain path: cluster
 // upstreams (their requests may be retried after a new map), meta
 // commands, binary requests other than gets, multi-key text gets, gat,
@@ -187,29 +186,53 @@ func (c *conn) unlaunch(r *asyncReq) {
 // reports false when the plain path must serve the request, after what
 // was in flight has been answered.
 func (c *conn) startGetAsync(key []byte, withCAS bool) bool {
-	if len(key) > protocol.KeyMaxLength || !c.asyncReady() {
+	if len(key) > protocol.KeyMaxLength {
 		c.settle()
 		return false
+	}
+	r, u := c.claim(key, false)
+	if r == nil {
+		return false
+	}
+	r.store, r.withCAS, r.noreply, r.bin = false, withCAS, false, false
+	c.launch(r)
+	return c.sent(r, u.mc.GetAsync(r.key, r))
+}
+
+// claim takes the slot for a request on key (a write when write), with
+// the current upstream, or returns nil when the fast path cannot serve it
+// (not a raw socket, earlier replies the socket will not take, a cluster
+// upstream), having waited for what is in flight. It also waits when the
+// request may not join what is in flight: another upstream (a reload),
+// or a write over more than one connection per server.
+func (c *conn) claim(key []byte, write bool) (*asyncReq, *upstream) {
+	if !c.asyncReady() {
+		c.settle()
+		return nil, nil
 	}
 	u := c.poolUpstream()
 	if u == nil {
 		c.settle()
-		return false
+		return nil, nil
 	}
-	if c.async.nsent > 0 && u != c.async.batchU {
-		c.settle() // a reload: the new upstream's connections keep no order with the old
+	if c.async.nsent > 0 && (u != c.async.batchU || (write && !u.ordered)) {
+		c.settle()
 	}
 	r := c.slot()
-	r.store, r.withCAS, r.noreply, r.bin = false, withCAS, false, false
 	r.setKey(key)
 	r.u, r.st, r.start = u, u.statOf(r.key), time.Now()
-	c.launch(r)
-	if !u.mc.GetAsync(r.key, r) {
+	return r, u
+}
+
+// sent ends a start: ok reports whether the request left; when it did
+// not, the launch is undone and what was in flight answered, for the
+// plain path.
+func (c *conn) sent(r *asyncReq, ok bool) bool {
+	if !ok {
 		c.unlaunch(r)
 		c.settle()
-		return false
 	}
-	return true
+	return ok
 }
 
 // binPipelined reports whether the binary request at the front of data
@@ -239,30 +262,14 @@ func (c *conn) binPipelined(data []byte) bool {
 // of key. Like startGetAsync, it reports false when the plain path must
 // serve the request, after what was in flight has been answered.
 func (c *conn) startBinGetAsync(opcode protocol.Opcode, opaque uint32, key []byte) bool {
-	if !c.asyncReady() {
-		c.settle()
+	r, u := c.claim(key, false)
+	if r == nil {
 		return false
 	}
-	u := c.poolUpstream()
-	if u == nil {
-		c.settle()
-		return false
-	}
-	if c.async.nsent > 0 && u != c.async.batchU {
-		c.settle()
-	}
-	r := c.slot()
 	r.store, r.withCAS, r.noreply = false, true, false
 	r.bin, r.opcode, r.opaque = true, opcode, opaque
-	r.setKey(key)
-	r.u, r.st, r.start = u, u.statOf(r.key), time.Now()
 	c.launch(r)
-	if !u.mc.GetAsync(r.key, r) {
-		c.unlaunch(r)
-		c.settle()
-		return false
-	}
-	return true
+	return c.sent(r, u.mc.GetAsync(r.key, r))
 }
 
 // setKey makes r.key a copy of key without allocating: keyBuf is written
@@ -277,27 +284,14 @@ func (r *asyncReq) setKey(key []byte) {
 // with value, which the client encodes before StoreAsync returns. Unless
 // the upstream is ordered, dispatch has settled what was in flight.
 func (c *conn) startStoreAsync(verb string, key, value []byte, flags uint32, exp int32) bool {
-	if !c.asyncReady() {
+	r, u := c.claim(key, true)
+	if r == nil {
 		return false
 	}
-	u := c.poolUpstream()
-	if u == nil {
-		return false
-	}
-	if c.async.nsent > 0 && (u != c.async.batchU || !u.ordered) {
-		c.settle()
-	}
-	r := c.slot()
 	r.store, r.withCAS, r.noreply, r.bin = true, false, c.noreply, false
-	r.setKey(key)
 	r.item = memcache.Item{Key: r.key, Value: value, Flags: flags, Expiration: exp}
-	r.u, r.st, r.start = u, u.statOf(r.key), time.Now()
 	c.launch(r)
-	if !u.mc.StoreAsync(verb, &r.item, r) {
-		c.unlaunch(r)
-		return false
-	}
-	return true
+	return c.sent(r, u.mc.StoreAsync(verb, &r.item, r))
 }
 
 // poolUpstream returns the current upstream, with a reference held, when
@@ -463,13 +457,9 @@ func (r *asyncReq) appendBinGet(out []byte, it *memcache.Item, err error) []byte
 		return protocol.AppendResponse(out, r.opcode, protocol.StatusKeyNotFound, r.opaque, 0, nil, nil, notFound)
 	}
 	c.p.ctr.getMisses.Add(1)
-	msg := errReply(r.u, r.key, err)
-	status := statusInternal
-	switch {
-	case !answer(err):
-		msg = strings.TrimPrefix(msg, "SERVER_ERROR ")
-	case strings.HasPrefix(msg, "CLIENT_ERROR"):
-		status, msg = protocol.StatusInvalid, protocol.StatusInvalid.Text()
+	status, msg := binError(r.u, loud, r.key, err)
+	if msg == "" {
+		msg = status.Text()
 	}
 	return protocol.AppendResponse(out, r.opcode, status, r.opaque, 0, nil, nil, []byte(msg))
 }

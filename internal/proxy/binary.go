@@ -16,6 +16,38 @@ import (
 // what failed, as the text SERVER_ERROR line does.
 const statusInternal protocol.Status = 0x84
 
+// binError is the binary status and message (empty: the status's text)
+// that answer err, an upstream error of request op (its loud opcode) on
+// key, as memcached would answer the same outcome.
+func binError(u *upstream, op protocol.Opcode, key string, err error) (protocol.Status, string) {
+	switch {
+	case errors.Is(err, memcache.ErrCacheMiss):
+		return protocol.StatusKeyNotFound, ""
+	case errors.Is(err, memcache.ErrCASConflict):
+		return protocol.StatusKeyExists, ""
+	case errors.Is(err, memcache.ErrNotStored):
+		switch op {
+		case protocol.OpAdd:
+			return protocol.StatusKeyExists, ""
+		case protocol.OpReplace:
+			return protocol.StatusKeyNotFound, "" // memcached: replace of a missing key
+		}
+		return protocol.StatusNotStored, ""
+	case !answer(err):
+		return statusInternal, strings.TrimPrefix(failReply(u, key, err), "SERVER_ERROR ")
+	}
+	switch m := errReply(u, key, err); {
+	case strings.Contains(m, "non-numeric"):
+		return protocol.StatusDeltaBadValue, ""
+	case strings.Contains(m, "too large"):
+		return protocol.StatusTooLarge, ""
+	case strings.HasPrefix(m, "CLIENT_ERROR"):
+		return protocol.StatusInvalid, ""
+	default:
+		return statusInternal, m
+	}
+}
+
 // binaryPacket serves one binary request at the front of data: the common
 // key-value opcodes (the quiet variants too), Noop, Version, Stat, Quit,
 // Flush and Verbosity. Anything else gets "Unknown command". A bad magic
@@ -59,36 +91,10 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 	}
 	// upErr answers an upstream error; it reports false for nil.
 	upErr := func(u *upstream, key string, err error) bool {
-		switch {
-		case err == nil:
+		if err == nil {
 			return false
-		case errors.Is(err, memcache.ErrCacheMiss):
-			fail(protocol.StatusKeyNotFound, "")
-		case errors.Is(err, memcache.ErrCASConflict):
-			fail(protocol.StatusKeyExists, "")
-		case errors.Is(err, memcache.ErrNotStored):
-			switch op {
-			case protocol.OpAdd:
-				fail(protocol.StatusKeyExists, "")
-			case protocol.OpReplace:
-				fail(protocol.StatusKeyNotFound, "") // memcached: replace of a missing key
-			default:
-				fail(protocol.StatusNotStored, "")
-			}
-		case !answer(err):
-			fail(statusInternal, strings.TrimPrefix(failReply(u, key, err), "SERVER_ERROR "))
-		default:
-			switch m := errReply(u, key, err); {
-			case strings.Contains(m, "non-numeric"):
-				fail(protocol.StatusDeltaBadValue, "")
-			case strings.Contains(m, "too large"):
-				fail(protocol.StatusTooLarge, "")
-			case strings.HasPrefix(m, "CLIENT_ERROR"):
-				fail(protocol.StatusInvalid, "")
-			default:
-				fail(statusInternal, m)
-			}
 		}
+		fail(binError(u, op, key, err))
 		return true
 	}
 	key := string(r.Key)
@@ -224,7 +230,7 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 		var v, cas uint64
 		err := u.callOnce(&c.rc, key, true, func(ctx context.Context) (err error) {
 			for range 2 {
-				v, cas, err = u.incrDecr(ctx, key, op == protocol.OpIncrement, delta)
+				v, cas, err = u.mc.IncrDecrContext(ctx, key, op == protocol.OpIncrement, delta)
 				if !errors.Is(err, memcache.ErrCacheMiss) || exp == 0xffffffff {
 					return err
 				}

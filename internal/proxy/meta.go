@@ -354,7 +354,7 @@ func (c *conn) metaArithmetic() {
 	defer u.release()
 	var v uint64
 	err := u.callOnce(&c.rc, k, true, func(ctx context.Context) (err error) {
-		v, _, err = u.incrDecr(ctx, k, incr, f.Delta)
+		v, _, err = u.mc.IncrDecrContext(ctx, k, incr, f.Delta)
 		return err
 	})
 	switch {

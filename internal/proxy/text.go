@@ -454,7 +454,7 @@ func (c *conn) arithmetic(incr bool) {
 	defer u.release()
 	var v uint64
 	err := u.callOnce(&c.rc, k, true, func(ctx context.Context) (err error) {
-		v, _, err = u.incrDecr(ctx, k, incr, delta)
+		v, _, err = u.mc.IncrDecrContext(ctx, k, incr, delta)
 		return err
 	})
 	hits, misses := &c.p.ctr.incrHits, &c.p.ctr.incrMisses

@@ -623,10 +623,3 @@ func (c *countedConn) Close() error {
 	c.once.Do(func() { c.s.conns.Add(-1) })
 	return c.Conn.Close()
 }
-
-// incrDecr is incr or decr of key by delta, for the three frontends.
-// The CAS is the item's new one where the upstream's answer carries it
-// (binary: a cluster), else 0.
-func (u *upstream) incrDecr(ctx context.Context, key string, incr bool, delta uint64) (value, cas uint64, err error) {
-	return u.mc.IncrDecrContext(ctx, key, incr, delta)
-}
