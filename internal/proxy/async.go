@@ -132,17 +132,20 @@ func (c *conn) pipelined(t *protocol.Tokens) bool {
 	return false
 }
 
-// slot returns the slot the next request takes, waiting for what is in
-// flight when every slot is taken. Slots are answered in ring order, so
-// the next one is free once fewer than maxAsyncReads are pending.
-func (c *conn) slot() *asyncReq {
+// slotsFull reports whether every slot is taken. Slots are answered in
+// ring order, so the next one is free once fewer than maxAsyncReads are
+// pending.
+func (c *conn) slotsFull() bool {
 	a := &c.async
 	a.amu.Lock()
-	full := a.pending == maxAsyncReads
-	a.amu.Unlock()
-	if full {
-		c.settle()
-	}
+	defer a.amu.Unlock()
+	return a.pending == maxAsyncReads
+}
+
+// slot returns the slot the next request takes; claim has made sure it
+// is free.
+func (c *conn) slot() *asyncReq {
+	a := &c.async
 	r := a.ring[a.next]
 	if r == nil {
 		r = &asyncReq{c: c}
@@ -203,10 +206,12 @@ func (c *conn) startGetAsync(key []byte, withCAS bool) bool {
 // the current upstream, or returns nil when the fast path cannot serve it
 // (not a raw socket, earlier replies the socket will not take, a cluster
 // upstream), having waited for what is in flight. It also waits when the
-// request may not join what is in flight: another upstream (a reload),
-// or a write over more than one connection per server.
+// request may not join what is in flight: another upstream (a reload), a
+// write over more than one connection per server, or every slot taken.
+// Waiting moves replies to c.out, so c.out is written (outWritten) only
+// after it: a reply queued there must not be overtaken by this request's.
 func (c *conn) claim(key []byte, write bool) (*asyncReq, *upstream) {
-	if !c.asyncReady() {
+	if c.rawFD < 0 {
 		c.settle()
 		return nil, nil
 	}
@@ -215,8 +220,12 @@ func (c *conn) claim(key []byte, write bool) (*asyncReq, *upstream) {
 		c.settle()
 		return nil, nil
 	}
-	if c.async.nsent > 0 && (u != c.async.batchU || (write && !u.ordered)) {
+	if a := &c.async; a.nsent > 0 && (u != a.batchU || (write && !u.ordered) || c.slotsFull()) {
 		c.settle()
+	}
+	if !c.outWritten() {
+		u.release()
+		return nil, nil
 	}
 	r := c.slot()
 	r.setKey(key)
@@ -305,14 +314,11 @@ func (c *conn) poolUpstream() *upstream {
 	return u
 }
 
-// asyncReady says whether a request may take the fast path now: a raw
-// client socket (rawStep is serving it) and every earlier reply written.
-// While requests are in flight c.out is empty: whatever writes to it
-// settles first.
-func (c *conn) asyncReady() bool {
-	if c.rawFD < 0 {
-		return false
-	}
+// outWritten writes what c.out holds, as much as the socket takes now,
+// and reports whether all of it is written: a request may take the fast
+// path only when every earlier reply is. While requests are in flight
+// c.out is empty: whatever writes to it settles first.
+func (c *conn) outWritten() bool {
 	if len(c.out) > 0 {
 		var err error
 		if c.out, err = c.writeNow(uintptr(c.rawFD), c.out); err != nil || len(c.out) > 0 {

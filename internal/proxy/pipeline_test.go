@@ -5,12 +5,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -127,8 +129,16 @@ func TestPipelinesAcrossReloads(t *testing.T) {
 		cfgs[i] = c
 	}
 	done := make(chan struct{})
-	reloaded := make(chan int)
-	go func() { // reloads until the client is done; owned by the test
+	reloaded := make(chan int, 1)
+	var stopOnce sync.Once
+	stop := func() int { // ends the reloads and returns how many there were
+		stopOnce.Do(func() { close(done) })
+		n := <-reloaded
+		reloaded <- n
+		return n
+	}
+	t.Cleanup(func() { stop() }) // before serveProxy's Close (cleanups run last first)
+	go func() {                  // reloads until stop; owned by the test
 		n := 0
 		defer func() { reloaded <- n }()
 		for {
@@ -174,8 +184,7 @@ func TestPipelinesAcrossReloads(t *testing.T) {
 			t.Fatalf("round %d:\n got %q\nwant %q", round, got, want.String())
 		}
 	}
-	close(done)
-	n := <-reloaded
+	n := stop()
 	if n < 2 {
 		t.Fatalf("only %d reloads happened during the pipelines", n)
 	}
@@ -276,5 +285,25 @@ func exchangeBinary(t *testing.T, addr string, req []byte, last uint32) []byte {
 		if protocol.Opcode(h[1]) == protocol.OpNoop && binary.BigEndian.Uint32(h[12:]) == last {
 			return out
 		}
+	}
+}
+
+// TestReloadAfterClose: a Reload that comes during or after Close (a
+// SIGHUP while the proxy stops) changes nothing and reports net.ErrClosed
+// instead of retiring the closed upstream a second time.
+func TestReloadAfterClose(t *testing.T) {
+	bin := nodeproc.Need(t, "upstream", "memcached")
+	server := nodeproc.Start(t, nodeproc.Memcached, bin, "-t", "1").Addr + ":1"
+	p, _ := serveProxy(t, server, "")
+	cfg, err := ParseConfig([]byte("listen: 127.0.0.1:0\nservers: [" + server + "]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Reload(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	if err := p.Reload(context.Background(), cfg); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Reload after Close: %v, want net.ErrClosed", err)
 	}
 }

@@ -38,10 +38,12 @@ type Proxy struct {
 	reloadMu sync.Mutex // serializes Reload; protects listenAddr
 	listen   string
 
-	mu     sync.Mutex // protects conns and closed
+	mu     sync.Mutex // protects conns and closed; a Reload swaps cur under it
 	conns  map[*conn]struct{}
 	closed bool
 	ln     net.Listener
+
+	closeOnce sync.Once
 
 	wg sync.WaitGroup // connection goroutines and retiring upstreams
 
@@ -133,6 +135,9 @@ func (p *Proxy) Serve(ln net.Listener) error {
 // upstream, and the old one is closed once its requests have finished.
 // A changed listen address is not applied (it needs a restart); Reload
 // reports it in the log.
+//
+// A Reload during or after Close returns net.ErrClosed and changes
+// nothing: Close retires the upstream it finds, once.
 func (p *Proxy) Reload(ctx context.Context, cfg *Config) error {
 	p.reloadMu.Lock()
 	defer p.reloadMu.Unlock()
@@ -141,12 +146,19 @@ func (p *Proxy) Reload(ctx context.Context, cfg *Config) error {
 		p.ctr.reloadErrors.Add(1)
 		return err
 	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		u.retire(0)
+		return net.ErrClosed
+	}
+	old := p.cur.Swap(u)
+	p.wg.Add(1) // under mu, before Close's Wait can begin
+	p.mu.Unlock()
 	if cfg.Listen != p.listen && p.Logf != nil {
 		p.Logf("vbcache proxy: listen changed from %s to %s: restart to apply", p.listen, cfg.Listen)
 	}
-	old := p.cur.Swap(u)
 	p.ctr.reloads.Add(1)
-	p.wg.Add(1)
 	go func() { // owned by p: Close waits for it
 		defer p.wg.Done()
 		old.retire(drainLimit)
@@ -155,8 +167,13 @@ func (p *Proxy) Reload(ctx context.Context, cfg *Config) error {
 }
 
 // Close stops accepting, closes every client connection, waits for their
-// goroutines and closes the upstream.
+// goroutines and closes the upstream. Later calls wait for the first.
 func (p *Proxy) Close() error {
+	p.closeOnce.Do(p.close)
+	return nil
+}
+
+func (p *Proxy) close() {
 	p.mu.Lock()
 	p.closed = true
 	if p.ln != nil {
@@ -168,7 +185,6 @@ func (p *Proxy) Close() error {
 	p.mu.Unlock()
 	p.wg.Wait()
 	p.cur.Load().retire(0)
-	return nil
 }
 
 // acquire returns the current upstream with a reference held.
