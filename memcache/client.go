@@ -54,6 +54,14 @@ func (c *Client) wait(ctx context.Context, addr net.Addr, o *op) (abandoned bool
 	return false, o.err
 }
 
+// ReportServer tells the client's selector how a request to addr ended,
+// as the client's own requests do: err nil (or an answer such as a miss)
+// counts as the server working, anything else (a failed connection, a
+// timeout) as a failure, which may eject the server (Options.AutoEject).
+// It is for a caller that talks to the client's servers over connections
+// of its own (a proxy's event loop) and routes with PickServer.
+func (c *Client) ReportServer(addr net.Addr, err error) { c.report(addr, err) }
+
 // report tells a selector that cares how a request to addr ended.
 func (c *Client) report(addr net.Addr, err error) {
 	if c.health == nil {

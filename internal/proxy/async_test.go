@@ -102,9 +102,14 @@ func testKeepsOrder(t *testing.T, addr string) {
 			t.Fatalf("round %d:\n got %q\nwant %q", round, got, want.String())
 		}
 	}
-	// 12 of the 17 requests take the fast path.
-	if n := statValue(t, addr, "proxy_fast_path") - before; n != 20*12 {
-		t.Errorf("fast path served %d requests, want %d", n, 20*12)
+	// 12 of the 17 requests take the fast path; on an event loop (until
+	// "version" detaches the connection) the multi-key get does too.
+	fast := 12
+	if loopsOn() {
+		fast = 13
+	}
+	if n := statValue(t, addr, "proxy_fast_path") - before; n != int64(20*fast) {
+		t.Errorf("fast path served %d requests, want %d", n, 20*fast)
 	}
 	// Round trips of sets and gets all take it.
 	before = statValue(t, addr, "proxy_fast_path")
@@ -393,13 +398,14 @@ func startHeldServer(t *testing.T, mu *sync.Mutex, cond *sync.Cond, got *[]strin
 					if err != nil {
 						return
 					}
-					// The proxy's upstream asks with gets, and stores
-					// with "set <key> <flags> <exptime> <bytes>".
+					// The proxy's upstream client asks with gets, its
+					// event loops with the client's get or gets; both
+					// store with "set <key> <flags> <exptime> <bytes>".
 					req := strings.Fields(l)
-					var key string
+					var key, asked string
 					switch {
-					case len(req) == 2 && req[0] == "gets":
-						key = req[1]
+					case len(req) == 2 && (req[0] == "gets" || req[0] == "get"):
+						key, asked = req[1], req[0]+":"+req[1]
 					case len(req) == 5 && req[0] == "set":
 						n, err := strconv.Atoi(req[4])
 						if err != nil {
@@ -409,6 +415,7 @@ func startHeldServer(t *testing.T, mu *sync.Mutex, cond *sync.Cond, got *[]strin
 							return
 						}
 						key = "set:" + req[1] // answered STORED
+						asked = key
 					default:
 						return
 					}
@@ -416,7 +423,7 @@ func startHeldServer(t *testing.T, mu *sync.Mutex, cond *sync.Cond, got *[]strin
 					*s.got = append(*s.got, s.addr+" "+key)
 					s.cond.Broadcast()
 					s.mu.Unlock()
-					keys <- key
+					keys <- asked
 				}
 			}()
 			go func() { // answers in order, once released
@@ -431,10 +438,13 @@ func startHeldServer(t *testing.T, mu *sync.Mutex, cond *sync.Cond, got *[]strin
 					if s.drop {
 						return // the deferred Close ends the connection
 					}
-					if strings.HasPrefix(key, "set:") {
+					switch verb, k, _ := strings.Cut(key, ":"); verb {
+					case "set":
 						io.WriteString(nc, "STORED\r\n")
-					} else {
-						fmt.Fprintf(nc, "VALUE %s 0 %d 7\r\n%s\r\nEND\r\n", key, len(key), key)
+					case "get":
+						fmt.Fprintf(nc, "VALUE %s 0 %d\r\n%s\r\nEND\r\n", k, len(k), k)
+					default:
+						fmt.Fprintf(nc, "VALUE %s 0 %d 7\r\n%s\r\nEND\r\n", k, len(k), k)
 					}
 					s.mu.Lock()
 					s.sent++

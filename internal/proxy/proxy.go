@@ -49,6 +49,12 @@ type Proxy struct {
 
 	ctr       counters
 	verbosity atomic.Int32
+
+	// The event loops (loop.go), made by the first Serve; nextLoop is the
+	// accept goroutines' round robin.
+	loopsOnce sync.Once
+	loops     atomic.Pointer[[]*ploop]
+	nextLoop  atomic.Uint64
 }
 
 // counters are the memcached-style general stats.
@@ -95,6 +101,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 	}
 	p.ln = ln
 	p.mu.Unlock()
+	p.loopsOnce.Do(p.startLoops)
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
@@ -122,10 +129,13 @@ func (p *Proxy) Serve(ln net.Listener) error {
 			continue
 		}
 		p.conns[c] = struct{}{}
-		p.wg.Add(1)
 		p.mu.Unlock()
 		p.ctr.currConns.Add(1)
 		p.ctr.totalConns.Add(1)
+		if l := p.pickLoop(nc); l != nil && l.add(c, nc) {
+			continue
+		}
+		p.wg.Add(1)
 		go c.serve()
 	}
 }
@@ -159,6 +169,9 @@ func (p *Proxy) Reload(ctx context.Context, cfg *Config) error {
 		p.Logf("vbcache proxy: listen changed from %s to %s: restart to apply", p.listen, cfg.Listen)
 	}
 	p.ctr.reloads.Add(1)
+	for _, l := range p.loopList() {
+		l.kick() // to switch to u at once
+	}
 	go func() { // owned by p: Close waits for it
 		defer p.wg.Done()
 		old.retire(drainLimit)
@@ -180,9 +193,15 @@ func (p *Proxy) close() {
 		p.ln.Close()
 	}
 	for c := range p.conns {
-		c.nc.Close()
+		if c.nc != nil { // nil: on a loop
+			c.nc.Close()
+		}
 	}
 	p.mu.Unlock()
+	p.loopsOnce.Do(func() {}) // no loops start after this
+	for _, l := range p.loopList() {
+		l.stop()
+	}
 	p.wg.Wait()
 	p.cur.Load().retire(0)
 }
@@ -223,6 +242,20 @@ type conn struct {
 	swallow int
 	keyBuf  [512]byte
 
+	// On an event loop (loop.go), the loop's state of the connection: lp
+	// is nil off a loop, when nc is set. Only the loop's goroutine uses
+	// these.
+	lp                       *ploop
+	lfd                      int
+	lconnIx                  int
+	lgen                     *upstream // the upstream of the requests in lq
+	lq                       []*lreq   // requests in order, from lqh
+	lqh                      int
+	lwait                    uint8
+	lhup, lunread, lwblocked bool
+	linRQ, linCQ, linDQ      bool
+	resumed                  bool // detached with input or replies left: serve them first
+
 	rc    reqCtx        // the upstream requests' context
 	item  memcache.Item // a storage command's item, reused
 	async asyncState    // the requests on the fast path (async.go)
@@ -254,9 +287,19 @@ func (c *conn) serve() {
 		c.p.mu.Unlock()
 		c.p.ctr.currConns.Add(-1)
 	}()
+	// Detached from an event loop (loop.go): the requests it left and
+	// its replies go before the first read.
+	c.resumed = c.r < c.w || len(c.out) > 0
 	if c.raw != nil {
 		c.serveRaw()
 		return
+	}
+	if c.resumed {
+		need := c.processInput()
+		if err := c.flush(); err != nil || c.close {
+			return
+		}
+		c.makeRoom(need)
 	}
 	for {
 		need := c.processInput()
@@ -304,6 +347,12 @@ func (c *conn) serveRaw() {
 // rawStep is serveRaw's callback: true leaves the poller's loop.
 func (c *conn) rawStep(fd uintptr) bool {
 	c.rawFD = int(fd)
+	if c.resumed {
+		c.resumed = false
+		if c.rawServe(fd) {
+			return true
+		}
+	}
 	for {
 		buf := c.rbuf[c.w:]
 		n, wait, err := rawio.Fill(fd, buf)
@@ -316,20 +365,30 @@ func (c *conn) rawStep(fd uintptr) bool {
 		}
 		c.w += n
 		c.p.ctr.bytesRead.Add(int64(n))
-		need := c.processInput()
-		if len(c.out) > 0 {
-			rest, err := c.writeNow(fd, c.out)
-			if err != nil {
-				c.out = rest
-				return true
-			}
-			c.resetOut()
-		}
-		if c.close {
+		if c.rawServe(fd) {
 			return true
 		}
-		c.makeRoom(need)
 	}
+}
+
+// rawServe serves the buffered requests and writes the replies, as much
+// as the socket takes: true leaves the poller's loop (a close, or replies
+// left for flush).
+func (c *conn) rawServe(fd uintptr) bool {
+	need := c.processInput()
+	if len(c.out) > 0 {
+		rest, err := c.writeNow(fd, c.out)
+		if err != nil {
+			c.out = rest
+			return true
+		}
+		c.resetOut()
+	}
+	if c.close {
+		return true
+	}
+	c.makeRoom(need)
+	return false
 }
 
 // writeNow writes what socket fd takes of b now, without waiting, and

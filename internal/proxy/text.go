@@ -157,6 +157,11 @@ func (c *conn) dispatch(line, rest []byte) (used, more int) {
 // failReply is the reply to an upstream failure: memcached's
 // SERVER_ERROR line, naming the upstream and the reason.
 func failReply(u *upstream, key string, err error) string {
+	return failReplyAddr(u.addrOf(key), err)
+}
+
+// failReplyAddr is failReply for the server at addr.
+func failReplyAddr(addr string, err error) string {
 	reason := err.Error()
 	var ne net.Error
 	switch {
@@ -177,7 +182,7 @@ func failReply(u *upstream, key string, err error) string {
 	if len(reason) > 200 {
 		reason = reason[:200]
 	}
-	return "SERVER_ERROR proxy upstream " + u.addrOf(key) + ": " + reason
+	return "SERVER_ERROR proxy upstream " + addr + ": " + reason
 }
 
 // errReply is the text reply for an error answer or failure from the
