@@ -71,6 +71,12 @@ fi
 echo "== go test -race"
 go test -race -timeout 12m ./...
 
+# The proxy serves pool clients on event loops; its goroutine paths (the
+# fast path of async.go, the plain path) are what a detached connection
+# gets, and what VBCACHE_NOLOOP=1 gives everyone: test them on their own.
+echo "== go test -race, proxy without event loops"
+VBCACHE_NOLOOP=1 go test -race -timeout 5m ./internal/proxy/ ./test/proxy/
+
 echo "== fuzz (${fuzztime} each)"
 # Every Fuzz* target of every package, found by grep so new ones join in.
 found=0

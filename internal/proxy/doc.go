@@ -21,9 +21,25 @@
 // when it is an eighth of Config.Timeout older than a fresh one would be,
 // so each request gets between 7/8 of the timeout and all of it.
 //
+// # Event loops
+//
+// Over a pool, a text client starts on an event loop (loop.go), the way
+// twemproxy serves everyone from one thread: a loop per P owns an epoll
+// set holding its clients and its own connections to the servers, and
+// serves get, gets (any number of keys, split by server), set, add and
+// replace without a goroutine switch, forwarding the servers' answers as
+// they are. One round reads every ready socket and writes each server and
+// each client once. A server connection with requests in flight holds
+// new ones until its next answer (Nagle's rule, for requests), so at
+// pipeline 1 one write to a server carries the requests of many clients.
+// The first other request takes the connection off the loop, once its
+// requests there are answered, to a goroutine of its own, where it is
+// served as described below. VBCACHE_NOLOOP=1 turns the loops off.
+//
 // # The fast path
 //
-// Single-key text get, gets, set, add and replace, and binary GET, GETQ,
+// On a connection's goroutine,
+// single-key text get, gets, set, add and replace, and binary GET, GETQ,
 // GETK and GETKQ, over a pool do not wait
 // on the client's goroutine (async.go): it sends the request with
 // memcache's GetAsync or StoreAsync and goes back to its socket, and the
@@ -84,7 +100,9 @@
 //
 // # Locks
 //
-// Proxy.mu protects the set of connections and the closed flag;
+// Proxy.mu protects the set of connections and the closed flag (a
+// connection's nc is set under it when it leaves a loop); ploop.mu
+// protects a loop's new clients and its stopped flag;
 // Proxy.reloadMu serializes reloads; upstream.mu protects its reference
 // count; serverStats.mu protects the per-server map. No lock is held
 // while talking to an upstream, and none of them nests inside another.

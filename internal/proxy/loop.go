@@ -35,6 +35,17 @@ import (
 // forwarded as the server sent them, so the client sees what memcached
 // said, byte for byte.
 //
+// A server connection that has requests in flight holds new ones back
+// until the server's next answer arrives, and then writes all of them in
+// one write (Nagle's rule, applied to requests; up to holdMax bytes). On
+// loopback a write costs its sender the receiver's TCP processing and
+// wake-up, about 7 µs here, more than anything else a proxy does per
+// request; at pipeline 1 requests trickle in one per round, and without
+// the hold each one left in a write of its own (docs/PERFORMANCE.md).
+// The delay is bounded by the answer already on its way; a connection
+// with nothing in flight writes at once, so a lone client waits for
+// nothing.
+//
 // Everything else leaves the loop: the first request the loop does not
 // serve (any other command, a binary or malformed request, a key with
 // control characters, a cluster upstream) waits until the connection's
@@ -88,6 +99,7 @@ const (
 	loopMaxOut       = 4 << 20 // a client's unwritten replies before its input waits
 	loopMaxRead      = 256 << 10
 	holdMax          = 16 << 10 // requests held for a server's answer (see writeUp) up to this many bytes
+	holdReqs         = 8        // and this many requests
 )
 
 // Why a client's input is not being served.
@@ -192,6 +204,8 @@ type span struct{ off, n int32 }
 // loopsOn reports whether a Proxy serves pool clients on event loops.
 func loopsOn() bool { return os.Getenv("VBCACHE_NOLOOP") == "" }
 
+var noHold = os.Getenv("VBCACHE_NOHOLD") != ""
+
 // startLoops creates and starts the loops (Serve, once). A loop that
 // cannot be created is left out.
 func (p *Proxy) startLoops() {
@@ -200,7 +214,11 @@ func (p *Proxy) startLoops() {
 	}
 	var loops []*ploop
 	defer func() { p.loops.Store(&loops) }()
-	for i := 0; i < runtime.GOMAXPROCS(0); i++ {
+	n := p.Loops
+	if n <= 0 {
+		n = runtime.GOMAXPROCS(0)
+	}
+	for range n {
 		l, err := newPloop(p)
 		if err != nil {
 			if p.Logf != nil {
@@ -1090,7 +1108,7 @@ func (l *ploop) writeUp(up *lup) {
 	if up.connecting || up.wblocked || len(up.wbuf) == 0 {
 		return
 	}
-	if up.unanswered > 0 && len(up.wbuf) < holdMax {
+	if up.unanswered > 0 && len(up.q)-up.qh-up.unanswered < holdReqs && len(up.wbuf) < holdMax && !noHold {
 		return // readUp writes them when the next answer comes
 	}
 	up.unanswered = len(up.q) - up.qh
@@ -1196,6 +1214,9 @@ func (l *ploop) readUp(up *lup) {
 	for up.fd >= 0 {
 		if up.r == up.w {
 			up.r, up.w = 0, 0
+			if len(up.rbuf) > 1<<20 {
+				up.rbuf = nil // a huge value grew it
+			}
 		}
 		if up.rbuf == nil {
 			up.rbuf = make([]byte, readBufSize)

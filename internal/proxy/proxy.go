@@ -30,6 +30,9 @@ const (
 type Proxy struct {
 	Version string // reported by "version"
 	Logf    func(string, ...any)
+	// Loops is how many event loops (loop.go) the first Serve starts for
+	// pool clients: 0 is one per P (GOMAXPROCS).
+	Loops int
 
 	cur     atomic.Pointer[upstream] // the upstream new requests use
 	st      *serverStats
