@@ -336,7 +336,7 @@ func (l *ploop) stop() {
 func (l *ploop) run() {
 	defer l.p.wg.Done()
 	for {
-		n, ok := l.wait(len(l.rq) == 0 && len(l.wq) == 0)
+		n, ok := l.wait(len(l.rq)+len(l.wq)+len(l.cq)+len(l.dq) == 0)
 		l.now = time.Now()
 		if !ok {
 			l.shutdown()
@@ -373,14 +373,8 @@ func (l *ploop) run() {
 			clear(rq)
 			l.rq2 = rq[:0]
 		}
-		for _, c := range l.cq {
-			c.linCQ = false
-			if c.lp == l {
-				l.writeClient(c)
-			}
-		}
-		clear(l.cq)
-		l.cq = l.cq[:0]
+		// The servers' writes first: a failure there (a refused connect)
+		// answers requests, and those replies go out in this round.
 		for _, up := range l.wq {
 			up.inWQ = false
 			l.writeUp(up)
@@ -390,6 +384,14 @@ func (l *ploop) run() {
 		if l.inflight > 0 {
 			l.expire()
 		}
+		for _, c := range l.cq {
+			c.linCQ = false
+			if c.lp == l {
+				l.writeClient(c)
+			}
+		}
+		clear(l.cq)
+		l.cq = l.cq[:0]
 		for _, c := range l.dq {
 			c.linDQ = false
 			if c.lp == l {
