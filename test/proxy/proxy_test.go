@@ -477,7 +477,13 @@ func etcdFlags(t *testing.T) []string {
 // through the proxy against a live three-node cluster (one replica,
 // failover after 2 s): the functional pass, then a load loop during a
 // rebalance (a fourth node) and a failover (kill -9 of a node). No client
-// may see an error or a value older than the last one it wrote.
+// may see an error, nor a value older than the last one it wrote, except
+// where the failover lost that write: replication is asynchronous
+// (internal/stream, "Durability"), so a write the killed node had
+// acknowledged and not yet sent to its replica is gone. A stale read
+// passes only when the write it missed was acknowledged within lossWindow
+// before the kill; the rebalance, which ends 1.5 s before it, may lose
+// nothing.
 func TestProxyClusterClients(t *testing.T) {
 	py := "/usr/bin/python3"
 	for _, mod := range []string{"pymemcache", "pylibmc"} {
@@ -522,18 +528,21 @@ func TestProxyClusterClients(t *testing.T) {
 		out  string
 		err  error
 	}
-	runs := [][]string{
-		{py, "scripts/py_client.py", "pymemcache", listen, strconv.Itoa(seconds), "pym"},
-		{py, "scripts/py_client.py", "pylibmc", listen, strconv.Itoa(seconds), "pyl"},
-		{perl, "scripts/perl_client.pl", listen, strconv.Itoa(seconds), "perl"},
+	runs := []struct {
+		name string
+		argv []string
+	}{
+		{"pymemcache", []string{py, "scripts/py_client.py", "pymemcache", listen, strconv.Itoa(seconds), "pym"}},
+		{"pylibmc", []string{py, "scripts/py_client.py", "pylibmc", listen, strconv.Itoa(seconds), "pyl"}},
+		{"Cache::Memcached", []string{perl, "scripts/perl_client.pl", listen, strconv.Itoa(seconds), "perl"}},
 	}
 	results := make(chan result, len(runs))
-	for _, argv := range runs {
+	for _, run := range runs {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
-			results <- result{argv[2], string(out), err}
+			out, err := exec.CommandContext(ctx, run.argv[0], run.argv[1:]...).CombinedOutput()
+			results <- result{run.name, string(out), err}
 		}()
 	}
 	// A rebalance onto a fourth node, then a failover.
@@ -544,15 +553,36 @@ func TestProxyClusterClients(t *testing.T) {
 	}
 	m.rebalance(60 * time.Second)
 	t.Logf("rebalance onto a 4th node under load: %v", time.Since(start).Round(time.Millisecond))
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond)
 	killed := time.Now()
 	nodes[0].Signal(syscall.SIGKILL)
 	t.Logf("killed %s (kill -9) %v into the load", nodes[0].Addr, killed.Sub(start.Add(-2*time.Second)).Round(time.Millisecond))
+	const lossWindow = time.Second
 	for range runs {
 		r := <-results
 		t.Logf("%s", strings.TrimSpace(r.out))
 		if r.err != nil {
 			t.Errorf("%s: %v", r.name, r.err)
+		}
+		lost := 0
+		for _, l := range strings.Split(r.out, "\n") {
+			f := strings.Fields(l)
+			if len(f) != 2 || f[0] != "LOST" {
+				continue
+			}
+			s, err := strconv.ParseFloat(f[1], 64)
+			if err != nil {
+				t.Errorf("%s: %q", r.name, l)
+				continue
+			}
+			acked := time.Unix(0, int64(s*1e9))
+			if before := killed.Sub(acked); before < -100*time.Millisecond || before > lossWindow {
+				t.Errorf("%s read a value older than one acknowledged %v before the kill: only writes inside the replication lag may be lost", r.name, before.Round(time.Millisecond))
+			}
+			lost++
+		}
+		if lost > 0 {
+			t.Logf("%s: %d reads missed a write the failover lost (acknowledged less than %v before the kill)", r.name, lost, lossWindow)
 		}
 	}
 }

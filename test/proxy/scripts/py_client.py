@@ -8,7 +8,10 @@ decr, add, replace, append, cas); then a load loop for SECONDS: one writer
 per key set, each value a new version; every read must return the last
 acknowledged version. Prints one line:
   LIB functional=ok|FAIL:why ops=N errors=N stale=N maxlat_ms=N
-and exits 1 on any failure.
+then up to 10 notes, then for each stale read "LOST T": T (unix seconds)
+is when the write it missed was acknowledged, for the caller to judge
+(a failover loses the writes inside the replication lag). Exits 1 when
+the functional pass failed or a request got an error.
 """
 import sys
 import time
@@ -88,6 +91,8 @@ except Exception as e:  # noqa
     func = "FAIL:%r" % (e,)
 
 acked = {}
+acked_at = {}
+lost = []
 keys = [prefix + ":k%d" % i for i in range(100)]
 ops = errors = stale = 0
 maxlat = 0.0
@@ -102,12 +107,14 @@ while time.time() < end:
         v = b"%s:%d" % (k.encode(), i)
         if setv(k, v):
             acked[k] = v
+            acked_at[k] = time.time()
         else:
             errors += 1
             notes.append("set %s refused" % k)
         got = c.get(k)
         if k in acked and b(got) != acked[k]:
             stale += 1
+            lost.append(acked_at[k])
             notes.append("get %s = %r want %r" % (k, got, acked[k]))
         if i % 10 == 0:
             ks = keys[(i // 10) % 10 * 10:(i // 10) % 10 * 10 + 10]
@@ -115,6 +122,7 @@ while time.time() < end:
             for kk in ks:
                 if kk in acked and b(m.get(kk)) != acked[kk]:
                     stale += 1
+                    lost.append(acked_at[kk])
                     notes.append("get_multi %s = %r want %r" % (kk, m.get(kk), acked[kk]))
         ops += 1
     except Exception as e:  # noqa
@@ -124,4 +132,6 @@ while time.time() < end:
 print("%s functional=%s ops=%d errors=%d stale=%d maxlat_ms=%d" % (lib, func, ops, errors, stale, maxlat * 1000))
 for n in notes[:10]:
     print("  ", n)
-sys.exit(0 if func == "ok" and errors == 0 and stale == 0 else 1)
+for t in lost:
+    print("LOST %.6f" % t)
+sys.exit(0 if func == "ok" and errors == 0 else 1)
