@@ -153,14 +153,16 @@ var options = []option{
 	{optVBuckets, "vbuckets", true},
 	{optParkTimeout, "pending-timeout", true},
 	{optStreamLog, "stream-log-bytes", true},
+	{optSyncReplication, "sync-replication", false},
 }
 
 // Codes for long-only options (vbcache's own; memcached has none). They
 // are control bytes, so no short flag can name them.
 const (
-	optVBuckets    byte = 1 + iota // --vbuckets N: cluster mode
-	optParkTimeout                 // --pending-timeout D: how long a request waits on a pending vbucket
-	optStreamLog                   // --stream-log-bytes N: mutation ring per streamed vbucket
+	optVBuckets        byte = 1 + iota // --vbuckets N: cluster mode
+	optParkTimeout                     // --pending-timeout D: how long a request waits on a pending vbucket
+	optStreamLog                       // --stream-log-bytes N: mutation ring per streamed vbucket
+	optSyncReplication                 // --sync-replication: answer writes once the replicas have them
 )
 
 // longAliases are extra long names memcached's help shows or older
@@ -348,6 +350,8 @@ func (o *serverOptions) apply(opt option, val string) error {
 			return illegal(flagName(opt), val, "a positive duration such as 1s or 250ms")
 		}
 		c.VBucketParkTimeout = d
+	case optSyncReplication:
+		c.SyncReplication = true
 	case optStreamLog:
 		n, ok := parseInt(val)
 		if !ok || n < 64<<10 || n > 1<<30 {

@@ -37,6 +37,7 @@ func runLocal(args []string, stdout, stderr io.Writer) int {
 	memory := fs.Int("m", 64, "memory per node in megabytes (memcached's -m)")
 	dataDir := fs.String("data-dir", "", "where the embedded etcd keeps its data (default: a new temporary directory)")
 	keep := fs.Bool("keep", false, "keep the data directory when stopping")
+	syncRep := fs.Bool("sync-replication", false, "nodes answer a write once its replicas have it (a failover then loses no acknowledged write)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: vbcache local [flags]\n\nStarts a whole cluster on this machine: an embedded etcd, a manager and\nN cache nodes, populated and rebalanced; Ctrl-C stops it.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -55,7 +56,7 @@ func runLocal(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	logger := log.New(stderr, "", log.LstdFlags)
 	if err := local(ctx, localConfig{nodes: *nodes, replicas: *replicas, base: *base, vbuckets: *vbuckets,
-		memory: *memory, dataDir: *dataDir, keep: *keep}, stdout, logger); err != nil {
+		memory: *memory, dataDir: *dataDir, keep: *keep, syncReplication: *syncRep}, stdout, logger); err != nil {
 		fmt.Fprintf(stderr, "vbcache local: %v\n", err)
 		return 1
 	}
@@ -65,7 +66,7 @@ func runLocal(args []string, stdout, stderr io.Writer) int {
 type localConfig struct {
 	nodes, replicas, base, vbuckets, memory int
 	dataDir                                 string
-	keep                                    bool
+	keep, syncReplication                   bool
 }
 
 func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Logger) error {
@@ -122,6 +123,9 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if os.Geteuid() == 0 {
 			cmd.Args = append(cmd.Args, "-u", "root")
+		}
+		if c.syncReplication {
+			cmd.Args = append(cmd.Args, "--sync-replication")
 		}
 		if err := cmd.Start(); err != nil {
 			return fmt.Errorf("starting node %s: %w", addr, err)

@@ -73,6 +73,8 @@ const serverHelp = `-p, --port=<num>          TCP port to listen on (default: 11
     --stream-log-bytes=<num>
                           cluster mode: memory for recent mutations kept per
                           vbucket being streamed to another node (default: 1048576)
+    --sync-replication    cluster mode: answer a write once every replica (and a
+                          move's target) has it, at most --pending-timeout later
 -o, --extended            comma separated list of extended options
                           most options have a 'no_' prefix to disable
    - maxconns_fast:       immediately close new connections after limit (default: enabled)

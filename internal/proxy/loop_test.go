@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -183,6 +184,53 @@ func TestLoopServerDown(t *testing.T) {
 		}
 		if want == prefix && !strings.Contains(l, "refused") {
 			t.Fatalf("reply %d: %q does not say the connection was refused", i, l)
+		}
+	}
+}
+
+// TestLoopSplitGetOfBigValues: a multi-key get whose keys live on both
+// servers and whose values (300 KB each) arrive over many reads is
+// answered in the order of its keys, misses left out, duplicates kept, as
+// memcached answers it; the sets before it, pipelined in the same write,
+// are all answered first.
+func TestLoopSplitGetOfBigValues(t *testing.T) {
+	_, addr := startProxy(t, "upstream", 2)
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(30 * time.Second))
+	var req, want, value strings.Builder
+	keys := []string{"big:a", "big:b", "big:c", "big:d", "big:e", "big:f"}
+	vals := map[string]string{}
+	for i, k := range keys {
+		value.Reset()
+		for value.Len() < 300<<10 {
+			value.WriteString(k + strings.Repeat(string(rune('0'+i)), 61) + "\n")
+		}
+		vals[k] = value.String()
+		req.WriteString("set " + k + " 7 0 " + strconv.Itoa(len(vals[k])) + "\r\n" + vals[k] + "\r\n")
+		want.WriteString("STORED\r\n")
+	}
+	ask := []string{"big:f", "big:missing", "big:a", "big:c", "big:a", "big:b", "big:e", "big:d"}
+	req.WriteString("get " + strings.Join(ask, " ") + "\r\n")
+	for _, k := range ask {
+		if v, ok := vals[k]; ok {
+			want.WriteString("VALUE " + k + " 7 " + strconv.Itoa(len(v)) + "\r\n" + v + "\r\n")
+		}
+	}
+	want.WriteString("END\r\n")
+	go io.WriteString(nc, req.String()) // the replies fill the sockets before the requests are all sent
+	got := make([]byte, want.Len())
+	if _, err := io.ReadFull(nc, got); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want.String() {
+		for i := range got {
+			if got[i] != want.String()[i] {
+				t.Fatalf("the replies differ at byte %d of %d: %q, want %q", i, len(got), got[max(0, i-40):min(len(got), i+40)], want.String()[max(0, i-40):min(len(got), i+40)])
+			}
 		}
 	}
 }

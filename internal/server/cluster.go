@@ -76,6 +76,10 @@ type cluster struct {
 
 	ops     []atomic.Uint64 // key requests served, per vbucket
 	refused []atomic.Uint64 // key requests answered NOT_MY_VBUCKET, per vbucket
+
+	// Synchronous replication (Config.SyncReplication): writes that
+	// waited for their vbucket's streams, and those whose wait ran out.
+	syncWaits, syncTimeouts atomic.Uint64
 }
 
 func newCluster(cfg *Config) *cluster {
@@ -136,6 +140,7 @@ func (c *conn) admit(vb int) admission {
 	switch st {
 	case vbucket.Active:
 		c.entered = vb + 1
+		c.mutsAtAdmit = c.tx.Mutations()
 		cl.ops[vb].Add(1)
 		// Items this request stores belong to vb (the store keeps each
 		// vbucket's items on a list, for DEL_VBUCKET).
@@ -149,11 +154,40 @@ func (c *conn) admit(vb int) admission {
 }
 
 // leaveVB ends the vbucket admission of the command that just finished.
+// With synchronous replication, a command that changed its vbucket then
+// waits until the vbucket's streams have acknowledged the change (its
+// reply is in c.out, not yet written), at most the park timeout: a
+// failover that promotes a replica then keeps every write a client saw
+// acknowledged. The wait comes after Leave, so a takeover fencing writes
+// does not wait for it.
 func (c *conn) leaveVB() {
-	if c.entered != 0 {
-		c.s.cl.vbs.Leave(c.entered - 1)
-		c.entered = 0
+	if c.entered == 0 {
+		return
 	}
+	vb := c.entered - 1
+	cl := c.s.cl
+	cl.vbs.Leave(vb)
+	c.entered = 0
+	if !c.s.cfg.SyncReplication || c.tx.Mutations() == c.mutsAtAdmit {
+		return
+	}
+	// Every sequence number up to High(vb) was handed out before this
+	// point, this command's too.
+	seq := cl.streams.Log.High(vb)
+	if cl.streams.Replicated(vb, seq) {
+		return
+	}
+	cl.syncWaits.Add(1)
+	c.mayBlock()
+	d := c.s.cfg.VBucketParkTimeout
+	if d <= 0 {
+		d = DefaultVBucketParkTimeout
+	}
+	ctx, cancel := context.WithTimeout(cl.parkCtx, d)
+	if !cl.streams.WaitReplicated(ctx, vb, seq) {
+		cl.syncTimeouts.Add(1)
+	}
+	cancel()
 }
 
 // countRefused counts a request refused with NOT_MY_VBUCKET.
@@ -423,5 +457,9 @@ func (c *conn) vbucketStats(only int) {
 		c.statUint(p+":ops", cl.ops[vb].Load())
 		c.statUint(p+":not_my_vbucket", cl.refused[vb].Load())
 		c.statUint(p+":high_seqno", cl.streams.Log.High(vb))
+	}
+	if only < 0 && c.s.cfg.SyncReplication {
+		c.statUint("sync_replication_waits", cl.syncWaits.Load())
+		c.statUint("sync_replication_timeouts", cl.syncTimeouts.Load())
 	}
 }

@@ -81,6 +81,12 @@ type Config struct {
 	// vbucket that is being streamed to another node (-o
 	// stream_log_bytes; 0: stream.DefaultMaxRingBytes).
 	StreamLogBytes int
+	// SyncReplication (--sync-replication) answers a write to an active
+	// vbucket only once every stream copying the vbucket (its replicas',
+	// a move's) has acknowledged it, waiting at most VBucketParkTimeout;
+	// a vbucket no stream copies is answered at once. Replication is
+	// otherwise asynchronous (internal/stream, "Durability").
+	SyncReplication bool
 
 	Store store.Config
 }

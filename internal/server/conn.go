@@ -97,7 +97,8 @@ type conn struct {
 	// producerName is set by a stream OPEN: the connection is handed to
 	// the stream producer once the answer is written.
 	producerName string
-	entered      int // 1 + the vbucket the current command was admitted to (cluster mode), or 0
+	entered      int    // 1 + the vbucket the current command was admitted to (cluster mode), or 0
+	mutsAtAdmit  uint64 // c.tx.Mutations() when it was admitted (leaveVB)
 	toks         protocol.Tokens
 	keyBuf       [512]byte // decoded meta keys
 	num          [24]byte  // digits for incr/decr

@@ -54,8 +54,14 @@ func (s *Store) AdvanceCAS(cas uint64) {
 	}
 }
 
+// Mutations counts the mutations this Tx has told the observer of, ever:
+// a caller compares two readings to learn whether a command changed its
+// vbucket (a node's synchronous replication waits only after writes).
+func (tx *Tx) Mutations() uint64 { return tx.muts }
+
 func (tx *Tx) observe(kind MutationKind, it *hdr) {
 	if o := tx.s.obs; o != nil {
+		tx.muts++
 		o.Mutated(it.vbucket, kind, tx.key, int(it.nkey)+int(it.nbytes), tx.seq)
 	}
 }

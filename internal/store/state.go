@@ -19,6 +19,7 @@ type txState struct {
 	cls  *slabClass // class of cur
 	vb   uint16     // vbucket of the items this Tx stores (SetVBucket)
 	seq  uint64     // sequence number for the observer (SetSeqno), 0: assign
+	muts uint64     // mutations told to the observer through this Tx (Mutations)
 }
 
 // storeState is the part of a Store the caller cannot see.

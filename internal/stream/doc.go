@@ -105,8 +105,15 @@
 // acknowledged write lives as long as its node; with 1 or 2 replicas it
 // survives the loss of the active once a replica has it, which "stats
 // streams" shows (seqno_behind 0) and which is usually within
-// milliseconds; writes in that window are lost if the active dies. No
-// write survives the loss of every node that holds it: this is a cache.
+// milliseconds; writes in that window are lost if the active dies. A node
+// started with --sync-replication closes that window: it answers a write
+// only once every stream copying its vbucket has acknowledged it
+// (SEQNO_ACK; Node.WaitReplicated), at most --pending-timeout later, at
+// the cost of a replica round trip per write (Couchbase's durability
+// level "majority", as a node-wide minimum). A vbucket that no stream
+// copies at that moment (no replica, or its stream not yet open) is
+// answered at once. No write survives the loss of every node that holds
+// it: this is a cache.
 //
 // # Not implemented
 //

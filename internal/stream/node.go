@@ -38,6 +38,11 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // replication goroutines
 
+	// ackMu and acks: Replicated's waiters sleep on acks, broadcast when
+	// a consumer acknowledges or a producer goes away.
+	ackMu sync.Mutex
+	acks  *sync.Cond
+
 	mu        sync.Mutex // protects everything below
 	prog      []progress // per vbucket: where the last consumer got to
 	producers map[*producer]struct{}
@@ -66,6 +71,7 @@ func NewNode(st *store.Store, states *vbucket.Table, maxRing int) *Node {
 		prog: make([]progress, states.Len()), producers: map[*producer]struct{}{},
 		consumers: map[string]map[*cstream]struct{}{}, reps: map[string]*replicator{},
 		repOf: map[uint16]string{}, takeovers: map[uint16]*takeoverRun{}}
+	n.acks = sync.NewCond(&n.ackMu)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	if d, err := time.ParseDuration(os.Getenv("VBCACHE_FAILPOINT_HANDOVER_PAUSE")); err == nil {
 		n.handoverPause = d
@@ -117,6 +123,63 @@ func (n *Node) removeProducer(p *producer) {
 	n.mu.Lock()
 	delete(n.producers, p)
 	n.mu.Unlock()
+	n.acked()
+}
+
+// acked wakes WaitReplicated's waiters to look again.
+func (n *Node) acked() {
+	n.ackMu.Lock()
+	n.acks.Broadcast()
+	n.ackMu.Unlock()
+}
+
+// Replicated reports whether every stream of vbucket vb that this node
+// feeds (its replicas', and a move's) has acknowledged the mutations up
+// to seq. A vbucket no stream copies is replicated by definition: there
+// is nothing to wait for.
+func (n *Node) Replicated(vb int, seq uint64) bool {
+	n.mu.Lock()
+	prods := make([]*producer, 0, len(n.producers))
+	for p := range n.producers {
+		prods = append(prods, p)
+	}
+	n.mu.Unlock()
+	for _, p := range prods {
+		p.mu.Lock()
+		for _, s := range p.streams {
+			if int(s.vb) == vb && !s.closing.Load() && s.acked.Load() < seq {
+				p.mu.Unlock()
+				return false
+			}
+		}
+		p.mu.Unlock()
+	}
+	return true
+}
+
+// WaitReplicated waits until Replicated(vb, seq) or ctx ends, and reports
+// which.
+func (n *Node) WaitReplicated(ctx context.Context, vb int, seq uint64) bool {
+	if n.Replicated(vb, seq) {
+		return true
+	}
+	stop := context.AfterFunc(ctx, n.acked)
+	defer stop()
+	// Checked under ackMu, which acked takes to broadcast: no
+	// acknowledgement slips between a check and the wait. (Replicated
+	// takes mu and the producers' locks; nothing holds those while it
+	// takes ackMu.)
+	n.ackMu.Lock()
+	defer n.ackMu.Unlock()
+	for {
+		if n.Replicated(vb, seq) {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		n.acks.Wait()
+	}
 }
 
 func (n *Node) registerConsumer(src string, s *cstream) {

@@ -205,6 +205,7 @@ func (p *producer) readLoop(r *bufio.Reader) {
 				p.mu.Unlock()
 				if s != nil {
 					s.acked.Store(be64(pk.extras))
+					p.n.acked()
 				}
 			}
 		case protocol.OpNoop:
