@@ -119,14 +119,8 @@ type loopEntry struct {
 
 // ploop is one event loop.
 type ploop struct {
-	p     *Proxy
-	epfd  int
-	ep    *os.File // epfd in the runtime poller, to park on
-	eprc  syscall.RawConn
-	wake  [2]int // a pipe: accept, Reload and Close write to wake[1]
-	evs   []syscall.EpollEvent
-	got   int
-	ready func(uintptr) bool
+	p  *Proxy
+	pl *rawio.Poller // accept, Reload and Close wake it
 
 	mu      sync.Mutex // protects adds and stopped
 	adds    []*conn
@@ -145,12 +139,10 @@ type ploop struct {
 	nconn    int
 	inflight int // requests in flight on all server connections
 	now      time.Time
-	deadline time.Time // the epoll file's read deadline, zero if none
 }
 
 // lup is one connection from a loop to one server.
 type lup struct {
-	l          *ploop
 	u          *upstream // the generation it serves
 	addr       net.Addr
 	st         *srvStat
@@ -233,41 +225,11 @@ func (p *Proxy) startLoops() {
 }
 
 func newPloop(p *Proxy) (*ploop, error) {
-	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	pl, err := rawio.NewPoller(maxLoopEvents)
 	if err != nil {
-		return nil, os.NewSyscallError("epoll_create1", err)
-	}
-	l := &ploop{p: p, epfd: epfd, evs: make([]syscall.EpollEvent, maxLoopEvents), ups: make(map[net.Addr][]*lup)}
-	l.ready = func(uintptr) bool {
-		l.got = l.poll()
-		return l.got > 0
-	}
-	if err := syscall.SetNonblock(epfd, true); err != nil {
-		syscall.Close(epfd)
-		return nil, os.NewSyscallError("fcntl", err)
-	}
-	l.ep = os.NewFile(uintptr(epfd), "epoll")
-	if l.eprc, err = l.ep.SyscallConn(); err != nil {
-		l.ep.Close()
 		return nil, err
 	}
-	if err := syscall.Pipe2(l.wake[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
-		l.ep.Close()
-		return nil, os.NewSyscallError("pipe2", err)
-	}
-	ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(l.wake[0])}
-	if err := syscall.EpollCtl(epfd, syscall.EPOLL_CTL_ADD, l.wake[0], &ev); err != nil {
-		l.ep.Close()
-		syscall.Close(l.wake[0])
-		syscall.Close(l.wake[1])
-		return nil, os.NewSyscallError("epoll_ctl", err)
-	}
-	return l, nil
-}
-
-// kick wakes the loop (a new client, a reload, Close).
-func (l *ploop) kick() {
-	syscall.Write(l.wake[1], []byte{0})
+	return &ploop{p: p, pl: pl, ups: make(map[net.Addr][]*lup)}, nil
 }
 
 // pickLoop chooses the loop for a new client on nc (round robin), or nil:
@@ -297,17 +259,8 @@ func (p *Proxy) loopList() []*ploop {
 // the descriptor and nc is closed (which takes the original out of the
 // runtime poller). It returns false, nc untouched, when that fails.
 func (l *ploop) add(c *conn, nc net.Conn) bool {
-	rc := rawio.Conn(nc)
-	if rc == nil {
-		return false
-	}
-	fd := -1
-	if err := rc.Control(func(s uintptr) {
-		r, _, e := syscall.Syscall(syscall.SYS_FCNTL, s, syscall.F_DUPFD_CLOEXEC, 0)
-		if e == 0 {
-			fd = int(r)
-		}
-	}); err != nil || fd < 0 {
+	fd, ok := rawio.Dup(nc)
+	if !ok {
 		return false
 	}
 	l.mu.Lock()
@@ -320,7 +273,7 @@ func (l *ploop) add(c *conn, nc net.Conn) bool {
 	l.adds = append(l.adds, c)
 	l.mu.Unlock()
 	nc.Close()
-	l.kick()
+	l.pl.Wake()
 	return true
 }
 
@@ -329,7 +282,7 @@ func (l *ploop) stop() {
 	l.mu.Lock()
 	l.stopped = true
 	l.mu.Unlock()
-	l.kick()
+	l.pl.Wake()
 }
 
 // run is the loop's goroutine.
@@ -342,9 +295,9 @@ func (l *ploop) run() {
 			l.shutdown()
 			return
 		}
-		for _, ev := range l.evs[:n] {
+		for _, ev := range l.pl.Events[:n] {
 			fd := int(ev.Fd)
-			if fd == l.wake[0] {
+			if fd == l.pl.WakeFD() {
 				if l.wakeUp() {
 					l.shutdown()
 					return
@@ -404,52 +357,27 @@ func (l *ploop) run() {
 }
 
 // wait returns the next ready events; with none and block set it parks
-// in the runtime poller until the epoll set is readable, or until the
-// earliest request deadline (see internal/server's loop.wait).
+// (rawio.Poller.Park) until there are some, or until the earliest request
+// deadline.
 func (l *ploop) wait(block bool) (n int, ok bool) {
 	if !block {
-		return l.poll(), true
+		return l.pl.Poll(), true
 	}
+	// A deadline armed for a request answered since only wakes the loop
+	// early, to find nothing late: it is replaced only by an earlier one.
+	var d time.Time
 	if l.inflight > 0 {
-		if d := l.earliest(); !d.IsZero() && (l.deadline.IsZero() || d.Before(l.deadline)) {
-			l.deadline = d
-			l.ep.SetReadDeadline(d)
+		if e := l.earliest(); !e.IsZero() && (l.pl.Armed().IsZero() || e.Before(l.pl.Armed())) {
+			d = e
 		}
 	}
-	l.got = 0
-	err := l.eprc.Read(l.ready)
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		l.deadline = time.Time{}
-		l.ep.SetReadDeadline(time.Time{})
-		return 0, true
-	}
-	return l.got, err == nil
-}
-
-// poll is a non-blocking epoll_wait, without the scheduler's syscall
-// bookkeeping (it never blocks).
-func (l *ploop) poll() int {
-	for {
-		r, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_WAIT, uintptr(l.epfd), uintptr(unsafe.Pointer(&l.evs[0])), uintptr(len(l.evs)), 0, 0, 0)
-		switch e {
-		case 0:
-			return int(r)
-		case syscall.EINTR:
-			continue
-		}
-		return 0
-	}
+	return l.pl.Park(d)
 }
 
 // wakeUp drains the wake-up pipe and takes what it announced: new
 // clients, a new upstream, or the end (true).
 func (l *ploop) wakeUp() (stop bool) {
-	var b [64]byte
-	for {
-		if n, _ := rawio.Read(uintptr(l.wake[0]), b[:]); n < len(b) {
-			break
-		}
-	}
+	l.pl.DrainWake()
 	l.mu.Lock()
 	adds, stop := l.adds, l.stopped
 	l.adds = nil
@@ -477,7 +405,7 @@ func (l *ploop) register(c *conn) {
 	c.lconnIx = l.nconn
 	l.nconn++
 	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLOUT | syscall.EPOLLRDHUP | (syscall.EPOLLET & 0xffffffff), Fd: int32(fd)}
-	if err := syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
+	if err := syscall.EpollCtl(l.pl.FD, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		l.closeClient(c)
 	}
 }
@@ -497,9 +425,7 @@ func (l *ploop) shutdown() {
 	for _, up := range append([]*lup(nil), l.all...) {
 		l.closeUp(up)
 	}
-	l.ep.Close()
-	syscall.Close(l.wake[0])
-	syscall.Close(l.wake[1])
+	l.pl.Close()
 }
 
 // ---- clients ----
@@ -808,7 +734,7 @@ func (l *ploop) closeClient(c *conn) {
 // detach hands c to a goroutine of its own (see the file comment).
 func (l *ploop) detach(c *conn) {
 	fd := c.lfd
-	syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_DEL, fd, nil)
+	syscall.EpollCtl(l.pl.FD, syscall.EPOLL_CTL_DEL, fd, nil)
 	l.tab[fd] = loopEntry{}
 	c.lp, c.lfd = nil, -1
 	c.lq, c.lqh = nil, 0
@@ -873,7 +799,7 @@ func (l *ploop) pick(c *conn, key []byte) (*lup, error) {
 	i := c.lconnIx % len(ups)
 	up := ups[i]
 	if up == nil {
-		up = &lup{l: l, u: l.gen, addr: addr, st: l.gen.byAddr[addr], fd: -1}
+		up = &lup{u: l.gen, addr: addr, st: l.gen.byAddr[addr], fd: -1}
 		if up.st == nil {
 			up.st = l.gen.st.get(addr.String())
 		}
@@ -1183,7 +1109,7 @@ func (l *ploop) connect(up *lup) error {
 		return dialErr(os.NewSyscallError("connect", err))
 	}
 	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLOUT | syscall.EPOLLRDHUP | (syscall.EPOLLET & 0xffffffff), Fd: int32(fd)}
-	if err := syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
+	if err := syscall.EpollCtl(l.pl.FD, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		syscall.Close(fd)
 		return dialErr(os.NewSyscallError("epoll_ctl", err))
 	}
@@ -1398,32 +1324,26 @@ func (l *ploop) fragOK(up *lup, f *lfrag) {
 // the failure. A connection the server closed while nothing was asked of
 // it is just closed (a server restart, an idle timeout): no request failed.
 func (l *ploop) failUp(up *lup, err error) {
-	if up.qh == len(up.q) && !up.connecting {
-		l.closeFD(up)
-		up.wbuf, up.r, up.w, up.unanswered = up.wbuf[:0], 0, 0, 0
-		if up.u != l.gen {
-			l.closeUp(up)
-		}
-		return
-	}
-	up.u.mc.ReportServer(up.addr, err)
-	up.failed = true
 	q := up.q[up.qh:]
+	asked := len(q) > 0 || up.connecting
 	up.q, up.qh, up.unanswered = up.q[:0], 0, 0
+	up.wbuf, up.r, up.w = up.wbuf[:0], 0, 0
 	l.closeFD(up)
-	for i := range q {
-		f := &q[i]
-		up.st.record(l.now.Sub(f.start), true)
-		r := f.r
-		r.fail(failReplyAddr(up.addr.String(), err))
-		*f = lfrag{}
-		l.fragDone(r)
+	if asked {
+		up.u.mc.ReportServer(up.addr, err)
+		up.failed = true
+		l.p.ctr.upstreamErrors.Add(1)
+		for i := range q {
+			f := &q[i]
+			up.st.record(l.now.Sub(f.start), true)
+			r := f.r
+			r.fail(failReplyAddr(up.addr.String(), err))
+			*f = lfrag{}
+			l.fragDone(r)
+		}
 	}
-	l.p.ctr.upstreamErrors.Add(1)
-	up.wbuf = up.wbuf[:0]
-	up.r, up.w = 0, 0
 	if up.u != l.gen {
-		l.closeUp(up)
+		l.forget(up)
 	}
 }
 
@@ -1446,6 +1366,12 @@ func (l *ploop) closeUp(up *lup) {
 		l.failUp(up, net.ErrClosed)
 	}
 	l.closeFD(up)
+	l.forget(up)
+}
+
+// forget drops up from the loop's lists (closed, or failed on an
+// earlier upstream).
+func (l *ploop) forget(up *lup) {
 	for i, x := range l.all {
 		if x == up {
 			l.all = append(l.all[:i], l.all[i+1:]...)

@@ -173,7 +173,7 @@ func (p *Proxy) Reload(ctx context.Context, cfg *Config) error {
 	}
 	p.ctr.reloads.Add(1)
 	for _, l := range p.loopList() {
-		l.kick() // to switch to u at once
+		l.pl.Wake() // to switch to u at once
 	}
 	go func() { // owned by p: Close waits for it
 		defer p.wg.Done()

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"errors"
 	"net"
 	"os"
 	"runtime"
@@ -9,7 +8,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"github.com/vbcache/vbcache/internal/rawio"
 )
@@ -74,14 +72,10 @@ import (
 const maxLoopEvents = 128
 
 type loop struct {
-	s    *Server
-	epfd int
-	// ep is epfd as a file of the runtime poller: an epoll set is itself
-	// readable while it has events, so the loop parks in the runtime
-	// poller when idle, like any goroutine (see wait).
-	ep   *os.File
-	eprc syscall.RawConn
-	wake [2]int // a pipe: Serve writes to wake[1] to stop the loop
+	s *Server
+	// pl is the loop's epoll set, which parks in the runtime poller when
+	// idle, like any goroutine (see wait); Serve wakes it to stop.
+	pl *rawio.Poller
 
 	mu      sync.Mutex // protects conns and stopped
 	conns   []*conn    // by descriptor
@@ -92,11 +86,6 @@ type loop struct {
 	// again in the next (see maxReadsPerTurn); a handoff passes both on.
 	rest  []*conn
 	again []*conn
-	// evs receives epoll's events; got is how many wait's ready function
-	// (made once, so that parking allocates nothing) last polled.
-	evs   []syscall.EpollEvent
-	got   int
-	ready func(uintptr) bool
 	// The idle sweep (zero idle: none): due at nextSweep, every sweepEvery;
 	// times are sinceStart.
 	idle, sweepEvery, nextSweep time.Duration
@@ -143,48 +132,20 @@ func (s *Server) startLoops() {
 // stopLoops wakes every loop to close its connections and stop.
 func (s *Server) stopLoops() {
 	for _, l := range s.loops {
-		syscall.Write(l.wake[1], []byte{0})
+		l.pl.Wake()
 	}
 }
 
 func newLoop(s *Server) (*loop, error) {
-	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	pl, err := rawio.NewPoller(maxLoopEvents)
 	if err != nil {
-		return nil, os.NewSyscallError("epoll_create1", err)
+		return nil, err
 	}
-	l := &loop{s: s, epfd: epfd, idle: s.cfg.IdleTimeout, evs: make([]syscall.EpollEvent, maxLoopEvents)}
-	l.ready = func(uintptr) bool {
-		l.got = l.poll(l.evs)
-		return l.got > 0
-	}
+	l := &loop{s: s, pl: pl, idle: s.cfg.IdleTimeout}
 	if l.idle > 0 {
 		l.sweepEvery = min(max(l.idle/4, 10*time.Millisecond), time.Second)
 	}
-	if err := syscall.SetNonblock(epfd, true); err != nil {
-		syscall.Close(epfd)
-		return nil, os.NewSyscallError("fcntl", err)
-	}
-	l.ep = os.NewFile(uintptr(epfd), "epoll") // non-blocking: in the runtime poller
-	if l.eprc, err = l.ep.SyscallConn(); err != nil {
-		l.ep.Close()
-		return nil, err
-	}
-	if err := syscall.Pipe2(l.wake[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK); err != nil {
-		l.ep.Close()
-		return nil, os.NewSyscallError("pipe2", err)
-	}
-	ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(l.wake[0])}
-	if err := syscall.EpollCtl(epfd, syscall.EPOLL_CTL_ADD, l.wake[0], &ev); err != nil {
-		l.closeFDs()
-		return nil, os.NewSyscallError("epoll_ctl", err)
-	}
 	return l, nil
-}
-
-func (l *loop) closeFDs() {
-	l.ep.Close()
-	syscall.Close(l.wake[0])
-	syscall.Close(l.wake[1])
 }
 
 // pickLoop chooses the loop for a new connection on nc (round robin, as
@@ -206,20 +167,8 @@ func (s *Server) pickLoop(nc net.Conn) *loop {
 // untouched, when the loop cannot take it (the caller serves c with a
 // goroutine).
 func (l *loop) add(c *conn, nc net.Conn) bool {
-	rc := rawio.Conn(nc)
-	if rc == nil {
-		return false
-	}
-	fd := -1
-	var derr error
-	if err := rc.Control(func(s uintptr) {
-		r, _, e := syscall.Syscall(syscall.SYS_FCNTL, s, syscall.F_DUPFD_CLOEXEC, 0)
-		if e != 0 {
-			derr = e
-			return
-		}
-		fd = int(r)
-	}); err != nil || derr != nil {
+	fd, ok := rawio.Dup(nc)
+	if !ok {
 		return false
 	}
 	c.s.mu.Lock()
@@ -230,14 +179,14 @@ func (l *loop) add(c *conn, nc net.Conn) bool {
 		c.lastRead = sinceStart()
 	}
 	l.mu.Lock()
-	ok := !l.stopped
+	ok = !l.stopped
 	if ok {
 		for fd >= len(l.conns) {
 			l.conns = append(l.conns, nil)
 		}
 		l.conns[fd] = c
 		ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP | (syscall.EPOLLET & 0xffffffff), Fd: int32(fd)}
-		if err := syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		if err := syscall.EpollCtl(l.pl.FD, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
 			l.conns[fd] = nil
 			ok = false
 		}
@@ -297,7 +246,7 @@ func (l *loop) run(work []*conn) {
 				return // closed under us: cannot happen, stop closes it last
 			}
 			var stop bool
-			work, stop = l.collect(l.evs[:n], work)
+			work, stop = l.collect(l.pl.Events[:n], work)
 			if stop {
 				l.stop()
 				return
@@ -330,7 +279,7 @@ func (l *loop) collect(evs []syscall.EpollEvent, work []*conn) (_ []*conn, stop 
 	defer l.mu.Unlock()
 	for _, ev := range evs {
 		fd := int(ev.Fd)
-		if fd == l.wake[0] {
+		if fd == l.pl.WakeFD() {
 			if l.s.closing.Load() {
 				return work, true
 			}
@@ -356,28 +305,21 @@ func (l *loop) lookup(fd int) *conn {
 
 // wait returns the next ready events. When there are none and block is
 // set, it parks the goroutine in the runtime poller until the epoll set is
-// readable: the set's readiness is edge-triggered there, and a poll that
-// found it empty inside one RawConn.Read call is followed by a fresh edge
-// for any later event (the argument of internal/rawio). Blocking in
-// epoll_wait instead would hold the runtime's P in a system call, and the
-// node's other goroutines (detached connections, streams, timers) would
-// wait for sysmon to take it back, up to 10 ms on an idle node. ok is
-// false once the set is closed.
+// readable (rawio.Poller.Park, which polls first: no poll of our own, or
+// an idle loop would poll twice before parking), or until the idle sweep
+// is due, when it returns none. Blocking in epoll_wait instead would hold
+// the runtime's P, and the node's other goroutines (detached connections,
+// streams, timers) would wait for sysmon to take it back. ok is false
+// once the set is closed.
 func (l *loop) wait(block bool) (n int, ok bool) {
 	if !block {
-		return l.poll(l.evs), true
+		return l.pl.Poll(), true
 	}
-	// RawConn.Read calls ready before it parks: no poll of our own first,
-	// or an idle loop would poll twice before parking.
+	var sweep time.Time
 	if l.idle > 0 {
-		l.ep.SetReadDeadline(time.Now().Add(l.sweepEvery))
+		sweep = time.Now().Add(l.sweepEvery)
 	}
-	l.got = 0
-	err := l.eprc.Read(l.ready)
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return 0, true // time for the idle sweep
-	}
-	return l.got, err == nil
+	return l.pl.Park(sweep)
 }
 
 // sweep closes the connections that have read nothing for the idle
@@ -394,21 +336,6 @@ func (l *loop) sweep(now time.Duration) {
 	for _, c := range idle {
 		l.s.idleKicks.Add(1) // before the client can see the close
 		l.close(c)
-	}
-}
-
-// poll is a non-blocking epoll_wait, without the scheduler's syscall
-// bookkeeping (it never blocks).
-func (l *loop) poll(evs []syscall.EpollEvent) int {
-	for {
-		r, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_WAIT, uintptr(l.epfd), uintptr(unsafe.Pointer(&evs[0])), uintptr(len(evs)), 0, 0, 0)
-		switch e {
-		case 0:
-			return int(r)
-		case syscall.EINTR:
-			continue
-		}
-		return 0 // EBADF: closed; wait's Read reports it
 	}
 }
 
@@ -480,7 +407,7 @@ func (l *loop) stop() {
 			l.close(c)
 		}
 	}
-	l.closeFDs()
+	l.pl.Close()
 }
 
 // handoff starts a fresh goroutine on the loop, which first serves the
@@ -509,7 +436,7 @@ func (c *conn) detach() {
 	// Off the loop first: the next goroutine must neither get c's events
 	// nor serve it from the connections it inherits.
 	l.forget(fd)
-	syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_DEL, fd, nil)
+	syscall.EpollCtl(l.pl.FD, syscall.EPOLL_CTL_DEL, fd, nil)
 	c.lp, c.lfd = nil, -1
 	l.handoff()
 	c.reattach(fd)

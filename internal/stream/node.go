@@ -43,7 +43,7 @@ type Node struct {
 	ackMu sync.Mutex
 	acks  *sync.Cond
 
-	mu        sync.Mutex // protects everything below
+	mu        sync.Mutex // protects everything below; taken before a producer's mu, never after
 	prog      []progress // per vbucket: where the last consumer got to
 	producers map[*producer]struct{}
 	consumers map[string]map[*cstream]struct{} // by source node
@@ -139,12 +139,8 @@ func (n *Node) acked() {
 // is nothing to wait for.
 func (n *Node) Replicated(vb int, seq uint64) bool {
 	n.mu.Lock()
-	prods := make([]*producer, 0, len(n.producers))
+	defer n.mu.Unlock()
 	for p := range n.producers {
-		prods = append(prods, p)
-	}
-	n.mu.Unlock()
-	for _, p := range prods {
 		p.mu.Lock()
 		for _, s := range p.streams {
 			if int(s.vb) == vb && !s.closing.Load() && s.acked.Load() < seq {
