@@ -64,7 +64,7 @@ func (s Server) hostPort() (host string, port int) {
 
 // ParseServers parses a comma-separated server list in the form
 // "host:port[:weight],…" ("[v6addr]:port[:weight]" for IPv6; a path with a
-// "/" is a unix socket). A missing port means 11211.
+// "/" is a unix socket, "path[:weight]"). A missing port means 11211.
 func ParseServers(list string) ([]Server, error) {
 	var out []Server
 	for _, f := range strings.Split(list, ",") {
@@ -86,6 +86,13 @@ func ParseServers(list string) ([]Server, error) {
 
 func parseServer(f string) (Server, error) {
 	if strings.Contains(f, "/") {
+		// twemproxy writes a unix socket's weight after its path:
+		// "/run/memcached.sock:1".
+		if i := strings.LastIndexByte(f, ':'); i > strings.LastIndexByte(f, '/') {
+			if w, err := strconv.Atoi(f[i+1:]); err == nil && w > 0 {
+				return Server{Addr: f[:i], Weight: w}, nil
+			}
+		}
 		return Server{Addr: f, Weight: 1}, nil
 	}
 	if _, _, err := net.SplitHostPort(f); err == nil {

@@ -151,6 +151,8 @@ func TestParseServers(t *testing.T) {
 		"host":                   {{"host:11211", 1}},
 		"[::1]:11211:4, [::1]:5": {{"[::1]:11211", 4}, {"[::1]:5", 1}},
 		"/tmp/mc.sock":           {{"/tmp/mc.sock", 1}},
+		"/tmp/mc.sock:3":         {{"/tmp/mc.sock", 3}}, // twemproxy's "path:weight"
+		"/tmp/a:b/mc.sock":       {{"/tmp/a:b/mc.sock", 1}},
 	} {
 		got, err := ParseServers(in)
 		if err != nil || fmt.Sprint(got) != fmt.Sprint(want) {

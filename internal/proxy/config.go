@@ -17,7 +17,7 @@ import (
 // twemproxy's YAML. Times are milliseconds, as in twemproxy.
 //
 //	listen: 127.0.0.1:22121
-//	servers:                       # host:port:weight [name], twemproxy's form
+//	servers:                       # host:port:weight [name] or /unix/path:weight [name], twemproxy's forms
 //	  - 127.0.0.1:11211:1
 //	  - 127.0.0.1:11212:1
 //	distribution: ketama           # ketama | modula | and memcache's names
@@ -197,8 +197,8 @@ func (c *Config) Check() error {
 	return nil
 }
 
-// servers parses the server list: "host:port:weight [name]" (twemproxy),
-// "host:port" or a unix socket path.
+// servers parses the server list: "host:port:weight [name]" and
+// "/unix/path:weight [name]" (twemproxy), "host:port" or a bare path.
 func (c *Config) servers() ([]memcache.Server, error) {
 	var out []memcache.Server
 	for _, s := range c.Servers {

@@ -251,6 +251,69 @@ func TestProxyKetamaPlacement(t *testing.T) {
 	}
 }
 
+// TestProxyUnixSocketPool: a pool of two memcached listening on unix
+// sockets, written as twemproxy writes them ("- /path/to.sock:1"): every
+// key set through the proxy (the event loops and, for a multi-key gets,
+// the split) reads back through it and sits on exactly the socket the
+// ketama selector picks for the two paths.
+func TestProxyUnixSocketPool(t *testing.T) {
+	nodeproc.Need(t, "the static pool's servers", "memcached")
+	dir := t.TempDir()
+	var socks []string
+	for i := range 2 {
+		sock := filepath.Join(dir, fmt.Sprintf("mc%d.sock", i))
+		args := []string{"-s", sock, "-U", "0"}
+		if os.Geteuid() == 0 {
+			args = append(args, "-u", "root")
+		}
+		cmd := exec.Command("memcached", args...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if c, err := net.Dial("unix", sock); err == nil {
+				c.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("memcached -s %s does not accept", sock)
+			}
+		}
+		socks = append(socks, sock)
+	}
+	listen := freeAddr(t)
+	pool := filepath.Join(dir, "pool.yml")
+	writePool(t, pool, listen, socks, "") // "- PATH:1"
+	startProxy(t, listen, "-c", pool)
+	sel, err := memcache.NewSelector("ketama", []memcache.Server{{Addr: socks[0], Weight: 1}, {Addr: socks[1], Weight: 1}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := dialLine(t, listen)
+	perServer := map[string]int{}
+	var keys []string
+	for i := range 100 {
+		k := fmt.Sprintf("sock:%d", i)
+		keys = append(keys, k)
+		l.expect(fmt.Sprintf("set %s 0 0 %d\r\n%d\r\n", k, len(strconv.Itoa(i)), i), "STORED")
+		want, _ := sel.PickServer(k)
+		if got := owner(t, socks, k); got != want.String() {
+			t.Errorf("key %s on %q, ketama over the two paths says %s", k, got, want)
+		}
+		perServer[want.String()]++
+	}
+	if len(perServer) != 2 {
+		t.Errorf("keys per socket %v: want both sockets used", perServer)
+	}
+	var want []string
+	for i, k := range keys[:20] {
+		want = append(want, fmt.Sprintf("VALUE %s 0 %d", k, len(strconv.Itoa(i))), strconv.Itoa(i))
+	}
+	l.expect("get "+strings.Join(keys[:20], " ")+"\r\n", append(want, "END")...)
+}
+
 func readUntilEnd(t *testing.T, l *line) string {
 	var b strings.Builder
 	for {
