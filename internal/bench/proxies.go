@@ -536,6 +536,15 @@ type ProxyVerdict struct {
 	// best vbcache round on the wrong side of the worst nutcracker round
 	// (not met). Otherwise the medians decide but the rounds overlap.
 	Clear bool `json:"clear"`
+	// The rounds paired: in Lower of Pairs rounds vbcache's figure was
+	// below nutcracker's in the same round, in Higher above (the rest
+	// tied). SignP is the two-sided sign test's p-value over the untied
+	// rounds: how likely a split at least this uneven would be if
+	// neither proxy were better. Pairs is 0 without samples.
+	Pairs  int     `json:"pairs,omitempty"`
+	Lower  int     `json:"lower,omitempty"`
+	Higher int     `json:"higher,omitempty"`
+	SignP  float64 `json:"sign_p,omitempty"`
 }
 
 // Verdicts checks "proxy CPU per operation ≤ twemproxy's" and "added p99 ≤
@@ -553,9 +562,66 @@ func (r *ProxiesResult) Verdicts() []ProxyVerdict {
 		lat := ProxyVerdict{Workload: w.Name, Criterion: "added p99 µs", Vbcache: v.AddedP99, Twem: t.AddedP99,
 			Met: v.AddedP99 <= t.AddedP99}
 		lat.Clear = lat.Met && v.AddedP99Max <= t.AddedP99Min || !lat.Met && v.AddedP99Min > t.AddedP99Max
+		r.pair(&cpu, ProxySample.proxyCPUPerOp)
+		r.pair(&lat, func(s ProxySample) float64 { return s.P99 }) // the same direct p99 is subtracted from both
 		vs = append(vs, cpu, lat)
 	}
 	return vs
+}
+
+// pair fills v's paired-round counts from the samples of v's workload:
+// each round that ran both proxies without errors compares f of each.
+func (r *ProxiesResult) pair(v *ProxyVerdict, f func(ProxySample) float64) {
+	byRound := map[int][2]*ProxySample{}
+	for i := range r.Samples {
+		s := &r.Samples[i]
+		if s.Workload != v.Workload || s.Errors > 0 || s.Requests == 0 {
+			continue
+		}
+		p := byRound[s.Round]
+		switch s.Path {
+		case PathVbcache:
+			p[0] = s
+		case PathNutcracker:
+			p[1] = s
+		default:
+			continue
+		}
+		byRound[s.Round] = p
+	}
+	for _, p := range byRound {
+		if p[0] == nil || p[1] == nil {
+			continue
+		}
+		v.Pairs++
+		switch a, b := f(*p[0]), f(*p[1]); {
+		case a < b:
+			v.Lower++
+		case a > b:
+			v.Higher++
+		}
+	}
+	if v.Pairs > 0 {
+		v.SignP = signTest(v.Lower, v.Higher)
+	}
+}
+
+// signTest is the two-sided sign test's p-value for k successes and m
+// failures: the probability, with each equally likely, of a split at
+// least as uneven.
+func signTest(k, m int) float64 {
+	n := k + m
+	if n == 0 {
+		return 1
+	}
+	lo := min(k, m)
+	// P(X <= lo) for X ~ Binomial(n, 1/2), doubled.
+	var tail, c float64 = 0, 1 // c = C(n, i)
+	for i := 0; i <= lo; i++ {
+		tail += c
+		c = c * float64(n-i) / float64(i+1)
+	}
+	return math.Min(1, 2*tail/math.Pow(2, float64(n)))
 }
 
 func (v ProxyVerdict) String() string {
@@ -566,7 +632,11 @@ func (v ProxyVerdict) String() string {
 	if !v.Clear {
 		s += " (rounds overlap: within noise)"
 	}
-	return fmt.Sprintf("%s: %s: vbcache %.2f vs nutcracker %.2f — %s", v.Workload, v.Criterion, v.Vbcache, v.Twem, s)
+	out := fmt.Sprintf("%s: %s: vbcache %.2f vs nutcracker %.2f — %s", v.Workload, v.Criterion, v.Vbcache, v.Twem, s)
+	if v.Pairs > 0 {
+		out += fmt.Sprintf("; round by round vbcache lower in %d, higher in %d of %d (sign test p = %.2f)", v.Lower, v.Higher, v.Pairs, v.SignP)
+	}
+	return out
 }
 
 // WriteMarkdown writes the results table, the verdicts and the noise.

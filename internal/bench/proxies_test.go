@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -74,6 +75,53 @@ func TestProxyVerdicts(t *testing.T) {
 	}
 	if s := got[1].String(); !strings.Contains(s, "met (rounds overlap") {
 		t.Errorf("overlapping verdict reads %q", s)
+	}
+}
+
+// TestProxyVerdictsPairRounds: the verdicts count, round by round, where
+// vbcache's figure was below and above nutcracker's, skipping rounds with
+// errors or without both proxies, and give the sign test's p-value.
+func TestProxyVerdictsPairRounds(t *testing.T) {
+	r := &ProxiesResult{Workloads: []Workload{{Name: "get"}}}
+	// p99 vbcache / nutcracker per round; CPU seconds per 1000 requests.
+	for i, p := range [][2]float64{{100, 200}, {150, 140}, {90, 300}, {120, 120}, {80, 500}, {70, 600}} {
+		round := i + 1
+		r.Samples = append(r.Samples,
+			ProxySample{Workload: "get", Path: PathVbcache, Round: round, P99: p[0], Requests: 1000, ProxyCPUSec: 0.01},
+			ProxySample{Workload: "get", Path: PathNutcracker, Round: round, P99: p[1], Requests: 1000, ProxyCPUSec: 0.02})
+	}
+	// Round 7 had errors, round 8 lacks nutcracker: neither counts.
+	r.Samples = append(r.Samples,
+		ProxySample{Workload: "get", Path: PathVbcache, Round: 7, P99: 1, Requests: 1000, ProxyCPUSec: 0.01},
+		ProxySample{Workload: "get", Path: PathNutcracker, Round: 7, P99: 9, Requests: 1000, Errors: 3, ProxyCPUSec: 0.02},
+		ProxySample{Workload: "get", Path: PathVbcache, Round: 8, P99: 1, Requests: 1000, ProxyCPUSec: 0.01})
+	r.Summaries = summarizeProxies(r.Samples, []string{"get"})
+	got := r.Verdicts()
+	if len(got) != 2 {
+		t.Fatalf("got %d verdicts, want 2", len(got))
+	}
+	cpu, lat := got[0], got[1]
+	// CPU lower in all 6: p = 2/64.
+	if cpu.Pairs != 6 || cpu.Lower != 6 || cpu.Higher != 0 || math.Abs(cpu.SignP-2.0/64) > 1e-12 {
+		t.Errorf("cpu pairs %d lower %d higher %d p %v, want 6 6 0 %v", cpu.Pairs, cpu.Lower, cpu.Higher, cpu.SignP, 2.0/64)
+	}
+	// p99: lower in 4, higher in 1, tied in 1; over 5: 2*(1+5)/32.
+	if lat.Pairs != 6 || lat.Lower != 4 || lat.Higher != 1 || math.Abs(lat.SignP-12.0/32) > 1e-12 {
+		t.Errorf("p99 pairs %d lower %d higher %d p %v, want 6 4 1 %v", lat.Pairs, lat.Lower, lat.Higher, lat.SignP, 12.0/32)
+	}
+	if s := lat.String(); !strings.Contains(s, "vbcache lower in 4, higher in 1 of 6 (sign test p = 0.38)") {
+		t.Errorf("verdict reads %q", s)
+	}
+}
+
+func TestSignTest(t *testing.T) {
+	for _, c := range []struct {
+		k, m int
+		p    float64
+	}{{0, 0, 1}, {1, 0, 1}, {4, 4, 1}, {8, 0, 2.0 / 256}, {1, 7, 18.0 / 256}, {3, 5, 186.0 / 256}} {
+		if got := signTest(c.k, c.m); math.Abs(got-c.p) > 1e-12 {
+			t.Errorf("signTest(%d, %d) = %v, want %v", c.k, c.m, got, c.p)
+		}
 	}
 }
 
