@@ -48,6 +48,7 @@ type clusterConfig struct {
 	json     []byte
 	revEpoch int64
 	rev      int64
+	replicas []int8 // per vbucket: whether the map gives it a replica (1) or not (0)
 }
 
 // newerThan reports whether cc is newer than (epoch, rev).
@@ -174,7 +175,8 @@ func (c *conn) leaveVB() {
 	// Every sequence number up to High(vb) was handed out before this
 	// point, this command's too.
 	seq := cl.streams.Log.High(vb)
-	if cl.streams.Replicated(vb, seq) {
+	want := func() int { return cl.replicasWanted(vb) }
+	if cl.streams.Replicated(vb, seq, want()) {
 		return
 	}
 	cl.syncWaits.Add(1)
@@ -184,10 +186,24 @@ func (c *conn) leaveVB() {
 		d = DefaultVBucketParkTimeout
 	}
 	ctx, cancel := context.WithTimeout(cl.parkCtx, d)
-	if !cl.streams.WaitReplicated(ctx, vb, seq) {
+	if !cl.streams.WaitReplicated(ctx, vb, seq, want) {
 		cl.syncTimeouts.Add(1)
 	}
 	cancel()
+}
+
+// replicasWanted is how many streams must copy a write to vbucket vb
+// before --sync-replication answers it: one when the stored map gives vb
+// a replica, so a write does not go unreplicated in the moments a
+// replica's stream is not open (a new active after a move, a replica
+// rebuilding), none when it gives none or there is no map. One is a
+// majority of two or three copies, and in a chain the active feeds only
+// the first replica.
+func (cl *cluster) replicasWanted(vb int) int {
+	if cc := cl.config.Load(); cc != nil && vb < len(cc.replicas) {
+		return int(cc.replicas[vb])
+	}
+	return 0
 }
 
 // countRefused counts a request refused with NOT_MY_VBUCKET.
@@ -391,7 +407,15 @@ func (c *conn) setClusterConfig(extras, value []byte) {
 		c.binError(protocol.StatusInvalid)
 		return
 	}
-	cc := &clusterConfig{json: append([]byte(nil), value...), revEpoch: parsed.RevEpoch, rev: parsed.Rev}
+	cc := &clusterConfig{json: append([]byte(nil), value...), revEpoch: parsed.RevEpoch, rev: parsed.Rev,
+		replicas: make([]int8, parsed.NumVBuckets())}
+	for vb, row := range parsed.VBucketServerMap.VBucketMap {
+		for _, i := range row[min(1, len(row)):] {
+			if i >= 0 {
+				cc.replicas[vb] = 1
+			}
+		}
+	}
 	if len(extras) == 16 {
 		cc.revEpoch = int64(binary.BigEndian.Uint64(extras[0:8]))
 		cc.rev = int64(binary.BigEndian.Uint64(extras[8:16]))
@@ -405,6 +429,9 @@ func (c *conn) setClusterConfig(extras, value []byte) {
 	}
 	cl.config.Store(cc)
 	cl.cfgMu.Unlock()
+	if cl.streams != nil {
+		cl.streams.Poke() // writes waiting for a replica the map no longer gives
+	}
 	c.binOK(0, nil, nil, nil)
 }
 

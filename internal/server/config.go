@@ -83,8 +83,10 @@ type Config struct {
 	StreamLogBytes int
 	// SyncReplication (--sync-replication) answers a write to an active
 	// vbucket only once every stream copying the vbucket (its replicas',
-	// a move's) has acknowledged it, waiting at most VBucketParkTimeout;
-	// a vbucket no stream copies is answered at once. Replication is
+	// a move's) has acknowledged it, and at least one stream does when
+	// the stored cluster map gives the vbucket a replica, waiting at most
+	// VBucketParkTimeout; a vbucket the map gives no replica is answered
+	// once its open streams (if any) have the write. Replication is
 	// otherwise asynchronous (internal/stream, "Durability").
 	SyncReplication bool
 

@@ -110,10 +110,14 @@
 // only once every stream copying its vbucket has acknowledged it
 // (SEQNO_ACK; Node.WaitReplicated), at most --pending-timeout later, at
 // the cost of a replica round trip per write (Couchbase's durability
-// level "majority", as a node-wide minimum). A vbucket that no stream
-// copies at that moment (no replica, or its stream not yet open) is
-// answered at once. No write survives the loss of every node that holds
-// it: this is a cache.
+// level "majority", as a node-wide minimum). When the node's cluster map
+// gives the vbucket a replica, at least one stream must have the write,
+// so a write to a new active whose replica stream is not open yet (after
+// a move, while a replica is rebuilt) waits for it; a vbucket the map
+// gives no replica is answered once its open streams have it. A wait that
+// runs out answers the write anyway and counts it
+// (sync_replication_timeouts). No write survives the loss of every node
+// that holds it: this is a cache.
 //
 // # Not implemented
 //

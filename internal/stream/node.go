@@ -126,6 +126,10 @@ func (n *Node) removeProducer(p *producer) {
 	n.acked()
 }
 
+// Poke wakes WaitReplicated's waiters to look again, for a change they
+// do not see themselves (what their want function says).
+func (n *Node) Poke() { n.acked() }
+
 // acked wakes WaitReplicated's waiters to look again.
 func (n *Node) acked() {
 	n.ackMu.Lock()
@@ -135,28 +139,33 @@ func (n *Node) acked() {
 
 // Replicated reports whether every stream of vbucket vb that this node
 // feeds (its replicas', and a move's) has acknowledged the mutations up
-// to seq. A vbucket no stream copies is replicated by definition: there
-// is nothing to wait for.
-func (n *Node) Replicated(vb int, seq uint64) bool {
+// to seq, and at least want streams copy vb. With want 0, a vbucket no
+// stream copies is replicated by definition.
+func (n *Node) Replicated(vb int, seq uint64, want int) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	open := 0
 	for p := range n.producers {
 		p.mu.Lock()
 		for _, s := range p.streams {
-			if int(s.vb) == vb && !s.closing.Load() && s.acked.Load() < seq {
+			if int(s.vb) != vb || s.closing.Load() {
+				continue
+			}
+			if s.acked.Load() < seq {
 				p.mu.Unlock()
 				return false
 			}
+			open++
 		}
 		p.mu.Unlock()
 	}
-	return true
+	return open >= want
 }
 
-// WaitReplicated waits until Replicated(vb, seq) or ctx ends, and reports
-// which.
-func (n *Node) WaitReplicated(ctx context.Context, vb int, seq uint64) bool {
-	if n.Replicated(vb, seq) {
+// WaitReplicated waits until Replicated(vb, seq, want()) or ctx ends, and
+// reports which. want is asked again at each look (Poke makes one).
+func (n *Node) WaitReplicated(ctx context.Context, vb int, seq uint64, want func() int) bool {
+	if n.Replicated(vb, seq, want()) {
 		return true
 	}
 	stop := context.AfterFunc(ctx, n.acked)
@@ -168,7 +177,7 @@ func (n *Node) WaitReplicated(ctx context.Context, vb int, seq uint64) bool {
 	n.ackMu.Lock()
 	defer n.ackMu.Unlock()
 	for {
-		if n.Replicated(vb, seq) {
+		if n.Replicated(vb, seq, want()) {
 			return true
 		}
 		if ctx.Err() != nil {

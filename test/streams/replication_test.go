@@ -296,3 +296,93 @@ func TestSyncReplication(t *testing.T) {
 	async, _ := run()
 	t.Logf("without it, the replica lacked %d of 400 writes when read right after the answer; with it, 0 (%s writes waited)", async, waits)
 }
+
+// TestSyncReplicationWantsTheMapsReplica: with --sync-replication, a
+// write to a vbucket that the node's cluster map gives a replica waits
+// while no stream copies it (a new active before its replica's stream
+// opens), and is answered once the replica's stream has it; a newer map
+// that gives the vbucket no replica releases such a wait at once.
+func TestSyncReplicationWantsTheMapsReplica(t *testing.T) {
+	nodes := startNodes(t, 2, "--sync-replication", "--pending-timeout", "20s")
+	a, r := dialCtl(t, nodes[0].Addr), dialCtl(t, nodes[1].Addr)
+	mapJSON := func(rev int, replica int) []byte {
+		rows := make([]string, numVBuckets)
+		for i := range rows {
+			rows[i] = fmt.Sprintf("[0,%d]", replica)
+		}
+		return fmt.Appendf(nil, `{"rev":%d,"name":"default","nodeLocator":"vbucket","vBucketServerMap":{"hashAlgorithm":"CRC","numReplicas":1,"serverList":[%q,%q],"vBucketMap":[%s]}}`,
+			rev, nodes[0].Addr, nodes[1].Addr, strings.Join(rows, ","))
+	}
+	a.must(a.SetClusterConfig(mapJSON(1, 1), 0, 1), "SET_CLUSTER_CONFIG")
+	waits := func() int {
+		n, _ := strconv.Atoi(a.stats("vbucket")["sync_replication_waits"])
+		return n
+	}
+	// write sets key on vb over a connection of its own and reports the
+	// outcome on the channel it returns.
+	write := func(vb int, key, val string) <-chan error {
+		c := dialCtl(t, nodes[0].Addr)
+		done := make(chan error, 1)
+		go func() { // owned by the test: it reads done before returning
+			_, err := c.Do(protocol.OpSet, uint16(vb), make([]byte, 8), []byte(key), []byte(val))
+			done <- err
+		}()
+		return done
+	}
+	answered := func(done <-chan error) bool {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("set: %v", err)
+			}
+			return true
+		default:
+			return false
+		}
+	}
+
+	// 1. No stream copies vb 7 yet: the write waits, and is still
+	// waiting once it counted its wait (there is nothing it could have
+	// been answered on).
+	const vb = 7
+	a.setState(vb, vbucket.Active)
+	key := keysFor("want", vb, 1)[0]
+	done := write(vb, key, "v1")
+	eventually(t, 10*time.Second, func() (bool, string) { return waits() >= 1, "the write did not wait" })
+	if answered(done) {
+		t.Fatal("a write was answered while no stream copied its vbucket, which the map gives a replica")
+	}
+	// The replica's stream opens: the write is answered, and the replica
+	// has it.
+	r.must(r.Replicate(vb, a.Addr), "REPLICATE")
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("set: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the write was not answered after the replica's stream opened")
+	}
+	if got, ok := r.getOp(protocol.OpGetReplica, vb, key); !ok || got != "v1" {
+		t.Errorf("the replica has %q (%v) right after the answer, want v1", got, ok)
+	}
+
+	// 2. vb 9 waits the same way until a newer map gives it no replica.
+	const vb2 = 9
+	a.setState(vb2, vbucket.Active)
+	before := waits()
+	done = write(vb2, keysFor("want", vb2, 1)[0], "v2")
+	eventually(t, 10*time.Second, func() (bool, string) { return waits() > before, "the write did not wait" })
+	a.must(a.SetClusterConfig(mapJSON(2, -1), 0, 2), "SET_CLUSTER_CONFIG")
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("set: %v", err)
+		}
+	case <-time.After(15 * time.Second): // the wait itself lasts 20 s
+		t.Fatal("the write still waited after the map stopped giving its vbucket a replica")
+	}
+	if n := a.stats("vbucket")["sync_replication_timeouts"]; n != "0" {
+		t.Errorf("sync_replication_timeouts = %s, want 0", n)
+	}
+}
