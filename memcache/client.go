@@ -76,7 +76,7 @@ func (c *Client) report(addr net.Addr, err error) {
 
 // pick returns the server for key, and fills o.vb for a vbucket selector.
 func (c *Client) pick(key string, o *op) (net.Addr, error) {
-	if !legalKey(key) {
+	if !LegalKey(key) {
 		return nil, ErrMalformedKey
 	}
 	if vs, ok := c.selector.(*VBucket); ok && o != nil {

@@ -173,9 +173,10 @@ func (c *Client) maxConns() int {
 	return DefaultMaxIdleConns
 }
 
-// legalKey reports whether key can go on the wire: at most 250 bytes, no
+// LegalKey reports whether key can go on the wire: at most 250 bytes, no
 // spaces or control characters (bytes >= 0x80, as in UTF-8, are fine).
-func legalKey(key string) bool {
+// The client refuses other keys with ErrMalformedKey.
+func LegalKey[K string | []byte](key K) bool {
 	if len(key) > 250 || len(key) == 0 {
 		return false
 	}

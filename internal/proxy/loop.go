@@ -14,6 +14,7 @@ import (
 
 	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/rawio"
+	"github.com/vbcache/vbcache/memcache"
 )
 
 // # Event loops
@@ -539,7 +540,7 @@ func (l *ploop) command(c *conn, t *protocol.Tokens, rest []byte) (used, more in
 			break
 		}
 		for i := 1; i < t.N-1; i++ {
-			if !loopKey(t.T[i]) {
+			if !memcache.LegalKey(t.T[i]) {
 				l.wantDetach(c)
 				return -1, 0
 			}
@@ -550,7 +551,7 @@ func (l *ploop) command(c *conn, t *protocol.Tokens, rest []byte) (used, more in
 		l.startGet(c, t, string(cmd) == "gets")
 		return 0, 0
 	case "set", "add", "replace":
-		if t.N != 6 && t.N != 7 || !loopKey(t.T[1]) {
+		if t.N != 6 && t.N != 7 || !memcache.LegalKey(t.T[1]) {
 			break
 		}
 		_, ok1 := protocol.ParseUint32(t.T[2])
@@ -580,21 +581,6 @@ func (l *ploop) command(c *conn, t *protocol.Tokens, rest []byte) (used, more in
 	}
 	l.wantDetach(c)
 	return -1, 0
-}
-
-// loopKey reports whether a key is one the loop forwards as it is: 1 to
-// 250 bytes, no control characters (the goroutine path answers for the
-// others, as the upstream client does).
-func loopKey(k []byte) bool {
-	if len(k) == 0 || len(k) > protocol.KeyMaxLength {
-		return false
-	}
-	for _, b := range k {
-		if b < ' ' || b == 0x7f {
-			return false
-		}
-	}
-	return true
 }
 
 // mayStart makes sure a request of c may start now: the upstream is a pool

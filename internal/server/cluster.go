@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/binary"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -48,7 +49,7 @@ type clusterConfig struct {
 	json     []byte
 	revEpoch int64
 	rev      int64
-	replicas []int8 // per vbucket: whether the map gives it a replica (1) or not (0)
+	replicas []bool // per vbucket: whether the map gives it a replica
 }
 
 // newerThan reports whether cc is newer than (epoch, rev).
@@ -200,8 +201,8 @@ func (c *conn) leaveVB() {
 // majority of two or three copies, and in a chain the active feeds only
 // the first replica.
 func (cl *cluster) replicasWanted(vb int) int {
-	if cc := cl.config.Load(); cc != nil && vb < len(cc.replicas) {
-		return int(cc.replicas[vb])
+	if cc := cl.config.Load(); cc != nil && vb < len(cc.replicas) && cc.replicas[vb] {
+		return 1
 	}
 	return 0
 }
@@ -408,13 +409,9 @@ func (c *conn) setClusterConfig(extras, value []byte) {
 		return
 	}
 	cc := &clusterConfig{json: append([]byte(nil), value...), revEpoch: parsed.RevEpoch, rev: parsed.Rev,
-		replicas: make([]int8, parsed.NumVBuckets())}
+		replicas: make([]bool, parsed.NumVBuckets())}
 	for vb, row := range parsed.VBucketServerMap.VBucketMap {
-		for _, i := range row[min(1, len(row)):] {
-			if i >= 0 {
-				cc.replicas[vb] = 1
-			}
-		}
+		cc.replicas[vb] = slices.ContainsFunc(row[min(1, len(row)):], func(i int) bool { return i >= 0 })
 	}
 	if len(extras) == 16 {
 		cc.revEpoch = int64(binary.BigEndian.Uint64(extras[0:8]))
