@@ -86,6 +86,7 @@ func parseBenchFlags(args []string, stdout, stderr io.Writer) (cfg bench.Config,
 	fs.Uint64Var(&cfg.Requests, "requests", 0, "total requests over all connections (0: run for --test-time)")
 	fs.Uint64Var(&cfg.Requests, "n", 0, "same as --requests")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "open loop: total requests per second, latency from the scheduled send time (0: closed loop)")
+	fs.BoolVar(&cfg.Arrival, "arrival", false, "also measure latency to the kernel's receive time of each reply (SO_TIMESTAMPNS; Linux), leaving out the time replies wait for this generator")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed of the key and operation choices")
 	fs.DurationVar(&cfg.Timeout, "timeout", bench.DefaultTimeout, "give up on a connection with no reply for this long")
 	fs.BoolVar(&asJSON, "json", false, "print the result as JSON")

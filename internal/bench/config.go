@@ -193,6 +193,13 @@ type Config struct {
 	// ProgressTTY makes progress lines overwrite each other ("\r") instead
 	// of being printed one per line.
 	ProgressTTY bool
+	// Arrival also measures each reply's latency to the time the kernel
+	// received its last bytes (SO_TIMESTAMPNS, read with recvmsg), into
+	// Result.Arrival. The usual latency runs to the parse of the reply and
+	// so includes the time the reply waited for the generator, which on a
+	// generator sharing its core with a server can be most of a tail.
+	// Linux on 64-bit ports only.
+	Arrival bool
 }
 
 // withDefaults returns c with zero fields replaced by their defaults.
@@ -338,6 +345,9 @@ func (c *Config) Args() []string {
 	}
 	if c.Rate != 0 {
 		add("rate", strconv.FormatFloat(c.Rate, 'g', -1, 64))
+	}
+	if c.Arrival {
+		a = append(a, "--arrival")
 	}
 	if c.Seed != 0 {
 		add("seed", strconv.FormatUint(c.Seed, 10))

@@ -23,6 +23,7 @@ type connStats struct {
 	bytesOut  atomic.Uint64
 	bytesIn   atomic.Uint64
 	latencyNs atomic.Uint64 // sum, for the progress line's mean
+	noArrival atomic.Uint64 // Config.Arrival: replies whose read had no kernel timestamp
 }
 
 // countingReader counts the bytes read from a connection.
@@ -55,6 +56,8 @@ type conn struct {
 	pick  *picker
 	hist  *Histogram
 	lag   *Histogram // open loop: how late requests were sent
+	arr   *arrivalReader
+	ahist *Histogram // Config.Arrival: latency to the kernel's receive time
 	st    connStats
 	ring  []slot
 	keys  []uint64 // ring keys: slot i uses keys[i*MultiGet:]
@@ -69,7 +72,11 @@ type conn struct {
 	lastDeadline time.Time
 }
 
-func newConn(cfg *Config, nc net.Conn, ks *keyspace, pick *picker, quota uint64) *conn {
+// errNoArrival is returned when Config.Arrival is asked of a connection or a
+// platform without receive timestamps.
+var errNoArrival = errors.New("bench: receive timestamps (--arrival) need a TCP connection on 64-bit Linux")
+
+func newConn(cfg *Config, nc net.Conn, ks *keyspace, pick *picker, quota uint64) (*conn, error) {
 	c := &conn{
 		cfg:   cfg,
 		nc:    nc,
@@ -83,8 +90,17 @@ func newConn(cfg *Config, nc net.Conn, ks *keyspace, pick *picker, quota uint64)
 		quota: quota,
 		limit: cfg.Requests > 0,
 	}
+	if cfg.Arrival {
+		a, err := newArrivalReader(nc, &c.st.bytesIn)
+		if err != nil {
+			return nil, err
+		}
+		c.arr, c.ahist = a, NewHistogram()
+		c.r = bufio.NewReaderSize(a, 64<<10)
+		return c, nil
+	}
 	c.r = bufio.NewReaderSize(countingReader{nc, &c.st.bytesIn}, 64<<10)
-	return c
+	return c, nil
 }
 
 // fail records err (the first one wins) and counts it.
@@ -161,6 +177,15 @@ func (c *conn) complete(i int) error {
 	}
 	lat := time.Since(s.sent)
 	c.hist.Record(lat)
+	if c.arr != nil {
+		// The reply's last byte came with the latest read: bufio reads
+		// only when what it holds does not complete the reply.
+		if c.arr.last != 0 {
+			c.ahist.Record(max(time.Duration(c.arr.last-s.sent.UnixNano()), 0))
+		} else {
+			c.st.noArrival.Add(1)
+		}
+	}
 	c.st.latencyNs.Add(uint64(max(lat, 0)))
 	if s.op == opSet {
 		c.st.sets.Add(1)

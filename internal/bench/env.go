@@ -29,6 +29,7 @@ type realEnv struct {
 	vbcache   string
 	memcached string
 	rt        bool
+	loadPrio  int   // SCHED_FIFO priority of the load under rt; 0 means cfg.RTPriority
 	cpus      []int // server and load cores, for /proc/stat
 
 	mu    sync.Mutex // protects procs
@@ -115,10 +116,13 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 }
 
 // prefix is the pinning (and real-time) command that runs argv on cpus.
-func (re *realEnv) prefix(cpus string) []string {
+func (re *realEnv) prefix(cpus string) []string { return re.prefixAt(cpus, re.cfg.RTPriority) }
+
+// prefixAt is prefix with the SCHED_FIFO priority prio.
+func (re *realEnv) prefixAt(cpus string, prio int) []string {
 	var a []string
 	if re.rt {
-		a = append(a, "chrt", "-f", strconv.Itoa(re.cfg.RTPriority))
+		a = append(a, "chrt", "-f", strconv.Itoa(prio))
 	}
 	return append(a, "taskset", "-c", cpus)
 }
@@ -280,7 +284,11 @@ func (re *realEnv) cleanup() {
 // load runs "vbcache bench --json" pinned to the load CPU and reads its
 // result back.
 func (re *realEnv) load(ctx context.Context, cfg Config) (*Result, time.Duration, error) {
-	argv := append(re.prefix(re.cfg.LoadCPU), re.vbcache, "bench", "--json", "--no-progress")
+	prio := re.cfg.RTPriority
+	if re.loadPrio != 0 {
+		prio = re.loadPrio
+	}
+	argv := append(re.prefixAt(re.cfg.LoadCPU, prio), re.vbcache, "bench", "--json", "--no-progress")
 	argv = append(argv, cfg.Args()...)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	var stdout, stderr bytes.Buffer

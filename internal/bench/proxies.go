@@ -77,6 +77,14 @@ type ProxiesConfig struct {
 	// NoRealTime disables chrt -f for the proxies even when permitted.
 	NoRealTime bool
 	RTPriority int // zero means 50
+	// LoadRTPriority is the load generator's SCHED_FIFO priority. Zero
+	// means RTPriority: memcached and the load, sharing one core, take
+	// turns whenever one blocks, so memcached's requests wait while the
+	// generator works and reach it in batches. Below RTPriority (say 49),
+	// memcached takes the core as soon as a request reaches it, as a
+	// server on a machine of its own would, and the generator gets what
+	// is left (docs/PERFORMANCE.md has runs of both).
+	LoadRTPriority int
 	// Log receives one line per step. Nil discards them.
 	Log io.Writer
 	// Command is the command line recorded in the results.
@@ -104,6 +112,9 @@ func (c ProxiesConfig) withDefaults() ProxiesConfig {
 	}
 	if c.RTPriority == 0 {
 		c.RTPriority = 50
+	}
+	if c.LoadRTPriority == 0 {
+		c.LoadRTPriority = c.RTPriority
 	}
 	if len(c.Workloads) == 0 {
 		c.Workloads = ProxyWorkloadNames()
@@ -144,7 +155,7 @@ func (c *ProxiesConfig) Validate() error {
 // shows whether it keeps a client's requests in flight together. Servers,
 // Clients, Duration, Rate and Seed are filled in per run.
 func proxyWorkloadList() []Workload {
-	base := Config{Threads: 1, Pipeline: 1, DataSize: 100, KeyMax: 99_999}
+	base := Config{Threads: 1, Pipeline: 1, DataSize: 100, KeyMax: 99_999, Arrival: true}
 	w := func(name, title string, mutate func(*Config)) Workload {
 		c := base
 		mutate(&c)
@@ -212,13 +223,17 @@ type ProxiesInfo struct {
 
 // ProxySample is one run: one workload, one round, one path.
 type ProxySample struct {
-	Workload        string  `json:"workload"`
-	Path            string  `json:"path"`
-	Round           int     `json:"round"`
-	OpsPerSec       float64 `json:"ops_per_sec"`
-	P50             float64 `json:"p50_us"`
-	P99             float64 `json:"p99_us"`
-	P999            float64 `json:"p999_us"`
+	Workload  string  `json:"workload"`
+	Path      string  `json:"path"`
+	Round     int     `json:"round"`
+	OpsPerSec float64 `json:"ops_per_sec"`
+	P50       float64 `json:"p50_us"`
+	P99       float64 `json:"p99_us"`
+	P999      float64 `json:"p999_us"`
+	// ArrivalP50 and ArrivalP99 are the latency to the kernel's receive
+	// time of the replies (Config.Arrival); 0 when not measured.
+	ArrivalP50      float64 `json:"arrival_p50_us,omitempty"`
+	ArrivalP99      float64 `json:"arrival_p99_us,omitempty"`
 	Requests        uint64  `json:"requests"`
 	Hits            uint64  `json:"hits"`
 	Misses          uint64  `json:"misses"`
@@ -263,6 +278,14 @@ type ProxySummary struct {
 	AddedP99    float64 `json:"added_p99_us"`
 	AddedP99Min float64 `json:"added_p99_us_min"`
 	AddedP99Max float64 `json:"added_p99_us_max"`
+	// The same at arrival: the medians of ArrivalP50 and ArrivalP99, and
+	// ArrivalP99 minus the direct ArrivalP99 of the same round. Zero when
+	// the load did not measure arrival.
+	ArrivalP50         float64 `json:"arrival_p50_us,omitempty"`
+	ArrivalP99         float64 `json:"arrival_p99_us,omitempty"`
+	AddedArrivalP99    float64 `json:"added_arrival_p99_us,omitempty"`
+	AddedArrivalP99Min float64 `json:"added_arrival_p99_us_min,omitempty"`
+	AddedArrivalP99Max float64 `json:"added_arrival_p99_us_max,omitempty"`
 	// OpsSpread is (max-min)/median of ops/s over the rounds, in percent.
 	OpsSpread float64 `json:"ops_spread_pct"`
 	OtherCPU  float64 `json:"other_cpu_pct"` // median over the rounds
@@ -368,8 +391,8 @@ func proxies(ctx context.Context, c *ProxiesConfig, e *proxiesEnv) (*ProxiesResu
 					return res, fmt.Errorf("workload %s round %d %s: %w", w.Name, round, path, err)
 				}
 				res.Samples = append(res.Samples, s)
-				fmt.Fprintf(c.Log, "%-4s round %d %-13s %8.0f ops/s  p50 %6.1fµs  p99 %7.1fµs  p99.9 %7.1fµs  proxy %5.2f CPU-s %5.2f µs/op  other CPU %4.1f%%  errors %d\n",
-					w.Name, round, path, s.OpsPerSec, s.P50, s.P99, s.P999, s.ProxyCPUSec, s.proxyCPUPerOp(), s.OtherCPU, s.Errors)
+				fmt.Fprintf(c.Log, "%-4s round %d %-13s %8.0f ops/s  p50 %6.1fµs  p99 %7.1fµs  p99.9 %7.1fµs  arrival p99 %7.1fµs  proxy %5.2f CPU-s %5.2f µs/op  other CPU %4.1f%%  errors %d\n",
+					w.Name, round, path, s.OpsPerSec, s.P50, s.P99, s.P999, s.ArrivalP99, s.ProxyCPUSec, s.proxyCPUPerOp(), s.OtherCPU, s.Errors)
 			}
 		}
 	}
@@ -454,6 +477,9 @@ func proxyRunOnce(ctx context.Context, c *ProxiesConfig, e *proxiesEnv, w Worklo
 		WallSec: wall.Seconds(), ProxyCPUSec: (px1 - px0).Seconds(), MemcachedCPUSec: (mc1 - mc0).Seconds(),
 		LoadCPUSec: loadCPU.Seconds(),
 	}
+	if a := r.Arrival; a != nil {
+		s.ArrivalP50, s.ArrivalP99 = a.P50, a.P99
+	}
 	if capacity := 2 * wall.Seconds(); capacity > 0 {
 		other := (cores1.Busy - cores0.Busy).Seconds() - s.ProxyCPUSec - s.MemcachedCPUSec - s.LoadCPUSec
 		s.OtherCPU = math.Max(0, 100*other/capacity)
@@ -465,16 +491,17 @@ func proxyRunOnce(ctx context.Context, c *ProxiesConfig, e *proxiesEnv, w Worklo
 // summarizeProxies takes the medians of each workload × path, pairing
 // every proxy run with the direct run of the same round for added p99.
 func summarizeProxies(samples []ProxySample, order []string) []ProxySummary {
-	direct := map[[2]any]float64{} // (workload, round) → direct p99
+	direct := map[[2]any]ProxySample{} // (workload, round) → the direct run
 	for _, s := range samples {
 		if s.Path == PathDirect {
-			direct[[2]any{s.Workload, s.Round}] = s.P99
+			direct[[2]any{s.Workload, s.Round}] = s
 		}
 	}
 	var out []ProxySummary
 	for _, w := range order {
 		for _, path := range proxyPaths {
 			var ops, p50, p99, p999, cpu, mc, added, other []float64
+			var ap50, ap99, aadded []float64
 			var errs, hits, misses uint64
 			for _, s := range samples {
 				if s.Workload != w || s.Path != path {
@@ -488,8 +515,16 @@ func summarizeProxies(samples []ProxySample, order []string) []ProxySummary {
 				if s.Requests > 0 {
 					mc = append(mc, 1e6*s.MemcachedCPUSec/float64(s.Requests))
 				}
-				if d, ok := direct[[2]any{s.Workload, s.Round}]; ok {
-					added = append(added, s.P99-d)
+				d, ok := direct[[2]any{s.Workload, s.Round}]
+				if ok {
+					added = append(added, s.P99-d.P99)
+				}
+				if s.ArrivalP99 > 0 {
+					ap50 = append(ap50, s.ArrivalP50)
+					ap99 = append(ap99, s.ArrivalP99)
+					if ok && d.ArrivalP99 > 0 {
+						aadded = append(aadded, s.ArrivalP99-d.ArrivalP99)
+					}
 				}
 				other = append(other, s.OtherCPU)
 				errs += s.Errors
@@ -505,6 +540,12 @@ func summarizeProxies(samples []ProxySample, order []string) []ProxySummary {
 				MemcachedCPUPerOpUs: median(mc), OpsSpread: spread(ops), OtherCPU: median(other), Errors: errs}
 			if len(added) > 0 {
 				sm.AddedP99, sm.AddedP99Min, sm.AddedP99Max = median(added), slices.Min(added), slices.Max(added)
+			}
+			if len(ap99) > 0 {
+				sm.ArrivalP50, sm.ArrivalP99 = median(ap50), median(ap99)
+			}
+			if len(aadded) > 0 {
+				sm.AddedArrivalP99, sm.AddedArrivalP99Min, sm.AddedArrivalP99Max = median(aadded), slices.Min(aadded), slices.Max(aadded)
 			}
 			if hits+misses > 0 {
 				sm.HitRatio = float64(hits) / float64(hits+misses)
@@ -565,6 +606,13 @@ func (r *ProxiesResult) Verdicts() []ProxyVerdict {
 		r.pair(&cpu, ProxySample.proxyCPUPerOp)
 		r.pair(&lat, func(s ProxySample) float64 { return s.P99 }) // the same direct p99 is subtracted from both
 		vs = append(vs, cpu, lat)
+		if v.ArrivalP99 > 0 && t.ArrivalP99 > 0 {
+			arr := ProxyVerdict{Workload: w.Name, Criterion: "added p99 at arrival µs", Vbcache: v.AddedArrivalP99, Twem: t.AddedArrivalP99,
+				Met: v.AddedArrivalP99 <= t.AddedArrivalP99}
+			arr.Clear = arr.Met && v.AddedArrivalP99Max <= t.AddedArrivalP99Min || !arr.Met && v.AddedArrivalP99Min > t.AddedArrivalP99Max
+			r.pair(&arr, func(s ProxySample) float64 { return s.ArrivalP99 })
+			vs = append(vs, arr)
+		}
 	}
 	return vs
 }
@@ -681,6 +729,7 @@ func (r *ProxiesResult) WriteMarkdown(w io.Writer) error {
 				ratio(v.CPUPerOpUs, t.CPUPerOpUs))
 		}
 	}
+	b.WriteString(r.arrivalTable())
 	b.WriteString("\n*added p99*: the path's p99 minus the direct p99 of the same round, median (and extremes) over the rounds. ")
 	b.WriteString("*proxy CPU µs/op*: the proxy's utime+stime from /proc over the requests completed (a multi-get is one request of 10 keys). ")
 	b.WriteString("*other CPU*: share of the two cores' time used by none of the proxy, memcached and the load generator; the noise figure ")
@@ -693,6 +742,36 @@ func (r *ProxiesResult) WriteMarkdown(w io.Writer) error {
 	b.WriteString(r.noiseNote())
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// arrivalTable is the latency to the kernel's receive time of the replies,
+// when the load measured it: "" otherwise.
+func (r *ProxiesResult) arrivalTable() string {
+	var b strings.Builder
+	b.WriteString("\nThe same runs, latency measured to the kernel's receive time of each reply (SO_TIMESTAMPNS) ")
+	b.WriteString("instead of to the generator's parse of it; this leaves out the time replies waited in the socket buffers ")
+	b.WriteString("for the generator, which shares its core with memcached:\n\n")
+	b.WriteString("| workload | path | p50 µs at arrival | p99 µs at arrival | added p99 µs at arrival (min–max) |\n")
+	b.WriteString("|---|---|--:|--:|--:|\n")
+	rows := 0
+	for _, wl := range r.Workloads {
+		for _, path := range r.Paths {
+			s := r.summary(wl.Name, path)
+			if s == nil || s.ArrivalP99 == 0 {
+				continue
+			}
+			added := "–"
+			if path != PathDirect {
+				added = fmt.Sprintf("%.1f (%.1f–%.1f)", s.AddedArrivalP99, s.AddedArrivalP99Min, s.AddedArrivalP99Max)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %.1f | %.1f | %s |\n", wl.Name, path, s.ArrivalP50, s.ArrivalP99, added)
+			rows++
+		}
+	}
+	if rows == 0 {
+		return ""
+	}
+	return b.String()
 }
 
 func (r *ProxiesResult) noiseNote() string {

@@ -34,7 +34,8 @@ func ProxiesMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.ProxyCPU, "proxy-cpu", "0", "CPU list the proxies are pinned to (taskset -c)")
 	fs.StringVar(&cfg.LoadCPU, "load-cpu", "1", "CPU list of memcached and the load generator (taskset -c)")
 	fs.BoolVar(&cfg.NoRealTime, "no-rt", false, "do not use real-time scheduling (chrt -f) even when permitted")
-	fs.IntVar(&cfg.RTPriority, "rt-priority", 50, "SCHED_FIFO priority for chrt -f")
+	fs.IntVar(&cfg.RTPriority, "rt-priority", 50, "SCHED_FIFO priority for chrt -f of the proxies and memcached")
+	fs.IntVar(&cfg.LoadRTPriority, "load-rt-priority", 0, "SCHED_FIFO priority of the load generator (0: --rt-priority; lower lets memcached preempt it on their shared core)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: vbcache bench proxies [flags]\n\n"+
 			"Runs the same load straight to a memcached pool, through twemproxy (nutcracker) and through\n"+

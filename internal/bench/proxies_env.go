@@ -74,8 +74,14 @@ func newProxiesEnv(ctx context.Context, c *ProxiesConfig) (*proxiesEnv, error) {
 		out, err := exec.CommandContext(ctx, "chrt", "-f", strconv.Itoa(c.RTPriority), "true").CombinedOutput()
 		if err == nil {
 			pr.rt, re.rt = true, true
-			rtNote = fmt.Sprintf("chrt -f %d for every process (the proxies, memcached and the load); memcached and the load, "+
-				"at the same priority on one core, take turns whenever one blocks", c.RTPriority)
+			re.loadPrio = c.LoadRTPriority
+			rtNote = fmt.Sprintf("chrt -f %d for the proxies and memcached, chrt -f %d for the load", c.RTPriority, c.LoadRTPriority)
+			switch {
+			case c.LoadRTPriority < c.RTPriority:
+				rtNote += "; memcached preempts the load on their shared core as soon as a request reaches it"
+			case c.LoadRTPriority == c.RTPriority:
+				rtNote += "; memcached and the load, at the same priority on one core, take turns whenever one blocks"
+			}
 			rt, _ := os.ReadFile("/proc/sys/kernel/sched_rt_runtime_us")
 			period, _ := os.ReadFile("/proc/sys/kernel/sched_rt_period_us")
 			if r, p := strings.TrimSpace(string(rt)), strings.TrimSpace(string(period)); r != "" && r != "-1" {

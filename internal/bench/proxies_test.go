@@ -114,6 +114,45 @@ func TestProxyVerdictsPairRounds(t *testing.T) {
 	}
 }
 
+// TestProxyArrivalVerdict: the arrival p99 of each proxy run is paired
+// with the direct run's arrival p99 of the same round, apart from the
+// parse p99, and gives a verdict of its own; the report adds its table.
+func TestProxyArrivalVerdict(t *testing.T) {
+	r := &ProxiesResult{Workloads: []Workload{{Name: "set"}}, Paths: proxyPaths}
+	// direct, nutcracker, vbcache arrival p99 per round; parse p99s differ.
+	for i, a := range [][3]float64{{20, 900, 300}, {30, 1100, 400}, {25, 1000, 1200}} {
+		round := i + 1
+		r.Samples = append(r.Samples,
+			ProxySample{Workload: "set", Path: PathDirect, Round: round, P99: 60, ArrivalP50: 10, ArrivalP99: a[0], Requests: 1000},
+			ProxySample{Workload: "set", Path: PathNutcracker, Round: round, P99: 3000, ArrivalP50: 500, ArrivalP99: a[1], Requests: 1000, ProxyCPUSec: 0.02},
+			ProxySample{Workload: "set", Path: PathVbcache, Round: round, P99: 4000, ArrivalP50: 60, ArrivalP99: a[2], Requests: 1000, ProxyCPUSec: 0.02})
+	}
+	r.Summaries = summarizeProxies(r.Samples, []string{"set"})
+	v := r.summary("set", PathVbcache)
+	// vbcache: 300-20, 400-30, 1200-25 → median 370, extremes 280 and 1175.
+	if v.ArrivalP99 != 400 || v.AddedArrivalP99 != 370 || v.AddedArrivalP99Min != 280 || v.AddedArrivalP99Max != 1175 || v.ArrivalP50 != 60 {
+		t.Errorf("vbcache summary %+v", *v)
+	}
+	if d := r.summary("set", PathDirect); d.ArrivalP99 != 25 || d.AddedArrivalP99 != 0 {
+		t.Errorf("direct summary %+v", *d)
+	}
+	got := r.Verdicts()
+	if len(got) != 3 {
+		t.Fatalf("got %d verdicts, want 3", len(got))
+	}
+	lat, arr := got[1], got[2]
+	if lat.Met || arr.Criterion != "added p99 at arrival µs" || !arr.Met || arr.Clear || arr.Lower != 2 || arr.Higher != 1 {
+		t.Errorf("verdicts %+v and %+v", lat, arr)
+	}
+	var b strings.Builder
+	if err := r.WriteMarkdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "| set | vbcache-proxy | 60.0 | 400.0 | 370.0 (280.0–1175.0) |") {
+		t.Errorf("report lacks the arrival row:\n%s", b.String())
+	}
+}
+
 func TestSignTest(t *testing.T) {
 	for _, c := range []struct {
 		k, m int

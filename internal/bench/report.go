@@ -38,6 +38,14 @@ type Result struct {
 	// relative to their schedule. Latency already includes it; a large
 	// lag means the generator, not the server, fell behind.
 	SendLag *Latency `json:"send_lag_us,omitempty"`
+	// Arrival (Config.Arrival only) is latency measured to the kernel's
+	// receive time of each reply's last bytes instead of to its parse:
+	// it leaves out the time a reply waited in the socket buffer for the
+	// generator to read it.
+	Arrival *Latency `json:"arrival_us,omitempty"`
+	// ArrivalMissing counts the replies left out of Arrival because the
+	// read that brought them carried no kernel timestamp.
+	ArrivalMissing uint64 `json:"arrival_missing,omitempty"`
 
 	hist *Histogram // merged latencies (not in JSON)
 }
@@ -102,6 +110,13 @@ func (r *Result) WriteText(w io.Writer) error {
 	d := func(v float64) string { return fmtDur(time.Duration(v * float64(time.Microsecond))) }
 	fmt.Fprintf(&b, "  latency    min %s  mean %s  p50 %s  p90 %s  p99 %s  p99.9 %s  p99.99 %s  max %s\n",
 		d(l.Min), d(l.Mean), d(l.P50), d(l.P90), d(l.P99), d(l.P999), d(l.P9999), d(l.Max))
+	if a := r.Arrival; a != nil {
+		fmt.Fprintf(&b, "  arrival    min %s  mean %s  p50 %s  p90 %s  p99 %s  p99.9 %s  p99.99 %s  max %s (to the kernel's receive time)\n",
+			d(a.Min), d(a.Mean), d(a.P50), d(a.P90), d(a.P99), d(a.P999), d(a.P9999), d(a.Max))
+		if r.ArrivalMissing > 0 {
+			fmt.Fprintf(&b, "             %d replies came without a kernel timestamp and are not in it\n", r.ArrivalMissing)
+		}
+	}
 	if s := r.SendLag; s != nil {
 		fmt.Fprintf(&b, "  send lag   p50 %s  p99 %s  max %s (included in the latency above)\n", d(s.P50), d(s.P99), d(s.Max))
 	}

@@ -45,7 +45,18 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 				quota++
 			}
 		}
-		conns = append(conns, newConn(&c, nc, ks, newPicker(&c, i, total), quota))
+		cn, err := newConn(&c, nc, ks, newPicker(&c, i, total), quota)
+		if err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		conns = append(conns, cn)
+	}
+
+	if c.Arrival {
+		if err := awaitTimestamps(2 * time.Second); err != nil {
+			return nil, err
+		}
 	}
 
 	var stop atomic.Bool
@@ -131,6 +142,15 @@ func collect(c *Config, conns []*conn, elapsed time.Duration) *Result {
 		}
 		res.SendLag = &Latency{}
 		*res.SendLag = latencyOf(lag)
+	}
+	if c.Arrival {
+		arr := NewHistogram()
+		for _, cn := range conns {
+			arr.Merge(cn.ahist)
+			res.ArrivalMissing += cn.st.noArrival.Load()
+		}
+		res.Arrival = &Latency{}
+		*res.Arrival = latencyOf(arr)
 	}
 	if elapsed > 0 {
 		res.OpsPerSec = float64(res.Requests) / elapsed.Seconds()
