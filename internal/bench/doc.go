@@ -24,6 +24,14 @@
 // outstanding per connection; when the pipe is full the writer waits, and the
 // lateness is charged to the requests it delays.
 //
+// Arrival (Config.Arrival): the connection reads with recvmsg and keeps
+// the kernel's receive timestamp of the last segment each read returned; a
+// reply completes with the latest read (bufio reads only when what it holds
+// does not complete the reply), so that read's timestamp is the reply's
+// arrival. Latency to it leaves out the time the reply waited in the socket
+// for the generator. The kernel turns its receive timestamps on through
+// deferred work, so Run first waits for a probe connection to show one.
+//
 // # Memory
 //
 // A connection owns its buffers: the write buffer, the reader, the key
