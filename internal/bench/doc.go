@@ -9,6 +9,12 @@
 // answered. Every connection belongs to one goroutine that Run starts and
 // waits for; nothing outlives the call.
 //
+// Before the load starts, each connection sends one get and reads its
+// reply, outside the figures: the server has then taken the connection
+// on (memcached's main thread hands new connections to a worker, which a
+// saturating real-time load may keep from it), and no request's latency
+// includes a connection's set-up.
+//
 // Closed loop (the default): a connection keeps up to Pipeline requests in
 // flight. It appends requests into its own write buffer, sends them with one
 // write, then reads replies in order from its own bufio.Reader; whenever

@@ -3,8 +3,10 @@ package bench
 // The proxies harness: vbcache proxy next to twemproxy (Debian's
 // nutcracker) in one run, over one pool.
 //
-//	start N memcached (-t 1, pinned to LoadCPU) and preload each with the
-//	    whole key space, so every key hits whichever server it lands on
+//	start N memcached servers, the N ports of one memcached (-t 1, pinned
+//	    to MemcachedCPU: by default the proxies' core, so the load has one
+//	    of its own), and preload each with the whole key space, so every
+//	    key hits whichever server it lands on
 //	start nutcracker and vbcache proxy (pinned to ProxyCPU, GOMAXPROCS=1),
 //	    both from the same twemproxy pool file (ketama, md5) but for the
 //	    listen port; one warm-up run through each
@@ -56,8 +58,8 @@ type ProxiesConfig struct {
 	Vbcache    string // vbcache binary (proxy and load); "" means this executable
 	Memcached  string // "" means memcached from PATH
 	Nutcracker string // "" means nutcracker from PATH
-	// Servers is the number of memcached processes in the pool. Zero means
-	// DefaultProxiesServers (2).
+	// Servers is the number of memcached servers in the pool, the ports
+	// of one memcached process. Zero means DefaultProxiesServers (2).
 	Servers int
 	// Clients is the number of load connections (to the proxy, or spread
 	// over the servers for the direct baseline). Zero means 50.
@@ -72,8 +74,15 @@ type ProxiesConfig struct {
 	// Workloads to run by name (get, set, mget, pipe); empty means all.
 	Workloads []string
 	// ProxyCPU is the taskset CPU list of the proxies; LoadCPU that of the
-	// load generator and the memcached servers. Empty means "0" and "1".
+	// load generator. Empty means "0" and "1".
 	ProxyCPU, LoadCPU string
+	// MemcachedCPU is the CPU list of the memcached servers. Empty means
+	// ProxyCPU: the load generator, the instrument, then has a core of its
+	// own, so the time it takes to read a reply does not count against the
+	// path that sent it (docs/PERFORMANCE.md); the proxies share their
+	// core with the servers, under the same conditions for both. LoadCPU
+	// puts memcached with the load instead, as before 2026-11-30 17:50 UTC.
+	MemcachedCPU string
 	// NoRealTime disables chrt -f for the proxies even when permitted.
 	NoRealTime bool
 	RTPriority int // zero means 50
@@ -109,6 +118,9 @@ func (c ProxiesConfig) withDefaults() ProxiesConfig {
 	}
 	if c.LoadCPU == "" {
 		c.LoadCPU = "1"
+	}
+	if c.MemcachedCPU == "" {
+		c.MemcachedCPU = c.ProxyCPU
 	}
 	if c.RTPriority == 0 {
 		c.RTPriority = 50
@@ -216,6 +228,7 @@ type ProxiesInfo struct {
 	RTNote     string   `json:"real_time_note"`
 	ProxyCPU   string   `json:"proxy_cpu"`
 	LoadCPU    string   `json:"load_cpu"`
+	ServerCPU  string   `json:"memcached_cpu"`
 	LoadAvg    string   `json:"loadavg_at_start"`
 	PoolFile   string   `json:"pool_file"`
 	Commands   []string `json:"commands"` // how each process was started
@@ -439,7 +452,12 @@ func proxyRunOnce(ctx context.Context, c *ProxiesConfig, e *proxiesEnv, w Worklo
 				return
 			}
 		}
+		seen := map[int]bool{} // the pool's servers may be ports of one process
 		for _, m := range pool {
+			if seen[m.Pid] {
+				continue
+			}
+			seen[m.Pid] = true
 			d, err := e.cpu(m)
 			if err != nil {
 				return 0, 0, err
@@ -693,9 +711,14 @@ func (r *ProxiesResult) WriteMarkdown(w io.Writer) error {
 	in := r.Info
 	b.WriteString("# vbcache proxy vs twemproxy (nutcracker)\n\n")
 	fmt.Fprintf(&b, "Run %s on %s (%s, kernel %s); %s; %s; %s. ", in.Date, in.Host, in.CPU, in.Kernel, in.Nutcracker, in.Memcached, in.GoVersion)
-	fmt.Fprintf(&b, "Pool: %d memcached (`-t 1`), ketama over md5, the same pool file for both proxies. ", r.Servers)
-	fmt.Fprintf(&b, "Proxies pinned to CPU %s (GOMAXPROCS=1 for vbcache); memcached and the load generator on CPU %s; real-time scheduling: %s. ",
-		in.ProxyCPU, in.LoadCPU, in.RTNote)
+	fmt.Fprintf(&b, "Pool: %d servers, the ports of one memcached (`-t 1`), ketama over md5, the same pool file for both proxies. ", r.Servers)
+	if in.ServerCPU == "" || in.ServerCPU == in.LoadCPU {
+		fmt.Fprintf(&b, "Proxies pinned to CPU %s (GOMAXPROCS=1 for vbcache); memcached and the load generator on CPU %s; real-time scheduling: %s. ",
+			in.ProxyCPU, in.LoadCPU, in.RTNote)
+	} else {
+		fmt.Fprintf(&b, "Proxies pinned to CPU %s (GOMAXPROCS=1 for vbcache); memcached on CPU %s; the load generator on CPU %s; real-time scheduling: %s. ",
+			in.ProxyCPU, in.ServerCPU, in.LoadCPU, in.RTNote)
+	}
 	mode := "closed loop"
 	if r.Rate > 0 {
 		mode = fmt.Sprintf("open loop at %.0f requests/s", r.Rate)

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -58,12 +59,16 @@ func newProxiesEnv(ctx context.Context, c *ProxiesConfig) (*proxiesEnv, error) {
 	if re.memcached, err = exec.LookPath(re.memcached); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
-	for _, l := range []string{c.ProxyCPU, c.LoadCPU} {
+	for _, l := range []string{c.ProxyCPU, c.LoadCPU, c.MemcachedCPU} {
 		cs, err := parseCPUList(l)
 		if err != nil {
 			return nil, err
 		}
-		re.cpus = append(re.cpus, cs...)
+		for _, cpu := range cs {
+			if !slices.Contains(re.cpus, cpu) {
+				re.cpus = append(re.cpus, cpu)
+			}
+		}
 	}
 	pr := &proxiesReal{re: re, cfg: c, nutcracker: nut}
 	if pr.dir, err = os.MkdirTemp("", "vbcache-bench-proxies-"); err != nil {
@@ -77,6 +82,8 @@ func newProxiesEnv(ctx context.Context, c *ProxiesConfig) (*proxiesEnv, error) {
 			re.loadPrio = c.LoadRTPriority
 			rtNote = fmt.Sprintf("chrt -f %d for the proxies and memcached, chrt -f %d for the load", c.RTPriority, c.LoadRTPriority)
 			switch {
+			case c.MemcachedCPU != c.LoadCPU:
+				rtNote += "; memcached shares the proxies' core, at the same priority, and the load has one of its own"
 			case c.LoadRTPriority < c.RTPriority:
 				rtNote += "; memcached preempts the load on their shared core as soon as a request reaches it"
 			case c.LoadRTPriority == c.RTPriority:
@@ -126,6 +133,7 @@ func (pr *proxiesReal) info(rtNote string) ProxiesInfo {
 		RTNote:    rtNote,
 		ProxyCPU:  pr.cfg.ProxyCPU,
 		LoadCPU:   pr.cfg.LoadCPU,
+		ServerCPU: pr.cfg.MemcachedCPU,
 	}
 	in.Host, _ = os.Hostname()
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
@@ -165,23 +173,36 @@ func poolYAML(listen string, servers []string) string {
 	return b.String()
 }
 
+// startPool starts the pool: one memcached process (-t 1) listening on n
+// ports, each port one server of the pool. The servers share one core,
+// and two memcached processes at the same SCHED_FIFO priority on one core
+// starve each other: under a pipelined load one worker never blocks, and
+// the other's clients waited out their timeout (direct runs of the pipe
+// workload, 25 connections in each of two rounds). One worker thread
+// serving every port takes its connections in turn, as a core would.
 func (pr *proxiesReal) startPool(ctx context.Context, n int) ([]*serverProc, error) {
-	var ps []*serverProc
-	for i := range n {
+	var listen []string
+	var ports []int
+	for range n {
 		port, err := freePort()
 		if err != nil {
-			return ps, err
+			return nil, err
 		}
-		argv := []string{pr.re.memcached, "-t", "1", "-m", "1024", "-U", "0", "-c", "4096", "-p", strconv.Itoa(port), "-l", "127.0.0.1"}
-		if os.Geteuid() == 0 {
-			argv = append(argv, "-u", "root")
-		}
-		full := append(pr.re.prefix(pr.cfg.LoadCPU), argv...)
-		p, err := pr.startChild(ctx, fmt.Sprintf("memcached-%d", i+1), full, nil, port)
-		if err != nil {
-			return ps, err
-		}
-		ps = append(ps, p)
+		ports = append(ports, port)
+		listen = append(listen, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	}
+	argv := []string{pr.re.memcached, "-t", "1", "-m", "1024", "-U", "0", "-c", "4096", "-l", strings.Join(listen, ",")}
+	if os.Geteuid() == 0 {
+		argv = append(argv, "-u", "root")
+	}
+	full := append(pr.re.prefix(pr.cfg.MemcachedCPU), argv...)
+	p, err := pr.startChild(ctx, "memcached", full, nil, ports[0])
+	if err != nil {
+		return nil, err
+	}
+	ps := []*serverProc{p}
+	for _, a := range listen[1:] {
+		ps = append(ps, &serverProc{Kind: p.Kind, Addr: a, Pid: p.Pid})
 	}
 	return ps, nil
 }

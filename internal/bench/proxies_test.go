@@ -214,6 +214,11 @@ type fakeProxies struct {
 	byPid  map[int]*fakeProc
 	runs   []string // "workload/path/seed" of measured loads
 	loads  []Config
+	// sharedPool makes the pool's servers ports of one process, as the
+	// real environment starts them; pool is that (or the first) process,
+	// which spends 5 µs per request of every measured run.
+	sharedPool bool
+	pool       *fakeProc
 }
 
 type fakeProc struct {
@@ -233,8 +238,17 @@ func (f *fakeProxies) env() *proxiesEnv {
 	return &proxiesEnv{
 		startPool: func(ctx context.Context, n int) ([]*serverProc, error) {
 			var ps []*serverProc
-			for range n {
+			for i := range n {
+				if f.sharedPool && i > 0 {
+					addr := fmt.Sprintf("127.0.0.1:%d", 3000+i)
+					f.byAddr[addr] = f.pool
+					ps = append(ps, &serverProc{Kind: "memcached", Addr: addr, Pid: ps[0].Pid})
+					continue
+				}
 				ps = append(ps, start("memcached"))
+				if i == 0 {
+					f.pool = f.byPid[f.pids]
+				}
 			}
 			return ps, nil
 		},
@@ -265,6 +279,7 @@ func (f *fakeProxies) env() *proxiesEnv {
 			if c.Seed > 0 {
 				f.runs = append(f.runs, fmt.Sprintf("%d/%s/%d", c.MultiGet, path, c.Seed))
 			}
+			f.pool.cpu += time.Duration(5 * ops * c.Duration.Seconds() * float64(time.Microsecond))
 			req := uint64(ops * c.Duration.Seconds())
 			return &Result{Requests: req, OpsPerSec: ops, Hits: req, Latency: Latency{P50: 500, P99: p99, P999: 2000}}, c.Duration / 2, nil
 		},
@@ -273,6 +288,24 @@ func (f *fakeProxies) env() *proxiesEnv {
 		now:     func() time.Time { return f.now },
 		info:    func() ProxiesInfo { return ProxiesInfo{ProxyCPU: "0", LoadCPU: "1"} },
 		cleanup: func() {},
+	}
+}
+
+// TestProxiesPoolOfOneProcess: when the pool's servers are ports of one
+// memcached, its CPU time counts once.
+func TestProxiesPoolOfOneProcess(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		f := &fakeProxies{now: time.Unix(0, 0), sharedPool: shared}
+		c := ProxiesConfig{Rounds: 1, Duration: time.Second, Workloads: []string{"get"}}.withDefaults()
+		res, err := proxies(context.Background(), &c, f.env())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range res.Summaries {
+			if math.Abs(s.MemcachedCPUPerOpUs-5) > 0.01 {
+				t.Errorf("shared %v, %s: memcached %.2f µs/op, want 5", shared, s.Path, s.MemcachedCPUPerOpUs)
+			}
+		}
 	}
 }
 

@@ -53,6 +53,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		conns = append(conns, cn)
 	}
 
+	for _, cn := range conns {
+		if err := cn.handshake(); err != nil {
+			return nil, fmt.Errorf("bench: %s: first get: %w", cn.nc.RemoteAddr(), err)
+		}
+	}
 	if c.Arrival {
 		if err := awaitTimestamps(2 * time.Second); err != nil {
 			return nil, err
