@@ -165,11 +165,9 @@ func (c *conn) flush(now time.Time) error {
 }
 
 // handshake sends one get (of the first key) and reads its reply before
-// the run, outside the figures. A server has then taken the connection
-// on: memcached's main thread hands each new connection to a worker, and
-// on a core that the worker keeps busy at the same real-time priority
-// (a pipelined load) it may not get to that for the whole run. It also
-// keeps a connection's set-up out of its first request's latency.
+// the run, outside the figures, so that no request's latency includes the
+// connection's set-up: the accept, and memcached's hand-over of the new
+// connection from its main thread to a worker.
 func (c *conn) handshake() error {
 	keys := c.keys[:1]
 	keys[0] = c.cfg.KeyMin

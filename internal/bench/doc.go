@@ -10,10 +10,9 @@
 // waits for; nothing outlives the call.
 //
 // Before the load starts, each connection sends one get and reads its
-// reply, outside the figures: the server has then taken the connection
-// on (memcached's main thread hands new connections to a worker, which a
-// saturating real-time load may keep from it), and no request's latency
-// includes a connection's set-up.
+// reply, outside the figures, so that no request's latency includes a
+// connection's set-up (the accept, and memcached's hand-over of the new
+// connection from its main thread to a worker).
 //
 // Closed loop (the default): a connection keeps up to Pipeline requests in
 // flight. It appends requests into its own write buffer, sends them with one

@@ -82,8 +82,10 @@ func newProxiesEnv(ctx context.Context, c *ProxiesConfig) (*proxiesEnv, error) {
 			re.loadPrio = c.LoadRTPriority
 			rtNote = fmt.Sprintf("chrt -f %d for the proxies and memcached, chrt -f %d for the load", c.RTPriority, c.LoadRTPriority)
 			switch {
-			case c.MemcachedCPU != c.LoadCPU:
+			case c.MemcachedCPU == c.ProxyCPU:
 				rtNote += "; memcached shares the proxies' core, at the same priority, and the load has one of its own"
+			case c.MemcachedCPU != c.LoadCPU:
+				// memcached on a core of its own: nothing shared to describe
 			case c.LoadRTPriority < c.RTPriority:
 				rtNote += "; memcached preempts the load on their shared core as soon as a request reaches it"
 			case c.LoadRTPriority == c.RTPriority:
