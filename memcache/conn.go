@@ -24,12 +24,27 @@ import (
 // parses responses in order and completes the op at the head of the
 // queue.
 //
-// Deadlines: while ops are queued the socket has a read deadline at most
-// timeout ahead, moved forward as responses arrive. A conn whose deadline
-// passes with ops queued, or whose read or write fails, or whose stream
-// stops parsing, is failed: every queued op gets the error, the socket is
-// closed and the pool drops it. Answers (miss, NOT_STORED, SERVER_ERROR)
-// never fail a conn.
+// Deadlines: every op must be answered within timeout of its send, as
+// gomemcache's per-request deadline has it, however the server trickles
+// its bytes. The read deadline armed while ops are queued is never later
+// than the oldest op's (the queue's front) send time plus timeout; it is
+// armed lazily: when the queue becomes non-empty, and again when it
+// passes while a later front's time is still to come (spuriousTimeout),
+// so a busy conn moves its timer about once per timeout, not once per
+// response. A conn whose front op's time passes, or whose read or write
+// fails, or whose stream stops parsing, is failed: every queued op gets
+// the error and the pool drops it. Answers (miss, NOT_STORED,
+// SERVER_ERROR) never fail a conn.
+//
+// Closing: only the reader goroutine closes the socket, as it exits and
+// outside any lock. Whoever fails the conn (a sender whose write failed,
+// Close, the reader itself) sets the error under mu and sets a deadline
+// in the past, which wakes the reader from its wait and the writer from
+// a full socket; neither SetDeadline nor anything the failing side does
+// waits for them. net.Conn.Close, by contrast, waits until no read is in
+// progress on the descriptor: called under mu it deadlocked with a reader
+// inside its RawRead callback that wanted mu, and called by the reader
+// from inside that callback, with itself.
 type conn struct {
 	nc      net.Conn
 	addr    net.Addr
@@ -41,14 +56,20 @@ type conn struct {
 
 	flushers []Flusher // the reader's: Completions to flush after a parse
 
-	mu       sync.Mutex // protects the fields below
-	wbuf     []byte     // encoded requests not yet written
-	spare    []byte     // the buffer being written, for reuse
-	writing  bool       // a goroutine is in nc.Write
-	q        opQueue    // ops sent, awaiting responses, in order
-	dead     []*op      // asynchronous ops failLocked failed, for unlock to complete
-	err      error      // first failure; conn unusable once set
-	deadline time.Time  // the read deadline currently armed (zero: none)
+	// mu protects the fields below. Nothing that waits for the socket's
+	// reader or writer is done under it: no Close, Read or Write of nc
+	// (SetDeadline, which is done under it, waits for neither), no
+	// channel send, no Completion.
+	mu       sync.Mutex
+	wbuf     []byte    // encoded requests not yet written
+	spare    []byte    // the buffer being written, for reuse
+	writing  bool      // a goroutine is in nc.Write
+	q        opQueue   // ops sent, awaiting responses, in order
+	dead     []*op     // asynchronous ops failLocked failed, for unlock to complete
+	err      error     // first failure; conn unusable once set
+	deadline time.Time // the read deadline currently armed (zero: none)
+	closeNC  bool      // failLocked could not wake the reader: unlock closes nc
+	parsing  *op       // the op the reader is parsing outside mu, if any
 
 	// raw is nc's socket when nc is a plain one (rawio.Conn), else nil.
 	raw syscall.RawConn
@@ -60,7 +81,12 @@ type conn struct {
 	rbuf       []byte        // reader goroutine only: read buffer, unparsed bytes rbuf[r:w]
 	r, w       int           // reader goroutine only
 	rerr       error         // reader goroutine only: why readStep left the poller's loop
-	readerDone chan struct{} // closed when the reader goroutine exits
+	readerDone chan struct{} // closed when the reader goroutine exits, after it closed nc
+
+	// readHook, when set (by a test, through Client.testReadHook), runs in
+	// the reader after each read that brought bytes, before they are
+	// parsed: on a plain socket, inside the RawRead callback.
+	readHook func(*conn)
 }
 
 const (
@@ -68,8 +94,8 @@ const (
 	maxLine     = 2048 // longest response line a reply may have
 )
 
-func newConn(nc net.Conn, addr net.Addr, proto Protocol, timeout time.Duration) *conn {
-	cn := &conn{nc: nc, addr: addr, proto: proto, timeout: timeout,
+func newConn(nc net.Conn, addr net.Addr, proto Protocol, timeout time.Duration, readHook func(*conn)) *conn {
+	cn := &conn{nc: nc, addr: addr, proto: proto, timeout: timeout, readHook: readHook,
 		rbuf: make([]byte, readBufSize), readerDone: make(chan struct{}), raw: rawio.Conn(nc)}
 	cn.writeFn = cn.writeStep
 	go cn.readLoop()
@@ -87,8 +113,9 @@ func (cn *conn) send(o *op) error {
 		return err
 	}
 	cn.wbuf = o.appendRequest(cn.wbuf, cn.proto)
+	o.sent = time.Now()
 	if cn.q.len() == 0 {
-		cn.armLocked(time.Now())
+		cn.armLocked(o.sent.Add(cn.timeout))
 	}
 	cn.q.push(o)
 	cn.inflight.Add(1)
@@ -159,24 +186,36 @@ func (cn *conn) writeStep(fd uintptr) bool {
 	return true
 }
 
-// armLocked sets the read deadline to now+timeout.
-func (cn *conn) armLocked(now time.Time) {
-	cn.deadline = now.Add(cn.timeout)
-	cn.nc.SetReadDeadline(cn.deadline)
+// armLocked sets the read deadline to t.
+func (cn *conn) armLocked(t time.Time) {
+	cn.deadline = t
+	cn.nc.SetReadDeadline(t)
 }
 
-// failLocked marks the conn failed with err, closes the socket and fails
-// every queued op.
+// aLongTimeAgo is a deadline that has passed: setting it wakes a blocked
+// read or write at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// failLocked marks the conn failed with err, wakes its reader and writer
+// (the reader then closes the socket) and fails every queued op.
 func (cn *conn) failLocked(err error) {
 	if cn.err != nil {
 		return
 	}
 	cn.err = err
 	cn.failed.Store(true)
-	cn.nc.Close()
+	cn.deadline = aLongTimeAgo
+	if cn.nc.SetDeadline(aLongTimeAgo) != nil {
+		// A conn that takes no deadline (a DialContext's own type) is
+		// closed instead, after mu is released.
+		cn.closeNC = true
+	}
 	for cn.q.len() > 0 {
 		o := cn.q.pop()
 		cn.inflight.Add(-1)
+		if o == cn.parsing {
+			continue // the reader completes it (parseBuffered)
+		}
 		o.err = err
 		if o.cb != nil {
 			cn.dead = append(cn.dead, o) // for unlock: not under mu
@@ -191,7 +230,12 @@ func (cn *conn) failLocked(err error) {
 func (cn *conn) unlock() {
 	dead := cn.dead
 	cn.dead = nil
+	closeNC := cn.closeNC
+	cn.closeNC = false
 	cn.mu.Unlock()
+	if closeNC {
+		cn.nc.Close()
+	}
 	for _, o := range dead {
 		if f := o.complete(); f != nil {
 			f.Flush()
@@ -205,15 +249,19 @@ func (cn *conn) fail(err error) {
 	cn.unlock()
 }
 
-// close shuts the conn down and waits for its reader.
+// close shuts the conn down and waits for its reader, which closes the
+// socket.
 func (cn *conn) close() {
 	cn.fail(errClosed)
 	<-cn.readerDone
 }
 
-// readLoop parses responses for the queued ops until the conn fails.
+// readLoop parses responses for the queued ops until the conn fails, then
+// closes the socket: the conn's one place that does, outside any lock and
+// outside the poller's read callback.
 func (cn *conn) readLoop() {
 	defer close(cn.readerDone)
+	defer cn.nc.Close()
 	if cn.raw != nil {
 		cn.readLoopRaw()
 		return
@@ -225,6 +273,9 @@ func (cn *conn) readLoop() {
 		cn.makeRoom()
 		n, err := cn.nc.Read(cn.rbuf[cn.w:])
 		cn.w += n
+		if n > 0 && cn.readHook != nil {
+			cn.readHook(cn)
+		}
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) && cn.spuriousTimeout() {
 				continue
@@ -232,7 +283,6 @@ func (cn *conn) readLoop() {
 			cn.fail(err)
 			return
 		}
-		cn.readMore()
 	}
 }
 
@@ -281,7 +331,9 @@ func (cn *conn) readStep(fd uintptr) bool {
 			return true
 		}
 		cn.w += n
-		cn.readMore()
+		if cn.readHook != nil {
+			cn.readHook(cn)
+		}
 		if !cn.parseBuffered() {
 			cn.rerr = errStopped
 			return true
@@ -294,6 +346,12 @@ func (cn *conn) readStep(fd uintptr) bool {
 
 // parseBuffered completes the queued ops whose responses are buffered. It
 // returns false when the conn has failed (it may have failed it itself).
+//
+// The front op is parsed outside mu, marked as cn.parsing: a failLocked
+// that runs meanwhile takes it off the queue but leaves it to the reader,
+// which completes it with its answer (if the parse finished it) or with
+// the conn's error, so that no op is completed twice or parsed into after
+// its waiter has it back.
 func (cn *conn) parseBuffered() bool {
 	defer cn.flush() // the Flushers completed here, however it returns
 	for cn.r < cn.w {
@@ -303,30 +361,49 @@ func (cn *conn) parseBuffered() bool {
 			return false
 		}
 		if cn.q.len() == 0 {
-			cn.mu.Unlock()
-			cn.fail(errors.New("memcache: unexpected data from server"))
+			cn.failLocked(errors.New("memcache: unexpected data from server"))
+			cn.unlock()
 			return false
 		}
 		o := cn.q.front()
+		cn.parsing = o
 		cn.mu.Unlock()
 		n, done, err := o.parse(cn.rbuf[cn.r:cn.w], cn.proto)
+		cn.mu.Lock()
+		cn.parsing = nil
+		if cn.err != nil {
+			// The conn failed during the parse, and left o to us.
+			if !done {
+				o.err = cn.err
+			}
+			cn.mu.Unlock()
+			cn.completed(o)
+			return false
+		}
 		if err != nil {
-			cn.fail(err)
+			cn.failLocked(err)
+			cn.unlock()
 			return false
 		}
 		cn.r += n
 		if !done {
+			cn.mu.Unlock()
 			break
 		}
-		cn.mu.Lock()
 		cn.q.pop()
 		cn.inflight.Add(-1)
 		cn.mu.Unlock()
-		if f := o.complete(); f != nil {
-			cn.flushers = append(cn.flushers, f)
-		}
+		cn.completed(o)
 	}
 	return true
+}
+
+// completed completes o, an op the reader parsed, keeping its Flusher for
+// flush.
+func (cn *conn) completed(o *op) {
+	if f := o.complete(); f != nil {
+		cn.flushers = append(cn.flushers, f)
+	}
 }
 
 // flush calls Flush on the Flushers completed since the last flush (the
@@ -358,23 +435,12 @@ func (cn *conn) makeRoom() {
 	}
 }
 
-// readMore moves the deadline on, after responses arrived, if ops still
-// wait and half of it is used up.
-func (cn *conn) readMore() {
-	cn.mu.Lock()
-	if cn.q.len() > 0 {
-		now := time.Now()
-		if cn.deadline.Sub(now) < cn.timeout/2 {
-			cn.armLocked(now)
-		}
-	}
-	cn.mu.Unlock()
-}
-
 // spuriousTimeout decides what a read deadline that passed means. With no
-// op queued it is an idle conn: clear the deadline and keep reading. If a
-// sender armed a later deadline after this one fired, keep reading too.
-// Otherwise the server is late: the caller fails the conn.
+// op queued it is an idle conn: clear the deadline and keep reading. If
+// the oldest queued op was sent less than timeout ago (the op the
+// deadline was armed for has been answered), arm the deadline for that op
+// and keep reading. Otherwise the server is late: the caller fails the
+// conn.
 func (cn *conn) spuriousTimeout() bool {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
@@ -382,12 +448,11 @@ func (cn *conn) spuriousTimeout() bool {
 		return false
 	}
 	if cn.q.len() == 0 {
-		cn.deadline = time.Time{}
-		cn.nc.SetReadDeadline(time.Time{})
+		cn.armLocked(time.Time{})
 		return true
 	}
-	if time.Now().Before(cn.deadline) {
-		cn.nc.SetReadDeadline(cn.deadline)
+	if due := cn.q.front().sent.Add(cn.timeout); time.Now().Before(due) {
+		cn.armLocked(due)
 		return true
 	}
 	return false
@@ -427,9 +492,15 @@ func (q *opQueue) pop() *op {
 type pool struct {
 	addr  net.Addr
 	conns atomic.Pointer[[]*conn] // snapshot, replaced under mu
-	mu    sync.Mutex              // serialises changes to conns (and dials); protects dropped
+	// mu serialises changes to conns, and dials; protects dropped and
+	// closed. A dial under it is bounded by the client's timeout, and
+	// nothing that holds it waits for a conn's reader (closeAll waits
+	// after releasing it), so a reader's Completion that starts a request
+	// (and so may want mu) waits at most one dial.
+	mu sync.Mutex
 	// dropped are failed conns whose reader may still be exiting.
 	dropped []*conn
+	closed  bool // closeAll ran: the pool opens no conn
 }
 
 // pipelineDepth is how many requests may wait on every open conn before
@@ -446,6 +517,9 @@ func (p *pool) get(ctx context.Context, c *Client) (*conn, error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closed {
+		return nil, errClosed
+	}
 	p.pruneLocked()
 	var live []*conn
 	if s := p.conns.Load(); s != nil {
@@ -470,7 +544,7 @@ func (p *pool) get(ctx context.Context, c *Client) (*conn, error) {
 			p.conns.Store(&live)
 			return nil, err
 		}
-		cn := newConn(nc, p.addr, c.Protocol, c.netTimeout())
+		cn := newConn(nc, p.addr, c.Protocol, c.netTimeout(), c.testReadHook)
 		live = append(live, cn)
 		p.conns.Store(&live)
 		return cn, nil
@@ -517,20 +591,23 @@ func (p *pool) pick(max int) *conn {
 	return best
 }
 
-// closeAll closes every conn and waits for their readers.
+// closeAll closes every conn and waits for their readers. The waits come
+// after mu is released: a reader's Completion may want mu (it may start a
+// request), and a reader that cannot finish cannot close its socket.
 func (p *pool) closeAll() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.closed = true
+	var conns []*conn
 	if s := p.conns.Load(); s != nil {
-		for _, cn := range *s {
-			cn.close()
-		}
+		conns = *s
 	}
 	p.conns.Store(nil)
-	for _, cn := range p.dropped {
-		<-cn.readerDone
-	}
+	conns = append(conns, p.dropped...)
 	p.dropped = nil
+	p.mu.Unlock()
+	for _, cn := range conns {
+		cn.close()
+	}
 }
 
 // pruneLocked forgets dropped conns whose reader has exited.

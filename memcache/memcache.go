@@ -138,6 +138,8 @@ type Client struct {
 
 	mu    sync.RWMutex // protects pools
 	pools map[string]*pool
+
+	testReadHook func(*conn) // tests only: each new conn's readHook
 }
 
 // New returns a memcache client using the provided server(s) with equal

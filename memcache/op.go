@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // opKind is the command an op carries.
@@ -81,6 +82,8 @@ type op struct {
 	refused []int    // opMulti: indices in keys answered NOT_MY_VBUCKET
 
 	asyncFields // an asynchronous op's (async.go)
+
+	sent time.Time // when conn.send queued it: its answer is due sent+timeout
 
 	state atomic.Uint32
 	done  chan struct{} // receives once when the op completes
