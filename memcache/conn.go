@@ -221,7 +221,9 @@ func (cn *conn) failLocked(err error) {
 			cn.dead = append(cn.dead, o) // for unlock: not under mu
 			continue
 		}
-		o.complete() // a waiter: never a Flusher
+		// A waiter (never a Flusher): its done channel has room for the
+		// one send an op gets per use, so this send does not block.
+		o.complete()
 	}
 }
 

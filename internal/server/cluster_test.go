@@ -68,6 +68,9 @@ func (b *binClient) send(op protocol.Opcode, vb uint16, extras, key, value []byt
 		Header: protocol.Header{Opcode: op, VBucket: vb, Opaque: 0xfeed},
 		Extras: extras, Key: key, Value: value,
 	})
+	// Each request gets its 10 s to be answered: a test that makes many
+	// takes longer than that on a loaded machine.
+	b.nc.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := b.nc.Write(req); err != nil {
 		b.t.Fatal(err)
 	}
@@ -522,6 +525,9 @@ func dialText(t testing.TB, addr string) *textClient {
 
 func (c *textClient) expect(req, want string) {
 	c.t.Helper()
+	// Each request gets its 10 s to be answered: a test that makes many
+	// (TestLoopUnrulyClients) takes longer than that on a loaded machine.
+	c.nc.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.WriteString(c.nc, req); err != nil {
 		c.t.Fatal(err)
 	}
