@@ -97,16 +97,21 @@
 // tails, COLD then HOT then WARM, examining at most evictSearch items: an
 // expired or flushed item is reclaimed (counted as reclaimed), an active
 // COLD item gets a second chance in WARM (or at the head of the flat list),
-// and otherwise the item is evicted; and finally, unless NoSlabReassign, a
-// page rescued from the class holding the most pages: all of its items are
-// evicted (counted in slabs_moved and slab_reassign_evictions_nomem) and
-// the page is given to the needy class (or, if the two classes' page sizes
-// differ, released to the budget so that the class allocates its own;
-// this is the only case where page memory goes back to the Go heap). Only
-// when all of this fails is ErrNoMemory returned (outofmemory). With far
-// more classes in use than pages in the budget, pages ping-pong between
-// classes and the cache holds little; memcached avoids that by letting each
-// class take its first page over the limit, which this store does not do.
+// and otherwise the item is evicted. Only the first evictChances active
+// items of a search get that chance; after them an active item is evicted
+// too (counted in evicted_active), as memcached's evicting pull takes the
+// COLD tail whatever its active bit, so that a tail of items all fetched
+// since they were stored cannot use up the search. Finally, unless
+// NoSlabReassign, it takes a page rescued from the class holding the most
+// pages: all of its items are evicted (counted in slabs_moved and
+// slab_reassign_evictions_nomem) and the page is given to the needy class
+// (or, if the two classes' page sizes differ, released to the budget so
+// that the class allocates its own; this is the only case where page
+// memory goes back to the Go heap). Only when all of this fails is
+// ErrNoMemory returned (outofmemory). With far more classes in use than
+// pages in the budget, pages ping-pong between classes and the cache holds
+// little; memcached avoids that by letting each class take its first page
+// over the limit, which this store does not do.
 //
 // # Time, expiry and flush_all
 //

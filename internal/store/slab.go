@@ -48,6 +48,7 @@ type classCounters struct {
 
 const (
 	evictSearch  = 32 // tail items examined per eviction attempt
+	evictChances = 16 // of those, active COLD items given a second chance instead of evicted
 	allocRetries = 4  // rounds of free list / page / evict / rescue
 	drainPasses  = 64 // passes over a page being emptied for another class
 )
