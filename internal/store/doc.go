@@ -10,16 +10,20 @@
 // SetMemLimit) and never returned to the Go heap, only handed from class to
 // class. The sum of page bytes never exceeds the budget, except that the
 // store's very first page is always granted (so a limit below one page still
-// works). Each page belongs to one slab class and is cut into equal chunks:
-// class 1's chunk is the header plus Config.ChunkSizeMin rounded up to 8
-// bytes, each next class is GrowthFactor times larger (rounded up to 8),
-// and the last ordinary class is SlabChunkMax (half a page). Items bigger
-// than that (up to ItemSizeMax, 1 MiB by default) use "large" classes that
-// continue the growth series up to ItemSizeMax, with one chunk per page and
-// the page sized to the chunk, so that every value is one contiguous slice
-// and Value never copies. A new page is not split up front: chunks are
-// handed out in order from the class's end page (memcached's
-// free_chunks_end), so moving a page between classes costs nothing.
+// works), and that when pages cannot move between classes (NoEvict or
+// NoSlabReassign) a class with no page is granted its first one over the
+// limit, as memcached grants it; otherwise a class first used after the
+// limit was reached could store nothing. Each page belongs to one slab
+// class and is cut into equal chunks: class 1's chunk is the header plus
+// Config.ChunkSizeMin rounded up to 8 bytes, each next class is
+// GrowthFactor times larger (rounded up to 8), and the last ordinary class
+// is SlabChunkMax (half a page). Items bigger than that (up to
+// ItemSizeMax, 1 MiB by default) use "large" classes that continue the
+// growth series up to ItemSizeMax, with one chunk per page and the page
+// sized to the chunk, so that every value is one contiguous slice and Value
+// never copies. A new page is not split up front: chunks are handed out in
+// order from the class's end page (memcached's free_chunks_end), so moving
+// a page between classes costs nothing.
 //
 // An item is addressed by a uint32 handle, page<<chunkBits | chunk, where
 // chunkBits fits the most chunks a page can hold and page 0 is never used,
@@ -111,7 +115,7 @@
 // ErrNoMemory returned (outofmemory). With far more classes in use than
 // pages in the budget, pages ping-pong between classes and the cache holds
 // little; memcached avoids that by letting each class take its first page
-// over the limit, which this store does not do.
+// over the limit, which this store does only when pages cannot move.
 //
 // # Time, expiry and flush_all
 //
