@@ -10,16 +10,20 @@
 // SetMemLimit) and never returned to the Go heap, only handed from class to
 // class. The sum of page bytes never exceeds the budget, except that the
 // store's very first page is always granted (so a limit below one page still
-// works). Each page belongs to one slab class and is cut into equal chunks:
-// class 1's chunk is the header plus Config.ChunkSizeMin rounded up to 8
-// bytes, each next class is GrowthFactor times larger (rounded up to 8),
-// and the last ordinary class is SlabChunkMax (half a page). Items bigger
-// than that (up to ItemSizeMax, 1 MiB by default) use "large" classes that
-// continue the growth series up to ItemSizeMax, with one chunk per page and
-// the page sized to the chunk, so that every value is one contiguous slice
-// and Value never copies. A new page is not split up front: chunks are
-// handed out in order from the class's end page (memcached's
-// free_chunks_end), so moving a page between classes costs nothing.
+// works), and that when pages cannot move between classes (NoEvict or
+// NoSlabReassign) a class with no page is granted its first one over the
+// limit, as memcached grants it; otherwise a class first used after the
+// limit was reached could store nothing. Each page belongs to one slab
+// class and is cut into equal chunks: class 1's chunk is the header plus
+// Config.ChunkSizeMin rounded up to 8 bytes, each next class is
+// GrowthFactor times larger (rounded up to 8), and the last ordinary class
+// is SlabChunkMax (half a page). Items bigger than that (up to
+// ItemSizeMax, 1 MiB by default) use "large" classes that continue the
+// growth series up to ItemSizeMax, with one chunk per page and the page
+// sized to the chunk, so that every value is one contiguous slice and Value
+// never copies. A new page is not split up front: chunks are handed out in
+// order from the class's end page (memcached's free_chunks_end), so moving
+// a page between classes costs nothing.
 //
 // An item is addressed by a uint32 handle, page<<chunkBits | chunk, where
 // chunkBits fits the most chunks a page can hold and page 0 is never used,
@@ -97,16 +101,21 @@
 // tails, COLD then HOT then WARM, examining at most evictSearch items: an
 // expired or flushed item is reclaimed (counted as reclaimed), an active
 // COLD item gets a second chance in WARM (or at the head of the flat list),
-// and otherwise the item is evicted; and finally, unless NoSlabReassign, a
-// page rescued from the class holding the most pages: all of its items are
-// evicted (counted in slabs_moved and slab_reassign_evictions_nomem) and
-// the page is given to the needy class (or, if the two classes' page sizes
-// differ, released to the budget so that the class allocates its own;
-// this is the only case where page memory goes back to the Go heap). Only
-// when all of this fails is ErrNoMemory returned (outofmemory). With far
-// more classes in use than pages in the budget, pages ping-pong between
-// classes and the cache holds little; memcached avoids that by letting each
-// class take its first page over the limit, which this store does not do.
+// and otherwise the item is evicted. Only the first evictChances active
+// items of a search get that chance; after them an active item is evicted
+// too (counted in evicted_active), as memcached's evicting pull takes the
+// COLD tail whatever its active bit, so that a tail of items all fetched
+// since they were stored cannot use up the search. Finally, unless
+// NoSlabReassign, it takes a page rescued from the class holding the most
+// pages: all of its items are evicted (counted in slabs_moved and
+// slab_reassign_evictions_nomem) and the page is given to the needy class
+// (or, if the two classes' page sizes differ, released to the budget so
+// that the class allocates its own; this is the only case where page
+// memory goes back to the Go heap). Only when all of this fails is
+// ErrNoMemory returned (outofmemory). With far more classes in use than
+// pages in the budget, pages ping-pong between classes and the cache holds
+// little; memcached avoids that by letting each class take its first page
+// over the limit, which this store does only when pages cannot move.
 //
 // # Time, expiry and flush_all
 //

@@ -98,10 +98,15 @@ var evictOrder = [...]int{segCold, segHot, segWarm}
 // TryLock (the lock order is shard → class, and the caller already holds
 // c.mu); the caller's own shard (held) is already locked and can be used
 // directly, except for its item keep. Active items at the COLD tail get a
-// second chance in WARM (or at the head of the flat list). Caller holds c.mu.
+// second chance in WARM (or at the head of the flat list), the first
+// evictChances of them only: after those an active item is evicted like any
+// other (memcached's evicting pull evicts the COLD tail whatever its active
+// bit), so a tail of active items cannot use up the search and leave the
+// class without a victim. Caller holds c.mu.
 func (s *Store) evictLocked(c *slabClass, held *shard, keep uint32, now uint32) bool {
 	flat := s.flat.Load()
 	budget := evictSearch
+	chances := evictChances
 	for _, seg := range evictOrder {
 		h := c.tail[seg]
 		for h != 0 && budget > 0 {
@@ -112,7 +117,8 @@ func (s *Store) evictLocked(c *slabClass, held *shard, keep uint32, now uint32) 
 				h = prev
 				continue
 			}
-			if seg == segCold && it.has(stActive) {
+			if seg == segCold && it.has(stActive) && chances > 0 {
+				chances--
 				it.setBit(stActive, false)
 				if flat {
 					s.moveLocked(c, h, it, segCold)

@@ -99,22 +99,41 @@ func TestStress(t *testing.T) {
 	}
 }
 
+// TestNoSlabReassignAndMemLimit: without slab reassign a class's first page
+// is granted over the limit (memcached's do_slabs_newslab), since no page
+// can come from another class; after that the class evicts its own items,
+// and a raised limit gives it more pages.
 func TestNoSlabReassignAndMemLimit(t *testing.T) {
 	s, _ := newTest(t, Config{MaxBytes: 1 << 20, NoSlabReassign: true})
 	mustSet(t, s, "small", "v", 0)
-	if err := set(t, s, "big", string(make([]byte, 5000)), 0); !errors.Is(err, ErrNoMemory) {
-		t.Fatalf("err = %v", err)
+	big := string(make([]byte, 5000))
+	mustSet(t, s, "big", big, 0) // its class's first page, over the limit
+	var st Stats
+	s.ReadStats(&st)
+	if st.TotalMalloced != 2<<20 {
+		t.Fatalf("malloced %d after the second class's first set", st.TotalMalloced)
 	}
-	if err := s.SetMemLimit(2 << 20); err != nil {
+	for i := 0; i < 1000; i++ { // five pages' worth: the class evicts its own
+		mustSet(t, s, "big"+strconv.Itoa(i), big, 0)
+	}
+	wantGet(t, s, "small", "v", Hit)
+	s.ReadStats(&st)
+	if st.TotalMalloced != 2<<20 || st.Evictions == 0 || st.SlabsMoved != 0 || st.OutOfMemory != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	if err := s.SetMemLimit(3 << 20); err != nil {
 		t.Fatal(err)
 	}
-	mustSet(t, s, "big", string(make([]byte, 5000)), 0)
+	mustSet(t, s, "big", big, 0)
+	for i := 0; i < 1000 && st.TotalMalloced < 3<<20; i++ {
+		mustSet(t, s, "more"+strconv.Itoa(i), big, 0)
+		s.ReadStats(&st)
+	}
 	if err := s.SetMemLimit(0); err == nil {
 		t.Fatal("zero limit accepted")
 	}
-	var st Stats
 	s.ReadStats(&st)
-	if st.LimitMaxbytes != 2<<20 || st.TotalMalloced != 2<<20 {
+	if st.LimitMaxbytes != 3<<20 || st.TotalMalloced != 3<<20 {
 		t.Fatalf("stats %+v", st)
 	}
 }

@@ -48,6 +48,7 @@ type classCounters struct {
 
 const (
 	evictSearch  = 32 // tail items examined per eviction attempt
+	evictChances = 16 // of those, active COLD items given a second chance instead of evicted
 	allocRetries = 4  // rounds of free list / page / evict / rescue
 	drainPasses  = 64 // passes over a page being emptied for another class
 )
@@ -120,14 +121,16 @@ func (s *Store) retireEndLocked(c *slabClass) {
 
 // newPageLocked allocates a page for c from the global budget. The first
 // page of the store is always granted, so that a limit below one page still
-// works. With NoEvict (-M), a class that has no page yet is granted its
-// first one even over the limit: that is memcached's rule (do_slabs_newslab)
-// and what decides which sets get "out of memory" there; without -M the
-// limit is hard and page rescue feeds classes instead. Caller holds c.mu
-// (lock order: class → pageMu).
+// works. When pages cannot come from another class (NoEvict, -M, or
+// NoSlabReassign), a class that has no page yet is granted its first one
+// even over the limit: that is memcached's rule (do_slabs_newslab), what
+// decides which sets get "out of memory" under -M, and what lets a class
+// first used after the limit was reached store anything at all without
+// slab reassign. Otherwise the limit is hard and page rescue feeds classes
+// instead. Caller holds c.mu (lock order: class → pageMu).
 func (s *Store) newPageLocked(c *slabClass) bool {
 	s.pageMu.Lock()
-	firstOverLimit := s.cfg.NoEvict && len(c.pages) == 0
+	firstOverLimit := (s.cfg.NoEvict || s.cfg.NoSlabReassign) && len(c.pages) == 0
 	if s.malloced > 0 && s.malloced+c.pageSize > s.limit && !firstOverLimit {
 		s.pageMu.Unlock()
 		return false

@@ -361,6 +361,64 @@ func TestEvictionMixedSizes(t *testing.T) {
 	}
 }
 
+// TestEvictionActiveTail stores three times MaxBytes into one class whose
+// LRU tail is all active items: each item fetched right after its set
+// (memcached's t/binary.t "Leaky binary get test", 100 sets of 573,440 bytes
+// under -m 64 -o no_modern), or every item fetched once before more are set.
+// memcached evicts the COLD tail whatever its active bit, so every set must
+// be stored; a search that spends itself on second chances finds no victim.
+// The 573,440-byte case is binary.t's configuration: one chunk per 1 MiB
+// page (slab_chunk_max = page size), flat LRU, no slab reassign, and more
+// items per class than evictSearch.
+func TestEvictionActiveTail(t *testing.T) {
+	for _, size := range []int{1000, 573440} {
+		for _, flat := range []bool{true, false} {
+			for _, noReassign := range []bool{true, false} {
+				for _, pattern := range []string{"get-after-set", "get-all-then-set"} {
+					name := fmt.Sprintf("size=%d/flat=%v/no_slab_reassign=%v/%s", size, flat, noReassign, pattern)
+					t.Run(name, func(t *testing.T) {
+						limit := int64(2 << 20)
+						if size > 1<<19 {
+							limit = 40 << 20 // 40 one-item pages: more than evictSearch
+						}
+						s, _ := newTest(t, Config{MaxBytes: limit, FlatLRU: flat, NoSlabReassign: noReassign, SlabChunkMax: 1 << 20})
+						n := int(3 * limit / int64(size))
+						setAll := func(prefix string, from, to int, getEach bool) {
+							for i := from; i < to; i++ {
+								k := prefix + strconv.Itoa(i)
+								val := string(valueFor(k, size))
+								if err := set(t, s, k, val, 0); err != nil {
+									var st Stats
+									s.ReadStats(&st)
+									t.Fatalf("set %d of %d: %v (curr_items %d, evictions %d)", i+1, to, err, st.CurrItems, st.Evictions)
+								}
+								if getEach {
+									wantGet(t, s, k, val, Hit)
+								}
+							}
+						}
+						if pattern == "get-after-set" {
+							setAll("k", 0, n, true)
+						} else {
+							setAll("k", 0, n/2, false)
+							for i := 0; i < n/2; i++ {
+								get(s, "k"+strconv.Itoa(i))
+							}
+							setAll("n", 0, n/2, false)
+						}
+						var st Stats
+						s.ReadStats(&st)
+						if st.OutOfMemory != 0 || st.Evictions == 0 || st.TotalMalloced > uint64(limit) {
+							t.Fatalf("stats %+v", st)
+						}
+						checkAll(t, s, true)
+					})
+				}
+			}
+		}
+	}
+}
+
 // valueFor encodes key in a value of n bytes (the key repeated).
 func valueFor(key string, n int) []byte {
 	return bytes.Repeat([]byte(key), n/len(key)+1)[:n]

@@ -20,6 +20,12 @@
 //
 // Run one script with -run 'TestCompat/<name>' (the file name without .txt).
 //
+// A sequence too bulky for a script is a Go test that starts memcached and
+// the target with the same flags and requires the same outcome of both:
+// TestLeakyBinaryGetBigSets (bigsets_test.go) replays memcached's
+// t/binary.t "Leaky binary get test", 100 sets of 573,440 bytes under
+// -o no_modern, each read back over the binary protocol.
+//
 // # Script language
 //
 // A script is a text file of steps. Lines starting with '#' are comments.
