@@ -115,8 +115,12 @@ type Client struct {
 	// provided context. To use TLS, give a tls.Dialer's DialContext.
 	DialContext func(ctx context.Context, network, address string) (net.Conn, error)
 
-	// Timeout specifies the socket read/write timeout and the dial
-	// timeout. If zero, DefaultTimeout is used.
+	// Timeout specifies the dial timeout, the socket write timeout, and
+	// how long a request may wait for its whole answer from the moment it
+	// is sent, however slowly the server sends it (gomemcache's
+	// per-request deadline). A request that passes it fails with a
+	// timeout, and so does its connection with every request queued on
+	// it. If zero, DefaultTimeout is used.
 	Timeout time.Duration
 
 	// MaxConns is the most connections the client opens to one server.
