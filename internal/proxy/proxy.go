@@ -38,7 +38,10 @@ type Proxy struct {
 	st      *serverStats
 	started time.Time
 
-	reloadMu sync.Mutex // serializes Reload; protects listenAddr
+	// reloadMu serializes Reload and protects listen. It is held while
+	// Reload builds the new upstream (dials, a cluster's bootstrap, bounded
+	// by Reload's ctx); nothing Reload waits for takes it.
+	reloadMu sync.Mutex
 	listen   string
 
 	// mu protects conns, closed and ln; a Reload swaps cur under it.
