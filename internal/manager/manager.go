@@ -74,12 +74,25 @@ type Manager struct {
 	cli *clientv3.Client
 
 	// opMu serialises the leader's state-changing operations (add and
-	// remove node, failover, rebalance start and each move's commit).
+	// remove node, failover, rebalance start and each move's commit). It
+	// is held across their network calls (to nodes, to etcd) on purpose;
+	// what those wait for (a node's answer, a push, the rebalance
+	// goroutine) never takes it, and failover lets go of it before it
+	// waits for the rebalance to stop. Lock order: opMu, commitMu, mu.
 	opMu sync.Mutex
 
-	mu      sync.Mutex // protects everything below
-	st      *State     // the latest state seen (leader: written; follower: watched)
-	stRev   int64      // etcd mod revision of st
+	// commitMu serialises update: its read of the state, the etcd
+	// transaction that writes the new one, and storing that here. It is
+	// held across the transaction; nothing else takes it.
+	commitMu sync.Mutex
+
+	// mu protects everything below. Nothing that waits is done under it:
+	// no etcd call (the watch's setState and the election's observer
+	// take it, as does every HTTP request), no node connection, and the
+	// config streams are poked without blocking.
+	mu      sync.Mutex
+	st      *State // the latest state seen (leader: written; follower: watched)
+	stRev   int64  // etcd mod revision of st
 	leading bool
 	elect   *concurrency.Election
 	leader  string // the leader's URL, as far as this manager knows
@@ -93,7 +106,7 @@ type Manager struct {
 	// Publishing (publish): pushes coalesce, so concurrent moves share
 	// them. pubMu protects pubWant, pubDone and pubBusy; pubCond waits on
 	// pubMu.
-	pubMu   sync.Mutex
+	pubMu   sync.Mutex // released while pushConfig runs: it waits for nodes
 	pubCond *sync.Cond
 	pubWant *State // the newest state asked to be published
 	pubDone int64  // the newest rev pushed to every node
@@ -115,7 +128,13 @@ type nodeHealth struct {
 // nodeConn is a control connection to a node, used by one goroutine at a
 // time (mu). TAKEOVER uses a connection of its own.
 type nodeConn struct {
-	mu sync.Mutex // protects c
+	// mu protects c and is held across the dial and the request (fn in
+	// conn): the connection carries one request at a time. No fn takes
+	// another nodeConn's mu or m.mu, and what a node waits for before it
+	// answers (a takeover, a stream) never needs this connection (a
+	// takeover dials its own), so a holder waits at most for the dial's
+	// and the request's deadlines (admin.Conn sets one on every request).
+	mu sync.Mutex
 	c  *admin.Conn
 }
 
@@ -257,12 +276,17 @@ var ErrNotLeader = errors.New("manager: not the leader")
 func (m *Manager) update(ctx context.Context, fn func(s *State) error) (*State, error) {
 	t0 := time.Now()
 	defer func() { m.prof.commit.Add(int64(time.Since(t0))) }()
+	m.commitMu.Lock()
+	defer m.commitMu.Unlock()
+	// The transaction runs without mu (see mu): it writes only if the
+	// state is still the one read here and this manager still leads.
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if !m.leading || m.elect == nil {
+		m.mu.Unlock()
 		return nil, ErrNotLeader
 	}
-	s := m.st.clone()
+	elect, s, rev := m.elect, m.st.clone(), m.stRev
+	m.mu.Unlock()
 	if err := fn(s); err != nil {
 		return nil, err
 	}
@@ -271,8 +295,8 @@ func (m *Manager) update(ctx context.Context, fn func(s *State) error) (*State, 
 		return nil, err
 	}
 	tr, err := m.cli.Txn(ctx).If(
-		clientv3.Compare(clientv3.CreateRevision(m.elect.Key()), "=", m.elect.Rev()),
-		clientv3.Compare(clientv3.ModRevision(m.stateKey()), "=", m.stRev),
+		clientv3.Compare(clientv3.CreateRevision(elect.Key()), "=", elect.Rev()),
+		clientv3.Compare(clientv3.ModRevision(m.stateKey()), "=", rev),
 	).Then(clientv3.OpPut(m.stateKey(), string(data))).Commit()
 	if err != nil {
 		return nil, err
@@ -280,13 +304,18 @@ func (m *Manager) update(ctx context.Context, fn func(s *State) error) (*State, 
 	if !tr.Succeeded {
 		return nil, ErrNotLeader
 	}
-	m.st, m.stRev = s, tr.Header.Revision
+	m.mu.Lock()
+	// The watch may have brought this write already, or a later one.
+	if tr.Header.Revision >= m.stRev {
+		m.st, m.stRev = s, tr.Header.Revision
+	}
 	for ch := range m.subs {
 		select {
 		case ch <- struct{}{}:
 		default:
 		}
 	}
+	m.mu.Unlock()
 	return s.clone(), nil
 }
 

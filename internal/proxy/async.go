@@ -99,13 +99,27 @@ type asyncState struct {
 	settled chan struct{}      // Complete's signal to settle (capacity 1)
 	writeFn func(uintptr) bool // c.writeAsync, bound once
 
-	amu     sync.Mutex // protects what follows; Complete writes under it
-	head    int        // the slot of the oldest request not answered
-	pending int        // requests not answered
-	waiting bool       // settle waits for pending to reach 0
-	pend    []byte     // replies the socket did not take, in order
-	wout    []byte     // what writeFn writes: pend, during Flush
-	stalled bool       // Flush left pend to the client's goroutine and woke it
+	// amu protects what follows. Two waits happen under it, and neither
+	// can close a cycle. Flush writes to the client's socket under it
+	// (RawConn.Write, which takes the socket's write lock; the callback
+	// never waits): the only other writer, the client goroutine's
+	// net.Conn.Write (flush), runs only with nothing in flight (c.out is
+	// written without waiting, outWritten, before a request leaves, and
+	// whatever writes to c.out settles first), so no Flush with replies to
+	// write can meet it; and a Close (Proxy.Close, serve's exit) fails the
+	// write at once. Complete sends on settled under it: at most one token
+	// is ever owed (settle sets waiting, the one Complete that clears it
+	// sends once, settle receives once), so the send never blocks. The
+	// client goroutine holds amu only for moments, never while it waits
+	// (settle lets go before it receives). The upstream client calls
+	// Complete and Flush without its own locks held.
+	amu     sync.Mutex
+	head    int    // the slot of the oldest request not answered
+	pending int    // requests not answered
+	waiting bool   // settle waits for pending to reach 0
+	pend    []byte // replies the socket did not take, in order
+	wout    []byte // what writeFn writes: pend, during Flush
+	stalled bool   // Flush left pend to the client's goroutine and woke it
 }
 
 // pipelined reports whether a text command may join what is in flight
@@ -390,7 +404,7 @@ func (r *asyncReq) Complete(it *memcache.Item, err error) {
 	}
 	if a.pending == 0 && a.waiting {
 		a.waiting = false
-		a.settled <- struct{}{}
+		a.settled <- struct{}{} // under amu, never blocks: see amu
 	}
 	a.amu.Unlock()
 }
@@ -405,7 +419,7 @@ func (r *asyncReq) Flush() {
 	a.amu.Lock()
 	if len(a.pend) > 0 && !a.stalled {
 		a.wout = a.pend
-		c.raw.Write(a.writeFn) // a closed socket: the replies are dropped with it
+		c.raw.Write(a.writeFn) // under amu (see amu); a closed socket: the replies are dropped with it
 		a.pend, a.wout = a.wout, nil
 		if len(a.pend) > 0 {
 			// The client is not reading. Its goroutine may be waiting for

@@ -123,7 +123,10 @@ type ploop struct {
 	p  *Proxy
 	pl *rawio.Poller // accept, Reload and Close wake it
 
-	mu      sync.Mutex // protects adds and stopped
+	// mu protects adds and stopped. Under it add may close a duplicated
+	// descriptor no poller holds (a plain close(2), which waits for
+	// nothing); the wake-ups (a non-blocking pipe write) come after it.
+	mu      sync.Mutex
 	adds    []*conn
 	stopped bool
 
@@ -737,7 +740,7 @@ func (l *ploop) detach(c *conn) {
 	}
 	c.nc, c.raw = nc, rawio.Conn(nc)
 	if p.closed {
-		nc.Close()
+		nc.Close() // under p.mu: nobody reads nc yet, so its Close waits for nothing
 	}
 	p.wg.Add(1)
 	p.mu.Unlock()

@@ -38,13 +38,26 @@ type Proxy struct {
 	st      *serverStats
 	started time.Time
 
-	reloadMu sync.Mutex // serializes Reload; protects listenAddr
+	// reloadMu serializes Reload and protects listen. It is held while
+	// Reload builds the new upstream (dials, a cluster's bootstrap, bounded
+	// by Reload's ctx); nothing Reload waits for takes it.
+	reloadMu sync.Mutex
 	listen   string
 
-	mu     sync.Mutex // protects conns and closed; a Reload swaps cur under it
+	// mu protects conns, closed and ln; a Reload swaps cur under it.
+	// Nothing that can wait is done under it: Close collects the sockets
+	// under mu and closes them after, since a socket's Close waits for its
+	// goroutine to leave the RawConn callback (serveRaw), and a connection
+	// leaving (serve, the loops' closeClient and detach) takes mu.
+	mu     sync.Mutex
 	conns  map[*conn]struct{}
 	closed bool
 	ln     net.Listener
+	// closing is set when Close begins: a connection served inside its
+	// socket's RawConn callback leaves it at its next read (rawStep), since
+	// a client that keeps the socket's queue full would otherwise keep it
+	// there, and Close with it.
+	closing atomic.Bool
 
 	closeOnce sync.Once
 
@@ -190,17 +203,25 @@ func (p *Proxy) Close() error {
 }
 
 func (p *Proxy) close() {
+	p.closing.Store(true)
 	p.mu.Lock()
 	p.closed = true
-	if p.ln != nil {
-		p.ln.Close()
-	}
+	ln := p.ln
+	ncs := make([]net.Conn, 0, len(p.conns))
 	for c := range p.conns {
 		if c.nc != nil { // nil: on a loop
-			c.nc.Close()
+			ncs = append(ncs, c.nc)
 		}
 	}
 	p.mu.Unlock()
+	// Closed outside mu (see mu). A connection that gets its net.Conn
+	// after this (detach) sees closed and closes it itself.
+	if ln != nil {
+		ln.Close()
+	}
+	for _, nc := range ncs {
+		nc.Close()
+	}
 	p.loopsOnce.Do(func() {}) // no loops start after this
 	for _, l := range p.loopList() {
 		l.stop()
@@ -357,6 +378,10 @@ func (c *conn) rawStep(fd uintptr) bool {
 		}
 	}
 	for {
+		if c.p.closing.Load() {
+			c.rawErr = net.ErrClosed // Close waits for this callback to return
+			return true
+		}
 		buf := c.rbuf[c.w:]
 		n, wait, err := rawio.Fill(fd, buf)
 		if wait {

@@ -45,7 +45,7 @@ type upstream struct {
 	// addresses its selector returns (set once, read-only after).
 	byAddr map[net.Addr]*srvStat
 
-	mu      sync.Mutex // protects refs and retired
+	mu      sync.Mutex // protects refs and retired; drained is closed after it, and retire waits after it
 	refs    int
 	retired bool
 	drained chan struct{} // closed when retired and refs reach zero
@@ -533,7 +533,7 @@ func answer(err error) bool {
 // serverStats holds per-server counters for "stats", shared by every
 // upstream generation of a Proxy (a reload keeps the counts).
 type serverStats struct {
-	mu sync.Mutex // protects m
+	mu sync.Mutex // protects m (a map lookup; nothing else under it)
 	m  map[string]*srvStat
 }
 
@@ -543,7 +543,7 @@ type srvStat struct {
 	consecFail                                     atomic.Int64
 	lastFail                                       atomic.Int64 // unix nanoseconds
 
-	lmu sync.Mutex // protects lat
+	lmu sync.Mutex // protects lat and li (a copy; nothing else under it)
 	lat [256]int64 // the last latencies in µs, for p99
 	li  int
 }

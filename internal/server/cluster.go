@@ -64,7 +64,7 @@ func (cc *clusterConfig) newerThan(epoch, rev int64) bool {
 type cluster struct {
 	vbs *vbucket.Table
 
-	cfgMu  sync.Mutex                    // serialises SET_CLUSTER_CONFIG
+	cfgMu  sync.Mutex                    // serialises SET_CLUSTER_CONFIG's compare and store; the reply and Poke come after it
 	config atomic.Pointer[clusterConfig] // read without a lock
 
 	// parkCtx ends when the server shuts down, so parked requests let go

@@ -77,7 +77,7 @@ type loop struct {
 	// idle, like any goroutine (see wait); Serve wakes it to stop.
 	pl *rawio.Poller
 
-	mu      sync.Mutex // protects conns and stopped
+	mu      sync.Mutex // protects conns and stopped; add's epoll_ctl under it never waits, descriptors close after it
 	conns   []*conn    // by descriptor
 	stopped bool       // the loop has closed its connections; add refuses
 

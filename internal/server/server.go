@@ -86,7 +86,12 @@ type Server struct {
 	counters [counterShards]counters
 
 	// connection bookkeeping
-	mu        sync.Mutex // protects conns, listeners, nextID
+	// mu protects conns, listeners, udp, nextID and fds. Nothing that
+	// waits is done under it: the shutdown kick (Serve,
+	// kickIfClosingLocked) only sets a read deadline, which waits for no
+	// reader, and sockets are closed after it (a connection's goroutine
+	// takes mu to leave, dropConn, after it closes its socket).
+	mu        sync.Mutex
 	conns     map[uint64]*conn
 	listeners []net.Listener
 	udp       []net.PacketConn

@@ -21,7 +21,10 @@ import (
 
 // tunables are the settings that admin commands change at run time.
 type tunables struct {
-	mu              sync.Mutex // protects every field
+	// mu protects every field. settingsStats holds it while it reads the
+	// store's class stats (the store's locks, which never lead back here);
+	// nothing under it touches a socket: replies go to c.out.
+	mu              sync.Mutex
 	slabAutomove    int
 	automoveRatio   float64
 	automoveWindow  int
@@ -540,7 +543,7 @@ func (c *conn) connStats() {
 // prefixStats is "stats detail": per key prefix counts of gets, hits, sets
 // and deletes. It is off the fast path (only used while detail is on).
 type prefixStats struct {
-	mu    sync.Mutex // protects m and order
+	mu    sync.Mutex // protects m and order (memory only; replies are appended to c.out, not written)
 	delim byte
 	m     map[string]*prefixEntry
 	order []string

@@ -24,7 +24,7 @@ type Log struct {
 
 // vbLog is one vbucket's numbering and ring.
 type vbLog struct {
-	mu   sync.Mutex      // protects every field below
+	mu   sync.Mutex      // protects every field below; held only for memory work, and subs are poked without blocking
 	high uint64          // last sequence number given out or applied
 	uuid uint64          // lineage of this vbucket's history (0: none yet)
 	gen  uint64          // bumped by Reset: open streams must start over

@@ -39,11 +39,19 @@ type Node struct {
 	wg     sync.WaitGroup // replication goroutines
 
 	// ackMu and acks: Replicated's waiters sleep on acks, broadcast when
-	// a consumer acknowledges or a producer goes away.
+	// a consumer acknowledges or a producer goes away. ackMu protects no
+	// field; WaitReplicated holds it while it takes mu and the producers'
+	// locks (ackMu, then mu, then a producer's mu), so acked is never
+	// called with mu or a producer's mu held.
 	ackMu sync.Mutex
 	acks  *sync.Cond
 
-	mu        sync.Mutex // protects everything below; taken before a producer's mu, never after
+	// mu protects everything below; taken before a producer's mu, never
+	// after. Nothing waits under it: StopReplication and AbortTakeover
+	// wait for a replicator's or a takeover's goroutine (which take mu)
+	// after letting go of it, and Replicate pokes r.changed without
+	// blocking.
+	mu        sync.Mutex
 	prog      []progress // per vbucket: where the last consumer got to
 	producers map[*producer]struct{}
 	consumers map[string]map[*cstream]struct{} // by source node

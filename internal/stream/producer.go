@@ -30,7 +30,12 @@ type producer struct {
 	poke chan struct{} // cap 1: new log entries, acknowledgements, new or closing streams
 	done chan struct{} // closed when the reader stops: the connection is gone
 
-	mu      sync.Mutex // protects streams, ctrl and unacked
+	// mu protects streams, ctrl and unacked. The connection is never
+	// read, written or closed under it, and the writer is poked after it
+	// (pokeWriter, which never blocks anyway); streamReq calls the Log
+	// under it (a producer's mu, then a vbucket's log mu: the Log takes
+	// no lock of ours).
+	mu      sync.Mutex
 	streams []*pstream
 	ctrl    []byte // replies to the consumer's requests, written before data
 	unacked int    // bytes written and not yet acknowledged (BUFFER_ACK)
@@ -170,7 +175,7 @@ func (p *producer) readLoop(r *bufio.Reader) {
 				s := p.findOpaque(pk.Opaque)
 				p.mu.Unlock()
 				if s != nil {
-					select {
+					select { // cap 1; a stale answer is dropped, never waited on
 					case s.resp <- pk.Status:
 					default:
 					}

@@ -1,0 +1,117 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/vbcache/vbcache/test/nodeproc"
+)
+
+// TestUpdateDoesNotHoldMuAcrossEtcd: while update's etcd transaction is
+// in flight, the state stays readable (State, Leader: every HTTP request,
+// the watch's setState and the election's observer take m.mu). update
+// held m.mu across the transaction, so an etcd that was slow or gone
+// froze the manager's whole API until it answered; with the
+// context.Background() of the rebalance's last commit, for as long as
+// etcd stayed away.
+func TestUpdateDoesNotHoldMuAcrossEtcd(t *testing.T) {
+	port := func() int {
+		p, err := nodeproc.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	client := fmt.Sprintf("http://127.0.0.1:%d", port())
+	e, err := StartEtcd(EtcdMember{Dir: t.TempDir(), ClientURL: client,
+		PeerURL: fmt.Sprintf("http://127.0.0.1:%d", port()), QuietLogs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+
+	// Txn calls wait in the interceptor while hold is set: entered says
+	// one is waiting, release lets it go.
+	var hold atomic.Bool
+	var enter sync.Once
+	entered, release := make(chan struct{}), make(chan struct{})
+	block := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if hold.Load() && method == "/etcdserverpb.KV/Txn" {
+			enter.Do(func() { close(entered) })
+			<-release
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 5 * time.Second,
+		Logger: zap.NewNop(), DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(block)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	m, err := New(Config{Etcd: cli, Advertise: "http://127.0.0.1:1", NumVBuckets: 16, SessionTTL: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { // owned by the test: ends with ctx
+		defer close(ran)
+		m.Run(ctx)
+	}()
+	defer func() { cancel(); <-ran }()
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if leading, _ := m.Leader(); leading {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the manager did not lead within 20 s")
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition, not waiting for time to pass
+	}
+
+	hold.Store(true)
+	before := m.State().Rev
+	updated := make(chan error, 1)
+	go func() {
+		_, err := m.update(ctx, func(s *State) error { s.Rev++; return nil })
+		updated <- err
+	}()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("update's transaction did not start")
+	}
+	read := make(chan int64, 1)
+	go func() {
+		m.Leader()
+		read <- m.State().Rev
+	}()
+	waited := false
+	select {
+	case rev := <-read:
+		if rev != before {
+			t.Errorf("State during the transaction: rev %d, want %d (not written yet)", rev, before)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("State and Leader waited for update's etcd transaction")
+		waited = true
+	}
+	close(release)
+	if err := <-updated; err != nil {
+		t.Fatal(err)
+	}
+	if got := m.State().Rev; got != before+1 {
+		t.Errorf("after update: rev %d, want %d", got, before+1)
+	}
+	if waited {
+		<-read
+	}
+}
