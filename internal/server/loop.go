@@ -472,11 +472,12 @@ func (c *conn) resume() {
 
 // kickIfClosingLocked does for nc what Serve's shutdown does for every
 // connection with a net.Conn, for one that got its net.Conn after Serve
-// went through them: its next read fails at once. s.mu is held (Serve
+// went through them: its next read fails at once, and its writes soon
+// (kick). s.mu is held (Serve
 // sets closing before it takes s.mu to go through the connections).
 func (s *Server) kickIfClosingLocked(nc net.Conn) {
 	if s.closing.Load() {
-		nc.SetReadDeadline(time.Unix(1, 0))
+		kick(nc)
 	}
 }
 

@@ -88,7 +88,7 @@ type Server struct {
 	// connection bookkeeping
 	// mu protects conns, listeners, udp, nextID and fds. Nothing that
 	// waits is done under it: the shutdown kick (Serve,
-	// kickIfClosingLocked) only sets a read deadline, which waits for no
+	// kickIfClosingLocked) only sets deadlines, which wait for no
 	// reader, and sockets are closed after it (a connection's goroutine
 	// takes mu to leave, dropConn, after it closes its socket).
 	mu        sync.Mutex
@@ -386,7 +386,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	s.mu.Lock()
 	for _, c := range s.conns {
 		if c.nc != nil { // nil: on a loop, which closes it
-			c.nc.SetReadDeadline(time.Unix(1, 0))
+			kick(c.nc)
 		}
 	}
 	s.mu.Unlock()
@@ -396,6 +396,20 @@ func (s *Server) Serve(ctx context.Context) error {
 		os.Remove(s.cfg.UnixSocket)
 	}
 	return nil
+}
+
+// shutdownWriteGrace is how long a connection's goroutine may still spend
+// writing replies once shutdown has begun: a client that reads nothing
+// must not keep Serve from returning.
+const shutdownWriteGrace = time.Second
+
+// kick makes nc's next read fail at once and its writes fail after
+// shutdownWriteGrace, which wakes its goroutine wherever it waits. Setting
+// a deadline waits for neither the reader nor the writer, so it may be
+// done under s.mu.
+func kick(nc net.Conn) {
+	nc.SetReadDeadline(time.Unix(1, 0))
+	nc.SetWriteDeadline(time.Now().Add(shutdownWriteGrace))
 }
 
 func (s *Server) requestShutdown() {

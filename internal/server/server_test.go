@@ -686,3 +686,61 @@ func BenchmarkGetMissPipelined(b *testing.B) {
 		c.processInput()
 	}
 }
+
+// TestShutdownWithBlockedWriter: Serve returns when told to stop although
+// a client asked for more than the socket buffers hold and reads none of
+// it, so that its connection's goroutine is blocked writing. Shutdown used
+// to set only a read deadline, and Serve waited for that writer forever.
+func TestShutdownWithBlockedWriter(t *testing.T) {
+	for _, name := range []string{"loop", "goroutines"} {
+		t.Run(name, func(t *testing.T) {
+			cfg := Config{Port: -1, PortSet: true, Listen: []string{"127.0.0.1"}, Version: "test", NoEventLoops: name == "goroutines"}
+			cfg.Store.Clock = clock.NewFake(time.Unix(1700000000, 0))
+			s, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Listen(); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- s.Serve(ctx) }()
+			defer cancel()
+			addr := s.Addrs()[0].String()
+			nc, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			nc.SetDeadline(time.Now().Add(20 * time.Second))
+			big := strings.Repeat("b", 500_000)
+			fmt.Fprintf(nc, "set big 0 0 %d\r\n%s\r\n", len(big), big)
+			br := bufio.NewReader(nc)
+			if line, err := br.ReadString('\n'); line != "STORED\r\n" {
+				t.Fatalf("set: %q %v", line, err)
+			}
+			// 40 MB of answers, none of them read.
+			io.WriteString(nc, "get"+strings.Repeat(" big", 80)+"\r\n")
+			waitFor(t, "the node to block writing", func() bool {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				for _, c := range s.conns {
+					if c.nc != nil && c.ctr.bytesWritten.Load() > 0 {
+						return true
+					}
+				}
+				return false
+			})
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("Serve: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Serve did not return within 10 s of its context's end")
+			}
+		})
+	}
+}
