@@ -126,6 +126,8 @@ type ploop struct {
 	// mu protects adds and stopped. Under it add may close a duplicated
 	// descriptor no poller holds (a plain close(2), which waits for
 	// nothing); the wake-ups (a non-blocking pipe write) come after it.
+	// Lock order: mu, then p.mu (add clears c.nc under both); nothing
+	// takes mu while holding p.mu.
 	mu      sync.Mutex
 	adds    []*conn
 	stopped bool
@@ -273,7 +275,12 @@ func (l *ploop) add(c *conn, nc net.Conn) bool {
 		syscall.Close(fd)
 		return false
 	}
-	c.nc, c.raw, c.lp, c.lfd = nil, nil, l, fd
+	// c.nc is read under p.mu (Proxy.close), so it is cleared under
+	// p.mu; the loop, which takes c from adds, does not read it.
+	l.p.mu.Lock()
+	c.nc = nil
+	l.p.mu.Unlock()
+	c.raw, c.lp, c.lfd = nil, l, fd
 	l.adds = append(l.adds, c)
 	l.mu.Unlock()
 	nc.Close()
