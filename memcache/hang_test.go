@@ -177,7 +177,7 @@ func TestReaderFailsItsOwnConn(t *testing.T) {
 				if tc.first != nil && !errors.Is(err, tc.first) {
 					t.Fatalf("Get: %v, want %v", err, tc.first)
 				}
-				if d := time.Since(start); d > 5*c.Timeout {
+				if d := time.Since(start); d > c.Timeout+4*time.Second { // slack for a loaded machine
 					t.Errorf("Get took %v with Timeout %v", d, c.Timeout)
 				}
 				// The conn the reader failed is replaced: wait until it is
@@ -229,12 +229,12 @@ func TestTrickleEndsWithinTimeout(t *testing.T) {
 	defer c.Close()
 	start := time.Now()
 	var err error
-	within(t, 10*time.Second, "Get", func() { _, err = c.Get("k") })
+	within(t, 15*time.Second, "Get", func() { _, err = c.Get("k") })
 	var ne net.Error
 	if !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("Get: %v, want a timeout", err)
 	}
-	if d := time.Since(start); d > 5*c.Timeout {
+	if d := time.Since(start); d > c.Timeout+4*time.Second { // slack for a loaded machine
 		t.Errorf("Get took %v with Timeout %v", d, c.Timeout)
 	}
 }
