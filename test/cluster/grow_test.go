@@ -189,7 +189,7 @@ func TestGrowAndShrinkUnderLoad(t *testing.T) {
 	// So many reads in each phase before and after a rebalance, about
 	// what 300 ms gave under -race.
 	const phaseReads = 1000
-	waitFor(t, 30*time.Second, "reads before the rebalances", func() bool { return before.reads() >= phaseReads })
+	waitFor(t, 30*time.Second, fmt.Sprintf("%d reads before the rebalances", phaseReads), func() bool { return before.reads() >= phaseReads })
 
 	for _, phase := range []struct {
 		name string
@@ -213,7 +213,7 @@ func TestGrowAndShrinkUnderLoad(t *testing.T) {
 		r := m.rebalance(5 * time.Minute)
 		after := &loadStats{}
 		l.cur.Store(after)
-		waitFor(t, 30*time.Second, "reads after the rebalance", func() bool { return after.reads() >= phaseReads })
+		waitFor(t, 30*time.Second, fmt.Sprintf("%d reads after the rebalance", phaseReads), func() bool { return after.reads() >= phaseReads })
 		t.Logf("%s (%s): %d vbuckets moved in %v, %.1f MB", phase.name, node, r.Done,
 			r.Finished.Sub(r.Started).Round(time.Millisecond), float64(r.Bytes)/1e6)
 		t.Logf("  during: %s; hit rate %.4f%%", during, 100*during.hitRate())
