@@ -77,6 +77,19 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 // serveProxy runs a proxy until ctx ends, reloading on SIGHUP and, when
 // file is set, when its modification time changes.
 func serveProxy(ctx context.Context, cfg *proxy.Config, load func() (*proxy.Config, error), file string, logger *log.Logger) error {
+	// SIGHUP is caught, and the file's mtime taken, before the proxy is
+	// built and listens: a SIGHUP sent as soon as the port accepts then
+	// reloads rather than ends the process (the signal's default action),
+	// and a file changed while the proxy starts is reloaded.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	var mtime time.Time
+	if file != "" {
+		if fi, err := os.Stat(file); err == nil {
+			mtime = fi.ModTime()
+		}
+	}
 	bctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	p, err := proxy.New(bctx, cfg)
 	cancel()
@@ -93,17 +106,8 @@ func serveProxy(ctx context.Context, cfg *proxy.Config, load func() (*proxy.Conf
 	serr := make(chan error, 1)
 	go func() { serr <- p.Serve(ln) }() // owned here: p.Close ends it
 	logger.Printf("vbcache proxy: listening on %s", ln.Addr())
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	var mtime time.Time
-	if file != "" {
-		if fi, err := os.Stat(file); err == nil {
-			mtime = fi.ModTime()
-		}
-	}
 	reload := func(why string) {
 		cfg, err := load()
 		if err == nil {

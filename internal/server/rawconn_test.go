@@ -65,11 +65,12 @@ func TestRequestResponseNeverStalls(t *testing.T) {
 }
 
 // TestReplyLargerThanSocketBuffer makes the node's write would-block: a
-// multi-get whose replies far exceed the socket buffers, read only after
-// a pause (20 MB: more than loopback's socket buffers hold). The rest of the reply must follow once the client reads, and
-// the connection must go on serving.
+// multi-get whose replies far exceed the socket buffers (20 MB: more than
+// loopback's socket buffers hold), read only once the node is blocked on
+// the full socket. The rest of the reply must follow once the client
+// reads, and the connection must go on serving.
 func TestReplyLargerThanSocketBuffer(t *testing.T) {
-	_, addr := startServer(t, nil)
+	s, addr := startServer(t, nil)
 	nc, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -83,8 +84,28 @@ func TestReplyLargerThanSocketBuffer(t *testing.T) {
 		t.Fatalf("set: %q %v", line, err)
 	}
 	const n = 40 // 20 MB of replies
+	if len(s.loops) > 0 && loopConns(s) != 1 {
+		t.Fatalf("%d connections on the event loops, want this one", loopConns(s))
+	}
 	fmt.Fprintf(nc, "get%s\r\n", strings.Repeat(" big", n))
-	time.Sleep(100 * time.Millisecond) // let the node fill the socket and block
+	// The node fills the socket and blocks. On an event loop, a write the
+	// socket will not take detaches the connection from its loop, which
+	// is that moment; without loops (VBCACHE_NOLOOP=1) all there is to see
+	// is the connection writing (conn_mwrite) 20 MB that the socket
+	// buffers cannot hold.
+	waitFor(t, "the node blocked writing the reply", func() bool {
+		if len(s.loops) > 0 {
+			return loopConns(s) == 0
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, c := range s.conns {
+			if connState(c.state.Load()) == stateWrite {
+				return true
+			}
+		}
+		return false
+	})
 	hdr := fmt.Sprintf("VALUE big 0 %d\r\n", len(val))
 	buf := make([]byte, len(hdr)+len(val)+2)
 	for i := range n {

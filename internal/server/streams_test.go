@@ -95,6 +95,7 @@ func TestTakeoverUnderWrites(t *testing.T) {
 	a.setState(vb, vbucket.Active)
 	keys := keysFor(vb, 64)
 	var acked [64]atomic.Int64 // last acknowledged value per key
+	var writes atomic.Int64    // acknowledged writes, for the waits below
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	addrs := []string{addrA, addrB}
@@ -119,6 +120,7 @@ func TestTakeoverUnderWrites(t *testing.T) {
 					h, _ := c.do(protocol.OpSet, vb, make([]byte, 8), []byte(keys[i]), []byte(v))
 					if h.Status == protocol.StatusOK {
 						acked[i].Store(n)
+						writes.Add(1)
 						break
 					}
 				}
@@ -157,7 +159,17 @@ func TestTakeoverUnderWrites(t *testing.T) {
 			}
 		}
 	}()
-	time.Sleep(50 * time.Millisecond)
+	// The takeovers run under writes and polls: so many of them before
+	// the first and after each (about what 50 ms and 20 ms gave under
+	// -race), not so much time.
+	progress := func(nw, np int64, what string) {
+		t.Helper()
+		w, p := writes.Load(), polls.Load()
+		waitFor(t, fmt.Sprintf("%d writes and %d polls %s", nw, np, what), func() bool {
+			return writes.Load()-w >= nw && polls.Load()-p >= np
+		})
+	}
+	progress(500, 20, "before the first takeover")
 	src, dst := a, b
 	srcAddr, dstAddr := addrA, addrB
 	for k := 0; k < 6; k++ {
@@ -169,7 +181,7 @@ func TestTakeoverUnderWrites(t *testing.T) {
 		src, dst = dst, src
 		srcAddr, dstAddr = dstAddr, srcAddr
 		round.Add(1)
-		time.Sleep(20 * time.Millisecond)
+		progress(100, 2, fmt.Sprintf("after takeover %d", k))
 	}
 	close(stop)
 	wg.Wait()

@@ -19,13 +19,16 @@ type loadStats struct {
 	lastErr                   atomic.Pointer[string]
 }
 
+func (l *loadStats) reads() int64 {
+	return l.hits.Load() + l.misses.Load() + l.errs.Load() + l.wrong.Load()
+}
+
 func (l *loadStats) String() string {
-	n := l.hits.Load() + l.misses.Load() + l.errs.Load() + l.wrong.Load()
-	return fmt.Sprintf("%d reads: %d hits, %d misses, %d errors, %d wrong", n, l.hits.Load(), l.misses.Load(), l.errs.Load(), l.wrong.Load())
+	return fmt.Sprintf("%d reads: %d hits, %d misses, %d errors, %d wrong", l.reads(), l.hits.Load(), l.misses.Load(), l.errs.Load(), l.wrong.Load())
 }
 
 func (l *loadStats) hitRate() float64 {
-	n := l.hits.Load() + l.misses.Load() + l.errs.Load() + l.wrong.Load()
+	n := l.reads()
 	if n == 0 {
 		return 0
 	}
@@ -183,7 +186,10 @@ func TestGrowAndShrinkUnderLoad(t *testing.T) {
 	before := &loadStats{}
 	l.cur.Store(before)
 	l.start(4, 2)
-	time.Sleep(300 * time.Millisecond)
+	// So many reads in each phase before and after a rebalance, about
+	// what 300 ms gave under -race.
+	const phaseReads = 1000
+	waitFor(t, 30*time.Second, fmt.Sprintf("%d reads before the rebalances", phaseReads), func() bool { return before.reads() >= phaseReads })
 
 	for _, phase := range []struct {
 		name string
@@ -207,7 +213,7 @@ func TestGrowAndShrinkUnderLoad(t *testing.T) {
 		r := m.rebalance(5 * time.Minute)
 		after := &loadStats{}
 		l.cur.Store(after)
-		time.Sleep(300 * time.Millisecond)
+		waitFor(t, 30*time.Second, fmt.Sprintf("%d reads after the rebalance", phaseReads), func() bool { return after.reads() >= phaseReads })
 		t.Logf("%s (%s): %d vbuckets moved in %v, %.1f MB", phase.name, node, r.Done,
 			r.Finished.Sub(r.Started).Round(time.Millisecond), float64(r.Bytes)/1e6)
 		t.Logf("  during: %s; hit rate %.4f%%", during, 100*during.hitRate())

@@ -194,4 +194,19 @@ func nodeprocStartManager(t *testing.T, flags ...string) *nodeproc.Node {
 	return n
 }
 
+// waitFor polls cond every 5 ms until it holds, and fails the test
+// naming what it waited for when it does not within timeout: a test waits
+// for the state it needs (so many operations done, a replica caught up),
+// not for a time.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func mcItem(k, v string) *memcache.Item { return &memcache.Item{Key: k, Value: []byte(v)} }

@@ -314,6 +314,44 @@ func TestProxyUnixSocketPool(t *testing.T) {
 	l.expect("get "+strings.Join(keys[:20], " ")+"\r\n", append(want, "END")...)
 }
 
+// waitFor polls cond every 10 ms until it holds, and fails the test
+// naming what it waited for when it does not within timeout: a test waits
+// for the state it needs, not for a time.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// proxyStat is one general "stats" figure of the proxy l is connected to.
+func proxyStat(t *testing.T, l *line, name string) int64 {
+	t.Helper()
+	l.do("stats\r\n", 0)
+	for _, s := range strings.Split(readUntilEnd(t, l), "\r\n") {
+		if f := strings.Fields(s); len(f) == 3 && f[0] == "STAT" && f[1] == name {
+			n, err := strconv.ParseInt(f[2], 10, 64)
+			if err != nil {
+				t.Fatalf("stats %s: %q", name, s)
+			}
+			return n
+		}
+	}
+	t.Fatalf("the proxy's stats have no %s", name)
+	return 0
+}
+
+// present returns how many of keys a get on l finds.
+func present(t *testing.T, l *line, keys []string) int {
+	t.Helper()
+	l.do("get "+strings.Join(keys, " ")+"\r\n", 0)
+	return strings.Count(readUntilEnd(t, l), "VALUE ")
+}
+
 func readUntilEnd(t *testing.T, l *line) string {
 	var b strings.Builder
 	for {
@@ -341,8 +379,18 @@ func TestProxyReload(t *testing.T) {
 	p := startProxy(t, listen, "-c", pool)
 	l := dialLine(t, listen)
 	l.expect("set before 0 0 1\r\nb\r\n", "STORED")
-	time.Sleep(1100 * time.Millisecond) // a new mtime for sure
+	// The proxy also reloads when the file's mtime changes (polled each
+	// second): the new file gets an mtime other than the old one's,
+	// whatever the file system's granularity, without waiting for the
+	// clock to move on.
+	old, err := os.Stat(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
 	writePool(t, pool, listen, s3, "")
+	if err := os.Chtimes(pool, time.Now(), old.ModTime().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
 	p.cmd.Process.Signal(syscall.SIGHUP)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -599,6 +647,7 @@ func TestProxyClusterClients(t *testing.T) {
 		{"Cache::Memcached", []string{perl, "scripts/perl_client.pl", listen, strconv.Itoa(seconds), "perl"}},
 	}
 	results := make(chan result, len(runs))
+	loadStart := time.Now()
 	for _, run := range runs {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -607,18 +656,30 @@ func TestProxyClusterClients(t *testing.T) {
 			results <- result{run.name, string(out), err}
 		}()
 	}
-	// A rebalance onto a fourth node, then a failover.
-	time.Sleep(2 * time.Second)
+	// A rebalance onto a fourth node once every client is in its load
+	// loop (its functional pass done and its 100 keys written), then,
+	// after more load on the four nodes, a failover.
+	ctl := dialLine(t, listen)
+	loadKeys := []string{"pym:k99", "pyl:k99", "perl:k99"}
+	waitFor(t, 30*time.Second, "the three clients' load loops (keys "+strings.Join(loadKeys, ", ")+")", func() bool {
+		return present(t, ctl, loadKeys) == len(loadKeys)
+	})
 	start := time.Now()
 	if err := m.call("POST", "/nodes", url.Values{"node": {nodes[3].Addr}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	m.rebalance(60 * time.Second)
-	t.Logf("rebalance onto a 4th node under load: %v", time.Since(start).Round(time.Millisecond))
-	time.Sleep(1500 * time.Millisecond)
+	rebalanced := time.Now()
+	t.Logf("rebalance onto a 4th node under load: %v", rebalanced.Sub(start).Round(time.Millisecond))
+	const setsAfter = 3000 // about what the clients do in 1.5 s
+	sets := proxyStat(t, ctl, "cmd_set")
+	waitFor(t, 30*time.Second, fmt.Sprintf("%d sets through the proxy after the rebalance", setsAfter), func() bool {
+		return proxyStat(t, ctl, "cmd_set")-sets >= setsAfter
+	})
 	killed := time.Now()
 	nodes[0].Signal(syscall.SIGKILL)
-	t.Logf("killed %s (kill -9) %v into the load", nodes[0].Addr, killed.Sub(start.Add(-2*time.Second)).Round(time.Millisecond))
+	t.Logf("killed %s (kill -9) %v after the clients started, %v after the rebalance", nodes[0].Addr,
+		killed.Sub(loadStart).Round(time.Millisecond), killed.Sub(rebalanced).Round(time.Millisecond))
 	for range runs {
 		r := <-results
 		t.Logf("%s", strings.TrimSpace(r.out))

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,6 +62,7 @@ func TestMoveThroughput(t *testing.T) {
 	var mu sync.Mutex // protects samples, misses
 	var samples []sample
 	var misses []string
+	var gets atomic.Int64 // gets answered so far, for the waits below
 	loadCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for r := range 2 {
@@ -87,6 +89,7 @@ func TestMoveThroughput(t *testing.T) {
 					continue
 				}
 				mine = append(mine, sample{t0, time.Since(t0)})
+				gets.Add(1)
 			}
 			mu.Lock()
 			samples = append(samples, mine...)
@@ -94,7 +97,12 @@ func TestMoveThroughput(t *testing.T) {
 			mu.Unlock()
 		}()
 	}
-	time.Sleep(time.Second) // the "before" window
+	// The "before" window, and the load between moves: so many gets
+	// (about what 1 s and 300 ms gave under -race), not so much time.
+	const beforeGets, betweenGets = 5000, 1500
+	eventually(t, 30*time.Second, func() (bool, string) {
+		return gets.Load() >= beforeGets, fmt.Sprintf("%d of %d gets before the moves", gets.Load(), beforeGets)
+	})
 	type window struct{ from, to time.Time }
 	var moves []window
 	firstMove := time.Now()
@@ -114,7 +122,10 @@ func TestMoveThroughput(t *testing.T) {
 		tk := res.Takeover.Seconds()
 		t.Logf("move %d %s→%s: takeover %v (%.0f items/s, %.1f MB/s), whole move %v [%s]", i, from, to,
 			res.Takeover.Round(time.Microsecond), items/tk, float64(bytes)/tk/1e6, res.Duration.Round(time.Microsecond), res.Timings())
-		time.Sleep(300 * time.Millisecond)
+		n := gets.Load()
+		eventually(t, 30*time.Second, func() (bool, string) {
+			return gets.Load()-n >= betweenGets, fmt.Sprintf("%d of %d gets after move %d", gets.Load()-n, betweenGets, i)
+		})
 	}
 	stop()
 	wg.Wait()
