@@ -26,6 +26,20 @@ import (
 // startServer runs an in-process node on a loopback port for the test.
 func startServer(t testing.TB, mutate func(*Config)) (*Server, string) {
 	t.Helper()
+	s, stop, done := runServer(t, mutate)
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return s, s.Addrs()[0].String()
+}
+
+// runServer starts an in-process node on a loopback port; stop ends its
+// Serve, which then sends its result on done. The caller waits for it.
+func runServer(t testing.TB, mutate func(*Config)) (s *Server, stop func(), done <-chan error) {
+	t.Helper()
 	cfg := Config{Port: -1, PortSet: true, Listen: []string{"127.0.0.1"}, MaxConnsFast: true, LRUCrawler: true, SlabReassign: true, Version: "test"}
 	cfg.Store.Clock = clock.NewFake(time.Unix(1700000000, 0))
 	if mutate != nil {
@@ -39,15 +53,9 @@ func startServer(t testing.TB, mutate func(*Config)) (*Server, string) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	return s, s.Addrs()[0].String()
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ctx) }()
+	return s, cancel, served
 }
 
 // roundTrip sends req and reads until the reply ends with want's length of
@@ -694,19 +702,17 @@ func BenchmarkGetMissPipelined(b *testing.B) {
 func TestShutdownWithBlockedWriter(t *testing.T) {
 	for _, name := range []string{"loop", "goroutines"} {
 		t.Run(name, func(t *testing.T) {
-			cfg := Config{Port: -1, PortSet: true, Listen: []string{"127.0.0.1"}, Version: "test", NoEventLoops: name == "goroutines"}
-			cfg.Store.Clock = clock.NewFake(time.Unix(1700000000, 0))
-			s, err := New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Listen(); err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- s.Serve(ctx) }()
-			defer cancel()
+			s, cancel, done := runServer(t, func(c *Config) { c.NoEventLoops = name == "goroutines" })
+			returned := false
+			defer func() { // a test that failed early still stops its node
+				if !returned {
+					cancel()
+					select {
+					case <-done:
+					case <-time.After(10 * time.Second):
+					}
+				}
+			}()
 			addr := s.Addrs()[0].String()
 			nc, err := net.Dial("tcp", addr)
 			if err != nil {
@@ -735,10 +741,12 @@ func TestShutdownWithBlockedWriter(t *testing.T) {
 			cancel()
 			select {
 			case err := <-done:
+				returned = true
 				if err != nil {
 					t.Fatalf("Serve: %v", err)
 				}
 			case <-time.After(10 * time.Second):
+				returned = true // the deferred stop would wait as long again
 				t.Fatal("Serve did not return within 10 s of its context's end")
 			}
 		})
