@@ -38,6 +38,7 @@ func runLocal(args []string, stdout, stderr io.Writer) int {
 	dataDir := fs.String("data-dir", "", "where the embedded etcd keeps its data (default: a new temporary directory)")
 	keep := fs.Bool("keep", false, "keep the data directory when stopping")
 	syncRep := fs.Bool("sync-replication", false, "nodes answer a write once its replicas have it (a failover then loses no acknowledged write)")
+	failoverAfter := fs.Duration("failover-after", 10*time.Second, "the manager fails over a node that stops answering for this long (0: only by hand), as vbcache manager's flag")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: vbcache local [flags]\n\nStarts a whole cluster on this machine: an embedded etcd, a manager and\nN cache nodes, populated and rebalanced; Ctrl-C stops it.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -52,11 +53,15 @@ func runLocal(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "vbcache local: want 1-64 nodes, 0-3 replicas and ports below 65536")
 		return 2
 	}
+	if *failoverAfter < 0 {
+		fmt.Fprintln(stderr, "vbcache local: --failover-after must not be negative")
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logger := log.New(stderr, "", log.LstdFlags)
 	if err := local(ctx, localConfig{nodes: *nodes, replicas: *replicas, base: *base, vbuckets: *vbuckets,
-		memory: *memory, dataDir: *dataDir, keep: *keep, syncReplication: *syncRep}, stdout, logger); err != nil {
+		memory: *memory, dataDir: *dataDir, keep: *keep, syncReplication: *syncRep, failoverAfter: *failoverAfter}, stdout, logger); err != nil {
 		fmt.Fprintf(stderr, "vbcache local: %v\n", err)
 		return 1
 	}
@@ -67,6 +72,7 @@ type localConfig struct {
 	nodes, replicas, base, vbuckets, memory int
 	dataDir                                 string
 	keep, syncReplication                   bool
+	failoverAfter                           time.Duration // the manager's --failover-after
 }
 
 func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Logger) error {
@@ -140,7 +146,7 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
 	}
 	mf := managerFlags{listen: net.JoinHostPort("127.0.0.1", strconv.Itoa(c.base+1)), dataDir: filepath.Join(dir, "etcd"), etcdName: "vbcache",
 		etcdClient: "http://127.0.0.1:" + strconv.Itoa(etcdClient), etcdPeer: "http://127.0.0.1:" + strconv.Itoa(etcdPeer),
-		vbuckets: c.vbuckets, replicas: c.replicas, failoverAfter: 10 * time.Second, maxMoves: 8, prefix: "/vbcache/default"}
+		vbuckets: c.vbuckets, replicas: c.replicas, failoverAfter: c.failoverAfter, maxMoves: 8, prefix: "/vbcache/default"}
 	ready := make(chan *manager.Manager, 1)
 	mctx, mstop := context.WithCancel(ctx)
 	defer mstop()

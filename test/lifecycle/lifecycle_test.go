@@ -1,6 +1,7 @@
-// Package lifecycle checks how a vbcache node process starts and stops:
-// SIGTERM and SIGINT shut it down cleanly (exit status 0) while clients are
-// connected, as memcached's do.
+// Package lifecycle checks how vbcache processes start and stop: SIGTERM
+// and SIGINT shut a node down cleanly (exit status 0) while clients are
+// connected, as memcached's do; `vbcache local` runs its manager with the
+// --failover-after it is given and stops its whole cluster on SIGINT.
 package lifecycle
 
 import (
