@@ -21,6 +21,15 @@
 //   - Probe every node each ProbeInterval (a VERSION request); a node that
 //     holds vbuckets and stays down FailoverAfter is failed over (when the
 //     cluster has replicas).
+//   - Tell failed-over nodes they are out: each probe also tries the nodes
+//     in State.FailedOver that are not members again (on a goroutine of
+//     the probe loop's, so a paused one does not hold up the probes), and
+//     the first time one answers, every vbucket turns dead there and it
+//     gets the current map (tellFailedOver). A node that was paused or cut
+//     off at its failover then answers NOT_MY_VBUCKET with the new map
+//     instead of serving its old vbuckets for as long as it runs. Until
+//     that next probe it still serves them: closing that window is the
+//     node-side lease's job, which this package does not have yet.
 //   - Membership: AddNode checks that the node answers in cluster mode with
 //     the cluster's vbucket count; RemoveNode takes it out of the members.
 //     Neither moves data: a rebalance does.

@@ -197,6 +197,9 @@ func (m *Manager) failover(ctx context.Context, addr string) (FailoverReport, er
 	if err != nil {
 		return rep, err
 	}
+	m.mu.Lock()
+	delete(m.told, addr) // it is to be told again that it is out
+	m.mu.Unlock()
 	m.publish(ctx, ns)
 	// Surviving replicas follow the new actives.
 	for vb, row := range ns.Map {

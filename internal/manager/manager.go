@@ -100,6 +100,9 @@ type Manager struct {
 	subs    map[chan struct{}]struct{} // config stream listeners
 	rebDone chan struct{}
 	conns   map[string]*nodeConn
+	// told holds the failed-over nodes this leader has told they are out
+	// (tellFailedOver); a failover of a node clears its entry.
+	told    map[string]bool
 	moving  map[int]bool    // vbuckets being moved now
 	leadCtx context.Context // the current leadership's context (nil when following)
 
@@ -151,7 +154,7 @@ func New(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("manager: %d replicas: want 0 to 3", cfg.Replicas)
 	}
 	m := &Manager{cfg: cfg, cli: cfg.Etcd, health: map[string]*nodeHealth{}, subs: map[chan struct{}]struct{}{},
-		conns: map[string]*nodeConn{}, moving: map[int]bool{}}
+		conns: map[string]*nodeConn{}, moving: map[int]bool{}, told: map[string]bool{}}
 	m.pubCond = sync.NewCond(&m.pubMu)
 	return m, nil
 }

@@ -2,14 +2,17 @@ package manager
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/vbucket"
 )
 
 // Errors of the operations, for the HTTP API's answers.
@@ -90,9 +93,17 @@ func (m *Manager) RemoveNode(ctx context.Context, addr string) error {
 
 // probeLoop checks every node's health each ProbeInterval and fails over
 // nodes that stay down, until ctx ends.
+//
+// Failed-over nodes that are not members again are tried too, on a
+// goroutine of their own (one that is paused holds each try for its
+// timeout, which must not delay the others' probes): see tellFailedOver.
 func (m *Manager) probeLoop(ctx context.Context) {
 	t := time.NewTicker(m.cfg.ProbeInterval)
 	defer t.Stop()
+	var tellers sync.WaitGroup
+	defer tellers.Wait()
+	telling := make(chan struct{}, 1) // a token: one round of tells at a time
+	telling <- struct{}{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -100,6 +111,22 @@ func (m *Manager) probeLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		s := m.State()
+		if len(s.FailedOver) > 0 {
+			select {
+			case <-telling:
+				tellers.Add(1)
+				go func() { // owned by probeLoop, which waits for it
+					defer tellers.Done()
+					defer func() { telling <- struct{}{} }()
+					for _, a := range s.FailedOver {
+						if !slices.Contains(s.Servers, a) && !slices.Contains(s.Nodes, a) {
+							m.tellFailedOver(ctx, s, a)
+						}
+					}
+				}()
+			default: // the last round is still trying
+			}
+		}
 		targets := append(append([]string{}, s.Servers...), s.Nodes...)
 		slices.Sort(targets)
 		targets = slices.Compact(targets)
@@ -167,4 +194,48 @@ func holdsVBuckets(s *State, a string) bool {
 		}
 	}
 	return false
+}
+
+// tellFailedOver tells addr, a node failed over and not a member again,
+// that it is out, once it answers: every vbucket turns dead there and it
+// gets s's map, so that it answers NOT_MY_VBUCKET, with a config that
+// sends clients to the new owners, to a client that still has an old
+// map. A node paused or cut off when it was failed over would otherwise
+// go on serving its old vbuckets for as long as it runs, since it is
+// never probed or sent a map again. It is told once per leader (a
+// restarted node holds nothing, and rejoins through AddNode). The window
+// between such a node's return and the next probe is not closed here.
+func (m *Manager) tellFailedOver(ctx context.Context, s *State, addr string) {
+	m.mu.Lock()
+	told := m.told[addr]
+	m.mu.Unlock()
+	if told || len(s.Servers) == 0 {
+		return
+	}
+	data, err := json.Marshal(s.Config(m.cfg.MgmtPort))
+	if err != nil {
+		return
+	}
+	tctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	err = m.conn(tctx, addr, func(c *admin.Conn) error {
+		c.Timeout = time.Second
+		defer func() { c.Timeout = 5 * time.Second }()
+		for vb := 0; vb < s.NumVBuckets; vb++ {
+			if err := c.SetVBucket(vb, vbucket.Dead); err != nil {
+				return err
+			}
+		}
+		if err := c.SetClusterConfig(data, s.RevEpoch, s.Rev); err != nil && !admin.IsStatus(err, protocol.StatusKeyExists) {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return // not reachable: the next probe tries again
+	}
+	m.mu.Lock()
+	m.told[addr] = true
+	m.mu.Unlock()
+	m.cfg.Logf("manager: %s, failed over, answered again: told it is out (its %d vbuckets dead, map rev %d)", addr, s.NumVBuckets, s.Rev)
 }
