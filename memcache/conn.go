@@ -60,16 +60,15 @@ type conn struct {
 	// reader or writer is done under it: no Close, Read or Write of nc
 	// (SetDeadline, which is done under it, waits for neither), no
 	// channel send, no Completion.
-	mu       sync.Mutex
-	wbuf     []byte    // encoded requests not yet written
-	spare    []byte    // the buffer being written, for reuse
-	writing  bool      // a goroutine is in nc.Write
-	q        opQueue   // ops sent, awaiting responses, in order
-	dead     []*op     // asynchronous ops failLocked failed, for unlock to complete
-	err      error     // first failure; conn unusable once set
-	deadline time.Time // the read deadline currently armed (zero: none)
-	closeNC  bool      // failLocked could not wake the reader: unlock closes nc
-	parsing  *op       // the op the reader is parsing outside mu, if any
+	mu      sync.Mutex
+	wbuf    []byte  // encoded requests not yet written
+	spare   []byte  // the buffer being written, for reuse
+	writing bool    // a goroutine is in nc.Write
+	q       opQueue // ops sent, awaiting responses, in order
+	dead    []*op   // asynchronous ops failLocked failed, for unlock to complete
+	err     error   // first failure; conn unusable once set
+	closeNC bool    // failLocked could not wake the reader: unlock closes nc
+	parsing *op     // the op the reader is parsing outside mu, if any
 
 	// raw is nc's socket when nc is a plain one (rawio.Conn), else nil.
 	raw syscall.RawConn
@@ -186,9 +185,10 @@ func (cn *conn) writeStep(fd uintptr) bool {
 	return true
 }
 
-// armLocked sets the read deadline to t.
+// armLocked sets the read deadline to t (zero: none). It is under mu so
+// that a sender's arming and the reader's re-arming (spuriousTimeout) do
+// not undo each other.
 func (cn *conn) armLocked(t time.Time) {
-	cn.deadline = t
 	cn.nc.SetReadDeadline(t)
 }
 
@@ -204,7 +204,6 @@ func (cn *conn) failLocked(err error) {
 	}
 	cn.err = err
 	cn.failed.Store(true)
-	cn.deadline = aLongTimeAgo
 	if cn.nc.SetDeadline(aLongTimeAgo) != nil {
 		// A conn that takes no deadline (a DialContext's own type) is
 		// closed instead, after mu is released.
@@ -601,7 +600,7 @@ func (p *pool) closeAll() {
 	p.closed = true
 	var conns []*conn
 	if s := p.conns.Load(); s != nil {
-		conns = *s
+		conns = append(conns, *s...) // a copy: pick may still read the snapshot
 	}
 	p.conns.Store(nil)
 	conns = append(conns, p.dropped...)
