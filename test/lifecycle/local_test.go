@@ -1,38 +1,18 @@
 package lifecycle
 
 import (
-	"bytes"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/vbcache/vbcache/test/nodeproc"
 )
-
-// syncBuffer is a bytes.Buffer that a process writes while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex // protects b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // freeBase returns a port p such that p … p+n-1 were all free a moment ago.
 func freeBase(t *testing.T, n int) int {
@@ -102,7 +82,7 @@ func childWithArgs(t *testing.T, parent int, args ...string) int {
 func TestLocalFailoverAfter(t *testing.T) {
 	const nodes = 3
 	base := freeBase(t, 2+nodes)
-	var stdout, stderr syncBuffer
+	var stdout, stderr nodeproc.Output
 	cmd := exec.Command(bin, "local", "--nodes", strconv.Itoa(nodes), "--replicas", "1", "--vbuckets", "64",
 		"-m", "16", "--base-port", strconv.Itoa(base), "--failover-after", "1s")
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -159,6 +159,27 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// Output collects a process's output (give it as cmd.Stdout and
+// cmd.Stderr) for a test that reads it while the process runs.
+type Output struct {
+	mu sync.Mutex // protects b
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (o *Output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.Write(p)
+}
+
+// String returns everything written so far.
+func (o *Output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
+}
+
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")

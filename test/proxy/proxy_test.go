@@ -18,7 +18,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -49,21 +48,10 @@ func TestMain(m *testing.M) {
 type proc struct {
 	cmd  *exec.Cmd
 	Addr string
-	mu   sync.Mutex
-	out  bytes.Buffer
+	out  nodeproc.Output
 }
 
-func (p *proc) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.Write(b)
-}
-
-func (p *proc) log() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.String()
-}
+func (p *proc) log() string { return p.out.String() }
 
 // startProxy runs "vbcache proxy args…"; listen is the address the
 // proxy will listen on (given in args or in its file).
@@ -71,7 +59,7 @@ func startProxy(t *testing.T, listen string, args ...string) *proc {
 	t.Helper()
 	p := &proc{Addr: listen}
 	p.cmd = exec.Command(vbcacheBin, append([]string{"proxy"}, args...)...)
-	p.cmd.Stdout, p.cmd.Stderr = p, p
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
