@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 	"time"
 
@@ -179,6 +180,40 @@ func (c *Conn) SetClusterConfig(json []byte, epoch, rev int64) error {
 	binary.BigEndian.PutUint64(ex[8:], uint64(rev))
 	_, err := c.Do(protocol.OpSetClusterConfig, 0, ex, []byte("default"), json)
 	return err
+}
+
+// Lease grants the node a lease of d to serve its active vbuckets, as
+// grant seq of the leadership epoch; acked is the latest grant of the
+// epoch whose answer came back (0: none), which the lease runs from.
+// self is the node's address as the manager names it and quorum the
+// members whose majority may extend it (internal/server, lease.go).
+func (c *Conn) Lease(d time.Duration, epoch, seq, acked uint64, self string, quorum []string) error {
+	ex := make([]byte, 28)
+	binary.BigEndian.PutUint32(ex, uint32(d/time.Millisecond))
+	binary.BigEndian.PutUint64(ex[4:], epoch)
+	binary.BigEndian.PutUint64(ex[12:], seq)
+	binary.BigEndian.PutUint64(ex[20:], acked)
+	_, err := c.Do(protocol.OpLease, 0, ex, []byte(self), []byte(strings.Join(quorum, ",")))
+	return err
+}
+
+// LeaseInfo is a node's answer to LEASE_QUERY.
+type LeaseInfo struct {
+	ManagerLeft   time.Duration // left on its manager's lease (0: none)
+	RevEpoch, Rev int64         // its map's
+}
+
+// LeaseQuery asks the node whether it holds a manager's lease.
+func (c *Conn) LeaseQuery() (LeaseInfo, error) {
+	v, err := c.Do(protocol.OpLeaseQuery, 0, nil, nil, nil)
+	if err != nil {
+		return LeaseInfo{}, err
+	}
+	if len(v) != 20 {
+		return LeaseInfo{}, fmt.Errorf("LEASE_QUERY: %d-byte answer", len(v))
+	}
+	return LeaseInfo{ManagerLeft: time.Duration(binary.BigEndian.Uint32(v[0:4])) * time.Millisecond,
+		RevEpoch: int64(binary.BigEndian.Uint64(v[4:12])), Rev: int64(binary.BigEndian.Uint64(v[12:20]))}, nil
 }
 
 // Stats returns a stats group ("" for the general stats) in order.

@@ -93,6 +93,13 @@ const (
 	// OpSelectBucket picks the bucket a connection works on (key: the
 	// bucket name; Couchbase).
 	OpSelectBucket Opcode = 0x89
+	// OpLease grants a node a lease to serve its active vbuckets (vbcache;
+	// extras: 4-byte duration in ms, key: the node's address, value: the
+	// quorum set, comma-separated addresses). See internal/server/lease.go.
+	OpLease Opcode = 0xe8
+	// OpLeaseQuery asks a node whether it holds a manager's lease (vbcache;
+	// value of the answer: 4-byte ms left, 8-byte revEpoch, 8-byte rev).
+	OpLeaseQuery Opcode = 0xe9
 	// OpGetErrorMap asks for the server's error map (value: 2-byte
 	// version; Couchbase).
 	OpGetErrorMap Opcode = 0xfe

@@ -3,10 +3,12 @@ package server
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/stream"
@@ -60,9 +62,23 @@ func (cc *clusterConfig) newerThan(epoch, rev int64) bool {
 	return cc.rev > rev
 }
 
+// olderThan reports whether (epoch, rev) is newer than cc; a nil cc is
+// older than any config.
+func (cc *clusterConfig) olderThan(epoch, rev int64) bool {
+	if cc == nil {
+		return epoch > 0 || rev > 0
+	}
+	if cc.revEpoch != epoch {
+		return cc.revEpoch < epoch
+	}
+	return cc.rev < rev
+}
+
 // cluster is the cluster-mode state of a Server; nil when standalone.
 type cluster struct {
 	vbs *vbucket.Table
+
+	lease nodeLease // lease.go
 
 	cfgMu  sync.Mutex                    // serialises SET_CLUSTER_CONFIG's compare and store; the reply and Poke come after it
 	config atomic.Pointer[clusterConfig] // read without a lock
@@ -88,6 +104,7 @@ func newCluster(cfg *Config) *cluster {
 	cl := &cluster{vbs: vbucket.NewTable(cfg.VBuckets),
 		ops: make([]atomic.Uint64, cfg.VBuckets), refused: make([]atomic.Uint64, cfg.VBuckets)}
 	cl.parkCtx, cl.parkStop = context.WithCancel(context.Background())
+	cl.lease.kick = make(chan struct{}, 1)
 	return cl
 }
 
@@ -110,6 +127,7 @@ const (
 	admitServe   admission = iota // active: serve
 	admitRefuse                   // not ours: NOT_MY_VBUCKET
 	admitTimeout                  // still pending after the park timeout
+	admitNoLease                  // active, but the node holds no lease (lease.go): TMPFAIL
 )
 
 // admit checks vb for a key request, parking while it is pending. A
@@ -141,6 +159,10 @@ func (c *conn) admit(vb int) admission {
 	}
 	switch st {
 	case vbucket.Active:
+		if !cl.lease.serving(monoNow()) {
+			cl.vbs.Leave(vb)
+			return c.noLease()
+		}
 		c.entered = vb + 1
 		c.mutsAtAdmit = c.tx.Mutations()
 		cl.ops[vb].Add(1)
@@ -224,7 +246,7 @@ func (c *conn) textAdmit(key []byte, say func(string)) bool {
 	switch c.admit(vbmap.VBucket(key, cl.vbs.Len())) {
 	case admitServe:
 		return true
-	case admitTimeout:
+	case admitTimeout, admitNoLease:
 		say("SERVER_ERROR temporary failure")
 	default:
 		say("SERVER_ERROR not my vbucket")
@@ -239,11 +261,12 @@ func (c *conn) textAdmit(key []byte, say func(string)) bool {
 func (c *conn) textOwnedNow(key []byte) bool {
 	vbs := c.s.cl.vbs
 	st := vbs.Get(vbmap.VBucket(key, vbs.Len()))
-	if st == vbucket.Active {
+	leased := c.s.cl.lease.serving(monoNow())
+	if st == vbucket.Active && leased {
 		return true
 	}
 	c.out = c.out[:c.mark]
-	if st == vbucket.Pending {
+	if st == vbucket.Pending || st == vbucket.Active {
 		c.reply("SERVER_ERROR temporary failure")
 	} else {
 		c.reply("SERVER_ERROR not my vbucket")
@@ -285,6 +308,8 @@ func (c *conn) binCluster(op protocol.Opcode, extras, key, rest []byte, vlen, hk
 			return 0, 0, false
 		case admitTimeout:
 			c.binError(protocol.StatusTmpFail)
+		case admitNoLease:
+			c.out = protocol.AppendResponse(c.out, c.bh.Opcode, protocol.StatusTmpFail, c.bh.Opaque, 0, nil, nil, cl.configJSON())
 		default:
 			c.binNotMyVBucket()
 		}
@@ -381,6 +406,19 @@ func (c *conn) binCluster(op protocol.Opcode, extras, key, rest []byte, vlen, hk
 		}
 		c.setClusterConfig(extras, rest[:vlen])
 		return hk + vlen, 0, true
+	case op == protocol.OpLease:
+		if vlen < 0 || vlen > maxLeaseQuorum {
+			c.binError(protocol.StatusTooLarge)
+			return skip()
+		}
+		if len(rest) < vlen {
+			return 0, hk + vlen, true
+		}
+		c.grantLease(extras, key, rest[:vlen])
+		return hk + vlen, 0, true
+	case op == protocol.OpLeaseQuery:
+		c.queryLease()
+		return skip()
 	case op == protocol.OpGetClusterConfig:
 		c.getClusterConfig(extras)
 		return skip()
@@ -398,15 +436,34 @@ func (c *conn) binCluster(op protocol.Opcode, extras, key, rest []byte, vlen, hk
 // Invalid arguments for bad extras, JSON that does not parse as a config,
 // or a vbucket count other than the node's.
 func (c *conn) setClusterConfig(extras, value []byte) {
-	cl := c.s.cl
 	if len(extras) != 0 && len(extras) != 16 {
 		c.binError(protocol.StatusInvalid)
 		return
 	}
+	c.mayBlock() // taking a newer map's view may end a takeover here
+	switch _, err := c.s.cl.storeConfig(value, extras, c.s.log.Printf); {
+	case err == nil:
+		c.binOK(0, nil, nil, nil)
+	case errors.Is(err, errNotNewer):
+		c.binError(protocol.StatusKeyExists)
+	default:
+		c.binError(protocol.StatusInvalid)
+	}
+}
+
+// Errors of storeConfig.
+var (
+	errNotNewer  = errors.New("cluster config not newer than the stored one")
+	errBadConfig = errors.New("not a cluster config of this node's vbucket count")
+)
+
+// storeConfig stores value (a config JSON; extras, when 16 bytes, its
+// {epoch, revision}) if it is newer than the stored one. A node without
+// a lease then takes the new map's view (lease.go).
+func (cl *cluster) storeConfig(value, extras []byte, logf func(string, ...any)) (*clusterConfig, error) {
 	parsed, err := vbmap.Parse(value)
 	if err != nil || parsed.NumVBuckets() != cl.vbs.Len() {
-		c.binError(protocol.StatusInvalid)
-		return
+		return nil, errBadConfig
 	}
 	cc := &clusterConfig{json: append([]byte(nil), value...), revEpoch: parsed.RevEpoch, rev: parsed.Rev,
 		replicas: make([]bool, parsed.NumVBuckets())}
@@ -421,15 +478,17 @@ func (c *conn) setClusterConfig(extras, value []byte) {
 	old := cl.config.Load()
 	if old != nil && !cc.newerThan(old.revEpoch, old.rev) {
 		cl.cfgMu.Unlock()
-		c.binError(protocol.StatusKeyExists)
-		return
+		return old, errNotNewer
 	}
 	cl.config.Store(cc)
 	cl.cfgMu.Unlock()
 	if cl.streams != nil {
 		cl.streams.Poke() // writes waiting for a replica the map no longer gives
 	}
-	c.binOK(0, nil, nil, nil)
+	if !cl.lease.serving(monoNow()) {
+		cl.takeView(parsed, logf)
+	}
+	return cc, nil
 }
 
 // getClusterConfig returns the stored config JSON; the body is empty when
@@ -448,6 +507,11 @@ func (c *conn) getClusterConfig(extras []byte) {
 	if len(extras) == 16 {
 		epoch := int64(binary.BigEndian.Uint64(extras[0:8]))
 		rev := int64(binary.BigEndian.Uint64(extras[8:16]))
+		if cc.olderThan(epoch, rev) {
+			// The client has seen a newer map than ours: fetch it.
+			c.s.cl.lease.fetch.Store(true)
+			c.s.cl.lease.wake()
+		}
 		if !cc.newerThan(epoch, rev) {
 			c.binOK(0, nil, nil, nil)
 			return
@@ -481,6 +545,13 @@ func (c *conn) vbucketStats(only int) {
 		c.statUint(p+":ops", cl.ops[vb].Load())
 		c.statUint(p+":not_my_vbucket", cl.refused[vb].Load())
 		c.statUint(p+":high_seqno", cl.streams.Log.High(vb))
+	}
+	if l := &cl.lease; only < 0 && l.on.Load() {
+		left := max(l.until.Load()-monoNow(), 0)
+		c.statUint("lease_ms_left", uint64(left/int64(time.Millisecond)))
+		c.statUint("lease_manager_ms_left", uint64(max(l.mgrUntil.Load()-monoNow(), 0)/int64(time.Millisecond)))
+		c.statUint("lease_from_peers", b2u(l.peer.Load() && left > 0))
+		c.statUint("lease_refused", l.refused.Load())
 	}
 	if only < 0 && c.s.cfg.SyncReplication {
 		c.statUint("sync_replication_waits", cl.syncWaits.Load())
