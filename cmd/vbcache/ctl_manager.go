@@ -27,7 +27,7 @@ func init() {
 		{"remove-node", "[--manager URL] HOST:PORT", "take a node out of the members (a rebalance moves its vbuckets away)", ctlRemoveNode},
 		{"rebalance", "[--manager URL] [--wait]", "move vbuckets to the planned map of the members, with a progress bar", ctlRebalance},
 		{"stop-rebalance", "[--manager URL]", "stop the rebalance after the moves in flight (the map stays valid)", ctlStopRebalance},
-		{"failover", "[--manager URL] HOST:PORT", "take a node out now: promote its replicas, publish the map, rebuild replicas", ctlFailover},
+		{"failover", "[--manager URL] [--force] HOST:PORT", "take a node out now: promote its replicas, publish the map, rebuild replicas", ctlFailover},
 		{"map", "[--manager URL] [--json]", "print the vbucket map", ctlMap},
 	}
 	// Before "help", which stays last.
@@ -133,11 +133,27 @@ func ctlRemoveNode(args []string, stdout, stderr io.Writer) int {
 }
 
 func ctlFailover(args []string, stdout, stderr io.Writer) int {
-	base, node, st, done := ctlOneNode("failover", "[--manager URL] HOST:PORT", args, stderr)
-	if done {
-		return st
+	fs := ctlFlags("failover", "[--manager URL] [--force] HOST:PORT", stderr)
+	mu := managerURL(fs)
+	force := fs.Bool("force", false, "promote its replicas at once, without waiting to be sure it stopped serving (for a node known to be gone)")
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
 	}
-	if err := mgrCall(base, "POST", "/failover", url.Values{"node": {node}}, nil); err != nil {
+	if fs.NArg() != 1 {
+		return ctlUsageErr(stderr, fs, "want one HOST:PORT")
+	}
+	node := fs.Arg(0)
+	if err := ctlAddr("node", node); err != nil {
+		return ctlUsageErr(stderr, fs, "%v", err)
+	}
+	v := url.Values{"node": {node}}
+	if *force {
+		v.Set("force", "1")
+	}
+	if err := mgrCall(*mu, "POST", "/failover", v, nil); err != nil {
 		fmt.Fprintf(stderr, "vbcache ctl failover: %v\n", err)
 		return 1
 	}

@@ -37,6 +37,7 @@ type managerFlags struct {
 	replicas      int
 	chain         bool
 	failoverAfter time.Duration
+	lease         time.Duration
 	maxMoves      int
 	prefix        string
 }
@@ -55,6 +56,7 @@ func (f *managerFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.replicas, "replicas", 1, "number of replicas of a new cluster (0-3)")
 	fs.BoolVar(&f.chain, "chain", false, "chained replication (replica 2 from replica 1) instead of star")
 	fs.DurationVar(&f.failoverAfter, "failover-after", 10*time.Second, "fail over a node that stops answering for this long (0: only by hand)")
+	fs.DurationVar(&f.lease, "lease", 5*time.Second, "how long a node may serve without hearing from the manager or, when no manager is heard, its peers; a failover waits for it")
 	fs.IntVar(&f.maxMoves, "max-moves", 4, "vbucket moves at once during a rebalance")
 	fs.StringVar(&f.prefix, "prefix", "/vbcache/default", "etcd key prefix of this cluster's state")
 }
@@ -116,7 +118,7 @@ func runManager(ctx context.Context, f managerFlags, logger *log.Logger, ready c
 	port, _ := strconv.Atoi(portStr)
 	m, err := manager.New(manager.Config{Etcd: cli, Prefix: f.prefix, Advertise: adv, MgmtPort: port,
 		NumVBuckets: f.vbuckets, Replicas: f.replicas, Chain: f.chain, FailoverAfter: f.failoverAfter,
-		MaxMoves: f.maxMoves, Logf: logger.Printf})
+		Lease: f.lease, MaxMoves: f.maxMoves, Logf: logger.Printf})
 	if err != nil {
 		ln.Close()
 		return err

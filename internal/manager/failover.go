@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -16,22 +17,48 @@ type FailoverReport struct {
 	Promoted int    `json:"promoted"` // vbuckets whose replica became active
 	Lost     int    `json:"lost"`     // vbuckets with no replica: active again, empty, elsewhere
 	Replicas int    `json:"replicas"` // replica copies dropped from the map
+	// Unactivated counts vbuckets whose new active did not answer its
+	// activation: the map names it, and it answers NOT_MY_VBUCKET until
+	// an operator activates it (vbcache ctl) or a rebalance moves it.
+	Unactivated int `json:"unactivated,omitempty"`
+
+	fencing string // how it was sure the node stopped serving, for the log
 }
 
-// Failover takes addr out of the cluster at once: for each vbucket it was
-// active for, the first replica that answers is promoted (it holds every
-// write it had acknowledged; writes inside the replication lag are lost);
-// a vbucket without a live replica becomes active, empty, on the least
-// loaded live member, so the cluster keeps serving (a cache loses data,
-// never availability). The map is published at once. With rebuild, a
-// rebalance then restores the replicas on the remaining members.
-func (m *Manager) Failover(ctx context.Context, addr string, rebuild bool) (err error) {
-	rep, err := m.failover(ctx, addr)
+// FailoverOptions are a failover's.
+type FailoverOptions struct {
+	// Rebuild starts a rebalance afterwards, which restores the replicas
+	// on the remaining members.
+	Rebuild bool
+	// Force promotes at once, without being sure the node stopped
+	// serving (fencing.go): for a node known to be gone when the
+	// cluster cannot tell.
+	Force bool
+}
+
+// ErrNotSure: a failover could not be sure the node stopped serving.
+var ErrNotSure = errors.New("cannot be sure the node stopped serving (--force fails it over anyway)")
+
+// Failover takes addr out of the cluster. For each vbucket it was active
+// for, the first live replica is promoted (it holds every write it had
+// acknowledged; writes inside the replication lag are lost); a vbucket
+// without a live replica becomes active, empty, on the least loaded live
+// member, so the cluster keeps serving (a cache loses data, never
+// availability).
+//
+// Unless opt.Force, nothing is promoted before the node has surely
+// stopped serving (fencing.go): it is told first (every vbucket it holds
+// turns dead there) and, when it does not answer, the failover waits for
+// its lease to run out; the new map is committed and pushed before any
+// promotion. A failover that cannot be sure returns ErrNotSure, and
+// changes nothing if it knew that before the commit.
+func (m *Manager) Failover(ctx context.Context, addr string, opt FailoverOptions) (err error) {
+	rep, err := m.failover(ctx, addr, opt.Force)
 	if err != nil {
 		return err
 	}
-	m.cfg.Logf("manager: failed over %s: %d vbuckets promoted, %d lost, %d replicas dropped", addr, rep.Promoted, rep.Lost, rep.Replicas)
-	if rebuild && m.State().Replicas > 0 {
+	m.cfg.Logf("manager: failed over %s: %d vbuckets promoted, %d lost, %d replicas dropped%s", addr, rep.Promoted, rep.Lost, rep.Replicas, rep.fencing)
+	if opt.Rebuild && m.State().Replicas > 0 {
 		if err := m.StartRebalance(ctx); err != nil && err != ErrRebalancing {
 			return fmt.Errorf("failover done; rebuilding replicas: %w", err)
 		}
@@ -40,13 +67,13 @@ func (m *Manager) Failover(ctx context.Context, addr string, rebuild bool) (err 
 }
 
 // fence turns every vbucket the failed node holds dead on it, if it
-// answers within a second.
-func (m *Manager) fence(ctx context.Context, addr string, s *State, idx int) {
+// answers within a second, and reports whether it did.
+func (m *Manager) fence(ctx context.Context, addr string, s *State, idx int) bool {
 	fctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	c, err := admin.Dial(fctx, addr)
 	if err != nil {
-		return
+		return false
 	}
 	defer c.Close()
 	c.Timeout = time.Second
@@ -57,17 +84,66 @@ func (m *Manager) fence(ctx context.Context, addr string, s *State, idx int) {
 		}
 		if err := c.SetVBucket(vb, vbucket.Dead); err != nil {
 			m.cfg.Logf("manager: fencing %s before its failover: %v", addr, err)
-			return
+			return false
 		}
 		n++
 	}
 	m.cfg.Logf("manager: %s still answered: its %d vbuckets are dead there before the failover", addr, n)
+	return true
 }
 
-func (m *Manager) failover(ctx context.Context, addr string) (FailoverReport, error) {
+// stopGrants makes the probes grant addr no more leases (until the next
+// leadership, which starts afresh), waits for a grant in flight, and
+// returns its record and when its lease from the managers has surely
+// ended.
+func (m *Manager) stopGrants(addr string, lp leaseParams) (*leaseRec, time.Time) {
+	m.mu.Lock()
+	r := m.leases[addr]
+	if r == nil {
+		r = &leaseRec{}
+		m.leases[addr] = r
+	}
+	r.stopped = true
+	nc := m.grantConns[addr]
+	m.mu.Unlock()
+	if nc != nil {
+		nc.mu.Lock() // a grant in flight records its answer under it
+		nc.mu.Unlock()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return r, lp.managerLeaseEnd(r, m.leadSince)
+}
+
+// resumeGrants undoes stopGrants, for a failover that changed nothing.
+func (m *Manager) resumeGrants(addr string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r := m.leases[addr]; r != nil {
+		r.stopped = false
+	}
+}
+
+// sleepUntil waits until t or ctx's end.
+func sleepUntil(ctx context.Context, t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (m *Manager) failover(ctx context.Context, addr string, force bool) (rep FailoverReport, err error) {
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
-	rep := FailoverReport{Node: addr}
+	rep = FailoverReport{Node: addr}
 	s := m.State()
 	idx := slices.Index(s.Servers, addr)
 	if idx < 0 && !slices.Contains(s.Nodes, addr) {
@@ -92,14 +168,39 @@ func (m *Manager) failover(ctx context.Context, addr string) (FailoverReport, er
 		s = m.State()
 		idx = slices.Index(s.Servers, addr)
 	}
-	// A node failed over by hand may still be running: it must stop
-	// serving before any of its vbuckets is promoted elsewhere, or a
-	// client with an old map could write to it and be acknowledged. One
-	// short attempt; a node that does not answer is not serving anyone
-	// we can reach either.
-	if idx >= 0 {
-		m.fence(ctx, addr, s, idx)
+	lp := newLeaseParams(m.cfg.Lease)
+	rec, leaseEnd := m.stopGrants(addr, lp)
+	committed := false
+	defer func() {
+		if !committed {
+			m.resumeGrants(addr)
+		}
+	}()
+	// The node must stop serving before any of its vbuckets is promoted
+	// elsewhere, or a client with an old map could write to it and be
+	// acknowledged. A node that answers is told; one that does not is
+	// waited for until its lease from the managers has run out.
+	fenced := idx < 0 || m.fence(ctx, addr, s, idx)
+	sure := fenced || force
+	if !sure {
+		end := leaseEnd
+		if d := time.Until(end); d > 0 {
+			m.cfg.Logf("manager: failover of %s: waiting %v for its lease to run out", addr, d.Round(time.Millisecond))
+		}
+		if err := sleepUntil(ctx, end); err != nil {
+			return rep, err
+		}
+		// The new map must reach a majority of each quorum set the node
+		// may hold before anything is promoted; without one, say so now.
+		m.mu.Lock()
+		ok, why := quorumsReachable(addr, rec, quorumSet(s), func(a string) bool { h := m.health[a]; return h == nil || h.OK })
+		m.mu.Unlock()
+		if !ok {
+			return rep, fmt.Errorf("%w: %s", ErrNotSure, why)
+		}
 	}
+	// The new map: the first live replica is promoted; a vbucket without
+	// one goes, empty, to the least loaded live member.
 	live := func(i int) bool { return i >= 0 && i != idx && m.healthy(s.Servers[i]) }
 	load := map[int]int{}
 	for _, row := range s.Map {
@@ -107,6 +208,8 @@ func (m *Manager) failover(ctx context.Context, addr string) (FailoverReport, er
 			load[row[0]]++
 		}
 	}
+	lost := map[int]bool{}    // vbuckets made active, empty, elsewhere
+	changed := map[int]bool{} // vbuckets whose active changes
 	newMap := make([][]int, len(s.Map))
 	for vb, row := range s.Map {
 		nr := append([]int(nil), row...)
@@ -115,6 +218,7 @@ func (m *Manager) failover(ctx context.Context, addr string) (FailoverReport, er
 			continue
 		}
 		if row[0] == idx {
+			changed[vb] = true
 			promoted := -1
 			for _, r := range row[1:] {
 				if live(r) {
@@ -122,40 +226,23 @@ func (m *Manager) failover(ctx context.Context, addr string) (FailoverReport, er
 					break
 				}
 			}
-			if promoted >= 0 {
-				if err := m.conn(ctx, s.Servers[promoted], func(c *admin.Conn) error { return c.SetVBucket(vb, vbucket.Active) }); err != nil {
-					promoted = -1
-				}
-			}
 			if promoted < 0 {
-				// No replica: an empty active on the least loaded member.
 				best := -1
 				for _, a := range s.Nodes {
 					i := slices.Index(s.Servers, a)
-					if a == addr || !m.healthy(a) {
+					if a == addr || !m.healthy(a) || i < 0 {
 						continue
-					}
-					if i < 0 {
-						i = len(s.Servers) // indexed below
 					}
 					if best < 0 || load[i] < load[best] {
 						best = i
 					}
 				}
 				if best < 0 {
-					return rep, fmt.Errorf("no live member to take vbucket %d", vb)
-				}
-				if best == len(s.Servers) {
-					return rep, fmt.Errorf("no member in the map to take vbucket %d", vb)
-				}
-				if err := m.conn(ctx, s.Servers[best], func(c *admin.Conn) error {
-					c.DelVBucket(vb)
-					return c.SetVBucket(vb, vbucket.Active)
-				}); err != nil {
-					return rep, fmt.Errorf("activating vbucket %d on %s: %w", vb, s.Servers[best], err)
+					return rep, fmt.Errorf("no live member in the map to take vbucket %d", vb)
 				}
 				load[best]++
 				rep.Lost++
+				lost[vb] = true
 				nr = []int{best}
 			} else {
 				rep.Promoted++
@@ -197,10 +284,49 @@ func (m *Manager) failover(ctx context.Context, addr string) (FailoverReport, er
 	if err != nil {
 		return rep, err
 	}
+	committed = true
 	m.mu.Lock()
 	delete(m.told, addr) // it is to be told again that it is out
 	m.mu.Unlock()
-	m.publish(ctx, ns)
+	// The new map goes out before any promotion: a peer the node asks for
+	// a lease then names it, and the node takes its view first.
+	pushed, pushEnd := m.pushConfigAcks(ctx, ns)
+	m.publishedAt(ns)
+	switch {
+	case fenced:
+		rep.fencing = "; it was told first"
+	case force:
+		rep.fencing = "; forced, without waiting for its lease"
+	default:
+		m.mu.Lock()
+		v := lp.peerLease(time.Now(), addr, rec, quorumSet(s), m.leases, pushed, pushEnd)
+		m.mu.Unlock()
+		switch {
+		case v.Sure:
+			rep.fencing = "; its lease had run out and its peers had the new map"
+		case !v.At.IsZero():
+			m.cfg.Logf("manager: failover of %s: waiting %v before promoting (%s)", addr, time.Until(v.At).Round(time.Millisecond), v.Why)
+			if err := sleepUntil(ctx, v.At); err != nil {
+				return rep, err
+			}
+			rep.fencing = "; its lease and any its peers gave had run out"
+		default:
+			return rep, fmt.Errorf("%w: the map without it is committed, but nothing was promoted: %s", ErrNotSure, v.Why)
+		}
+	}
+	// Promote.
+	for vb := range changed {
+		a := ns.server(ns.Map[vb][0])
+		if err := m.conn(ctx, a, func(c *admin.Conn) error {
+			if lost[vb] {
+				c.DelVBucket(vb)
+			}
+			return c.SetVBucket(vb, vbucket.Active)
+		}); err != nil {
+			m.cfg.Logf("manager: failover of %s: activating vbucket %d on %s: %v", addr, vb, a, err)
+			rep.Unactivated++
+		}
+	}
 	// Surviving replicas follow the new actives.
 	for vb, row := range ns.Map {
 		for j := 1; j < len(row); j++ {

@@ -22,7 +22,7 @@ import (
 //	DELETE /nodes?node=HOST:PORT     remove a member (the next rebalance moves its vbuckets)
 //	POST /rebalance                  start a rebalance
 //	POST /rebalance/stop             stop it after the moves in flight
-//	POST /failover?node=HOST:PORT    fail a node over now
+//	POST /failover?node=HOST:PORT[&force=1]  fail a node over (once it surely stopped serving; force: at once)
 //
 // Errors are JSON {"error": "..."} with a 4xx or 5xx status.
 
@@ -51,6 +51,22 @@ type NodeStatus struct {
 	LastErr  string `json:"error,omitempty"`
 	Probed   bool   `json:"probed"`
 	Incoming int    `json:"incoming,omitempty"` // vbuckets the rebalance will give it
+	// Lease is what this leader's grants gave the node (fencing.go).
+	Lease *LeaseStatus `json:"lease,omitempty"`
+}
+
+// LeaseStatus is the leader's view of a node's lease.
+type LeaseStatus struct {
+	Grants   uint64 `json:"grants"`                // grants sent
+	Answered uint64 `json:"answered"`              // the newest grant answered
+	Ago      string `json:"answeredAgo,omitempty"` // how long ago
+	// Vouched is how long the node has held a lease without a break,
+	// as far as the leader can be sure.
+	Vouched string `json:"vouchedFor,omitempty"`
+	// Quorums are the quorum sets the node may hold (more than one
+	// while it has not answered a grant naming the newest).
+	Quorums [][]string `json:"quorums,omitempty"`
+	Stopped bool       `json:"stopped,omitempty"` // no more grants: being failed over
 }
 
 // Status returns the cluster's status as this manager sees it.
@@ -80,6 +96,19 @@ func (m *Manager) Status() Status {
 			}
 		}
 		m.mu.Lock()
+		if r := m.leases[a]; r != nil && leading {
+			ls := &LeaseStatus{Grants: r.seq, Answered: r.ackedSeq, Stopped: r.stopped}
+			if !r.ackedAt.IsZero() {
+				ls.Ago = time.Since(r.ackedAt).Round(time.Millisecond).String()
+			}
+			if now := time.Now(); !r.heldFrom.IsZero() && now.Before(r.heldUntil) {
+				ls.Vouched = now.Sub(r.heldFrom).Round(time.Millisecond).String()
+			}
+			for _, q := range r.quorums {
+				ls.Quorums = append(ls.Quorums, q.set)
+			}
+			ns.Lease = ls
+		}
 		h := m.health[a]
 		if h != nil {
 			ns.Probed, ns.Healthy, ns.LastErr = true, h.OK, h.Err
@@ -138,6 +167,9 @@ func (m *Manager) Handler() http.Handler {
 				if errors.Is(err, ErrNotLeader) {
 					code = http.StatusServiceUnavailable
 				}
+				if errors.Is(err, ErrNotSure) {
+					code = http.StatusConflict
+				}
 				writeJSON(w, code, map[string]string{"error": err.Error()})
 				return
 			}
@@ -161,7 +193,7 @@ func (m *Manager) Handler() http.Handler {
 		return nil, m.StopRebalance(ctx)
 	}))
 	mux.HandleFunc("POST /failover", change(func(ctx context.Context, r *http.Request) (any, error) {
-		return nil, m.Failover(m.leaderContext(), node(r), true)
+		return nil, m.Failover(m.leaderContext(), node(r), FailoverOptions{Rebuild: true, Force: r.FormValue("force") != ""})
 	}))
 	return mux
 }

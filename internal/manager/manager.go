@@ -40,9 +40,14 @@ type Config struct {
 	// answering before it is failed over automatically (0: never; only
 	// when the cluster has replicas).
 	FailoverAfter time.Duration
-	ProbeInterval time.Duration // health probes (default 1 s)
-	MaxMoves      int           // vbucket moves at once in a rebalance (default 4)
-	SessionTTL    int           // seconds; the leader's lease (default 5)
+	ProbeInterval time.Duration // health probes, each a lease grant (default 1 s)
+	// Lease is the duration of the lease each probe grants a node: a node
+	// the leader stops hearing from stops serving within it, and a
+	// failover waits for it (fencing.go). Default 5 s; at least
+	// 3*ProbeInterval.
+	Lease      time.Duration
+	MaxMoves   int // vbucket moves at once in a rebalance (default 4)
+	SessionTTL int // seconds; the leader's lease (default 5)
 
 	Logf func(format string, args ...any)
 }
@@ -63,6 +68,10 @@ func (c *Config) setDefaults() {
 	if c.SessionTTL == 0 {
 		c.SessionTTL = 5
 	}
+	if c.Lease == 0 {
+		c.Lease = 5 * time.Second
+	}
+	c.Lease = max(c.Lease, 3*c.ProbeInterval)
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
 	}
@@ -78,7 +87,8 @@ type Manager struct {
 	// is held across their network calls (to nodes, to etcd) on purpose;
 	// what those wait for (a node's answer, a push, the rebalance
 	// goroutine) never takes it, and failover lets go of it before it
-	// waits for the rebalance to stop. Lock order: opMu, commitMu, mu.
+	// waits for the rebalance to stop. Lock order: opMu, commitMu,
+	// nodeConn.mu, mu (see nodeConn).
 	opMu sync.Mutex
 
 	// commitMu serialises update: its read of the state, the etcd
@@ -105,6 +115,16 @@ type Manager struct {
 	told    map[string]bool
 	moving  map[int]bool    // vbuckets being moved now
 	leadCtx context.Context // the current leadership's context (nil when following)
+	// The current leadership's leases (fencing.go): the grants' epoch,
+	// when the leadership began, what each node was granted. Reset when
+	// a leadership begins.
+	epoch     uint64
+	leadSince time.Time
+	leases    map[string]*leaseRec
+	// grantConns are the connections the grants use, one per node, apart
+	// from conns: a move's long request on a node's control connection
+	// must not hold up the grant that keeps the node serving.
+	grantConns map[string]*nodeConn
 
 	// Publishing (publish): pushes coalesce, so concurrent moves share
 	// them. pubMu protects pubWant, pubDone and pubBusy; pubCond waits on
@@ -133,7 +153,9 @@ type nodeHealth struct {
 type nodeConn struct {
 	// mu protects c and is held across the dial and the request (fn in
 	// conn): the connection carries one request at a time. No fn takes
-	// another nodeConn's mu or m.mu, and what a node waits for before it
+	// another nodeConn's mu; only a grant's fn takes m.mu, to record the
+	// answer (so the order is nodeConn.mu, then mu, and nothing holds mu
+	// while it waits for a nodeConn), and what a node waits for before it
 	// answers (a takeover, a stream) never needs this connection (a
 	// takeover dials its own), so a holder waits at most for the dial's
 	// and the request's deadlines (admin.Conn sets one on every request).
@@ -154,7 +176,8 @@ func New(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("manager: %d replicas: want 0 to 3", cfg.Replicas)
 	}
 	m := &Manager{cfg: cfg, cli: cfg.Etcd, health: map[string]*nodeHealth{}, subs: map[chan struct{}]struct{}{},
-		conns: map[string]*nodeConn{}, moving: map[int]bool{}, told: map[string]bool{}}
+		conns: map[string]*nodeConn{}, moving: map[int]bool{}, told: map[string]bool{},
+		leases: map[string]*leaseRec{}, grantConns: map[string]*nodeConn{}}
 	m.pubCond = sync.NewCond(&m.pubMu)
 	return m, nil
 }
@@ -386,6 +409,7 @@ func (m *Manager) campaign(ctx context.Context) error {
 func (m *Manager) lead(ctx context.Context) {
 	m.mu.Lock()
 	m.leadCtx = ctx
+	m.epoch, m.leadSince, m.leases = rand.Uint64()|1, time.Now(), map[string]*leaseRec{}
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
@@ -410,11 +434,17 @@ func (m *Manager) lead(ctx context.Context) {
 // conn runs fn on a control connection to addr, dialling if needed and
 // dropping the connection after an error that is not a node's answer.
 func (m *Manager) conn(ctx context.Context, addr string, fn func(c *admin.Conn) error) error {
+	return m.connIn(m.conns, ctx, addr, fn)
+}
+
+// connIn is conn on one of the pools (conns, grantConns), which m.mu
+// protects.
+func (m *Manager) connIn(pool map[string]*nodeConn, ctx context.Context, addr string, fn func(c *admin.Conn) error) error {
 	m.mu.Lock()
-	nc := m.conns[addr]
+	nc := pool[addr]
 	if nc == nil {
 		nc = &nodeConn{}
-		m.conns[addr] = nc
+		pool[addr] = nc
 	}
 	m.mu.Unlock()
 	nc.mu.Lock()
@@ -468,19 +498,28 @@ func (m *Manager) publish(ctx context.Context, s *State) {
 // pushConfig sends the state's config to every node it names and every
 // member. A node holding a newer config refuses it, which is fine.
 func (m *Manager) pushConfig(ctx context.Context, s *State) {
+	m.pushConfigAcks(ctx, s)
+}
+
+// pushConfigAcks is pushConfig, returning when each node's answer came
+// (a node that holds the config or a newer one counts) and when the push
+// ended.
+func (m *Manager) pushConfigAcks(ctx context.Context, s *State) (map[string]time.Time, time.Time) {
 	t0 := time.Now()
 	defer func() { m.prof.push.Add(int64(time.Since(t0))) }()
+	acks := map[string]time.Time{}
 	if len(s.Servers) == 0 {
-		return // no node holds anything yet: no config to give
+		return acks, time.Now() // no node holds anything yet: no config to give
 	}
 	data, err := json.Marshal(s.Config(m.cfg.MgmtPort))
 	if err != nil {
-		return
+		return acks, time.Now()
 	}
 	targets := append(append([]string{}, s.Servers...), s.Nodes...)
 	slices.Sort(targets)
 	targets = slices.Compact(targets)
 	var wg sync.WaitGroup
+	var mu sync.Mutex // protects acks
 	for _, a := range targets {
 		wg.Add(1)
 		go func() {
@@ -490,10 +529,22 @@ func (m *Manager) pushConfig(ctx context.Context, s *State) {
 			})
 			if err != nil && !admin.IsStatus(err, protocol.StatusKeyExists) {
 				m.cfg.Logf("manager: pushing config rev %d to %s: %v", s.Rev, a, err)
+				return
 			}
+			mu.Lock()
+			acks[a] = time.Now()
+			mu.Unlock()
 		}()
 	}
 	wg.Wait()
+	return acks, time.Now()
+}
+
+// publishedAt notes that s was pushed to every node outside publish.
+func (m *Manager) publishedAt(s *State) {
+	m.pubMu.Lock()
+	m.pubDone = max(m.pubDone, s.Rev)
+	m.pubMu.Unlock()
 }
 
 // ConfigJSON returns the current config JSON (what /pools/default/b/default serves).

@@ -38,6 +38,16 @@ func (m *Manager) AddNode(ctx context.Context, addr string) error {
 	if err := m.checkNode(ctx, addr, s.NumVBuckets); err != nil {
 		return err
 	}
+	// A first grant puts the node in lease mode before it can be given a
+	// vbucket: from then on it serves only while it holds a lease
+	// (fencing.go). It runs from no earlier grant, so it gives none yet;
+	// the probes do.
+	q := quorumSet(s)
+	q = append(q, addr)
+	slices.Sort(q)
+	if err := m.grant(ctx, addr, q); err != nil {
+		return fmt.Errorf("node %s: lease grant: %w", addr, err)
+	}
 	s, err := m.update(ctx, func(s *State) error {
 		s.Nodes = append(s.Nodes, addr)
 		s.FailedOver = slices.DeleteFunc(s.FailedOver, func(a string) bool { return a == addr })
@@ -91,8 +101,15 @@ func (m *Manager) RemoveNode(ctx context.Context, addr string) error {
 	return err
 }
 
-// probeLoop checks every node's health each ProbeInterval and fails over
-// nodes that stay down, until ctx ends.
+// probeLoop probes every member each ProbeInterval, with a lease grant
+// (grant), and fails over nodes that stay down, until ctx ends.
+//
+// The grants of a round go out in parallel, each on the node's grant
+// connection, so that one paused node (whose grant waits for its
+// timeout) or one busy control connection delays no other node's lease.
+// Automatic failovers run on a goroutine of their own, one at a time: a
+// failover waits for the node's lease to run out, and the grants must go
+// on meanwhile.
 //
 // Failed-over nodes that are not members again are tried too, on a
 // goroutine of their own (one that is paused holds each try for its
@@ -104,6 +121,8 @@ func (m *Manager) probeLoop(ctx context.Context) {
 	defer tellers.Wait()
 	telling := make(chan struct{}, 1) // a token: one round of tells at a time
 	telling <- struct{}{}
+	failing := make(chan struct{}, 1) // a token: one automatic failover at a time
+	failing <- struct{}{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -127,19 +146,23 @@ func (m *Manager) probeLoop(ctx context.Context) {
 			default: // the last round is still trying
 			}
 		}
-		targets := append(append([]string{}, s.Servers...), s.Nodes...)
-		slices.Sort(targets)
-		targets = slices.Compact(targets)
+		quorum := quorumSet(s)
+		errs := make([]error, len(quorum))
+		var round sync.WaitGroup
 		now := time.Now()
-		for _, a := range targets {
-			pctx, cancel := context.WithTimeout(ctx, time.Second)
-			err := m.conn(pctx, a, func(c *admin.Conn) error {
-				c.Timeout = time.Second
-				_, err := c.Do(protocol.OpVersion, 0, nil, nil, nil)
-				c.Timeout = 5 * time.Second
-				return err
-			})
-			cancel()
+		for i, a := range quorum {
+			round.Add(1)
+			go func() { // owned by this round, which waits for it
+				defer round.Done()
+				errs[i] = m.grant(ctx, a, quorum)
+			}()
+		}
+		round.Wait()
+		for i, a := range quorum {
+			err := errs[i]
+			if errors.Is(err, errNoGrant) {
+				continue
+			}
 			m.mu.Lock()
 			h := m.health[a]
 			if h == nil {
@@ -157,13 +180,75 @@ func (m *Manager) probeLoop(ctx context.Context) {
 			down := !h.OK && now.Sub(h.DownSince) >= m.cfg.FailoverAfter
 			m.mu.Unlock()
 			if down && m.cfg.FailoverAfter > 0 && s.Replicas > 0 && holdsVBuckets(s, a) && ctx.Err() == nil {
-				m.cfg.Logf("manager: %s down since %v: failing it over", a, m.healthOf(a).DownSince.Format(time.RFC3339))
-				if err := m.Failover(ctx, a, true); err != nil {
-					m.cfg.Logf("manager: automatic failover of %s: %v", a, err)
+				select {
+				case <-failing:
+				default:
+					continue // one at a time; the next probe tries again
 				}
+				tellers.Add(1)
+				go func() { // owned by probeLoop, which waits for it
+					defer tellers.Done()
+					defer func() { failing <- struct{}{} }()
+					m.cfg.Logf("manager: %s down since %v: failing it over", a, m.healthOf(a).DownSince.Format(time.RFC3339))
+					if err := m.Failover(ctx, a, FailoverOptions{Rebuild: true}); err != nil {
+						m.cfg.Logf("manager: automatic failover of %s: %v", a, err)
+					}
+				}()
 			}
 		}
 	}
+}
+
+// quorumSet is the members a grant names, in order: every node the map or
+// the membership holds, but a failed-over node that is not a member again.
+func quorumSet(s *State) []string {
+	q := append(append([]string{}, s.Servers...), s.Nodes...)
+	slices.Sort(q)
+	q = slices.Compact(q)
+	return slices.DeleteFunc(q, func(a string) bool {
+		return slices.Contains(s.FailedOver, a) && !slices.Contains(s.Nodes, a)
+	})
+}
+
+// errNoGrant: the node is being failed over; it gets no grant.
+var errNoGrant = errors.New("no grant: being failed over")
+
+// grant sends addr a lease grant naming quorum, within a second, and
+// records the answer (fencing.go).
+func (m *Manager) grant(ctx context.Context, addr string, quorum []string) error {
+	lp := newLeaseParams(m.cfg.Lease)
+	m.mu.Lock()
+	r := m.leases[addr]
+	if r == nil {
+		r = &leaseRec{}
+		m.leases[addr] = r
+	}
+	if r.stopped {
+		m.mu.Unlock()
+		return errNoGrant
+	}
+	epoch := m.epoch
+	seq, acked := r.sending(quorum)
+	ackedSent := r.ackedSent
+	m.mu.Unlock()
+	gctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	return m.connIn(m.grantConns, gctx, addr, func(c *admin.Conn) error {
+		c.Timeout = time.Second
+		sent := time.Now()
+		if err := c.Lease(lp.L, epoch, seq, acked, addr, quorum); err != nil {
+			return err
+		}
+		at := time.Now()
+		// Recorded under the grant connection's mu, so that stopGrants,
+		// which waits for it, sees every answer.
+		m.mu.Lock()
+		if m.leases[addr] == r && m.epoch == epoch {
+			r.answered(lp, seq, sent, at, acked, ackedSent)
+		}
+		m.mu.Unlock()
+		return nil
+	})
 }
 
 func (m *Manager) healthOf(a string) nodeHealth {
