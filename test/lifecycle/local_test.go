@@ -75,65 +75,123 @@ func childWithArgs(t *testing.T, parent int, args ...string) int {
 	return 0
 }
 
+// localRun is a `vbcache local` process group that a test runs.
+type localRun struct {
+	t              *testing.T
+	base           int // its --base-port: proxy, manager, then the nodes
+	cmd            *exec.Cmd
+	stdout, stderr nodeproc.Output
+	done           chan struct{} // closed when the process has exited
+	err            error         // its exit status, once done
+}
+
+// startLocal runs `vbcache local` with args (and a free --base-port for
+// 2+nodes ports) until it says it is ready. freeBase's ports may be taken
+// by another process before local binds them; only then (its stderr says
+// "address already in use" and it exited) does it start again, on other
+// ports, at most three times. The process group is killed when the test
+// ends unless stop ran.
+func startLocal(t *testing.T, nodes int, args ...string) *localRun {
+	t.Helper()
+	for try := 1; ; try++ {
+		l := &localRun{t: t, base: freeBase(t, 2+nodes), done: make(chan struct{})}
+		l.cmd = exec.Command(bin, append([]string{"local", "--nodes", strconv.Itoa(nodes), "--base-port", strconv.Itoa(l.base)}, args...)...)
+		l.cmd.Stdout, l.cmd.Stderr = &l.stdout, &l.stderr
+		l.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := l.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { // owned by l: done says it ended
+			l.err = l.cmd.Wait()
+			close(l.done)
+		}()
+		t.Cleanup(func() {
+			select {
+			case <-l.done:
+			default: // the whole group: local and its nodes
+				syscall.Kill(-l.cmd.Process.Pid, syscall.SIGCONT)
+				syscall.Kill(-l.cmd.Process.Pid, syscall.SIGKILL)
+				<-l.done
+			}
+		})
+		deadline := time.Now().Add(60 * time.Second)
+		for !strings.Contains(l.stdout.String(), "ready in") {
+			select {
+			case <-l.done:
+				if try < 3 && strings.Contains(l.stderr.String(), "address already in use") {
+					t.Logf("vbcache local on ports from %d: %s; again on others", l.base, strings.TrimSpace(l.stderr.String()))
+					goto again
+				}
+				t.Fatalf("vbcache local exited before it was ready: %v\nstderr:\n%s", l.err, l.stderr.String())
+			case <-time.After(20 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("vbcache local not ready after 60 s\nstdout:\n%s\nstderr:\n%s", l.stdout.String(), l.stderr.String())
+			}
+		}
+		return l
+	again:
+	}
+}
+
+// wait polls cond every 20 ms for up to d; it fails the test if local
+// exits meanwhile or d passes.
+func (l *localRun) wait(what string, d time.Duration, cond func() bool) {
+	l.t.Helper()
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(20 * time.Millisecond) {
+		select {
+		case <-l.done:
+			l.t.Fatalf("vbcache local exited (%v) while waiting for %s\nstderr:\n%s", l.err, what, l.stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			l.t.Fatalf("timed out after %v waiting for %s\nstdout:\n%s\nstderr:\n%s", d, what, l.stdout.String(), l.stderr.String())
+		}
+	}
+}
+
+// addr is the address of the i-th node (from 0).
+func (l *localRun) addr(i int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(l.base+2+i)) }
+
+// nodePid is the pid of the i-th node's process.
+func (l *localRun) nodePid(i int) int {
+	return childWithArgs(l.t, l.cmd.Process.Pid, "-p", strconv.Itoa(l.base+2+i))
+}
+
+// stop sends SIGINT and requires a clean exit within 30 s.
+func (l *localRun) stop() {
+	l.t.Helper()
+	if err := l.cmd.Process.Signal(os.Interrupt); err != nil {
+		l.t.Fatal(err)
+	}
+	select {
+	case <-l.done:
+		if l.err != nil {
+			l.t.Fatalf("vbcache local after SIGINT: %v\nstderr:\n%s", l.err, l.stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		l.t.Fatalf("vbcache local still running 30 s after SIGINT\nstderr:\n%s", l.stderr.String())
+	}
+}
+
 // TestLocalFailoverAfter: `vbcache local --failover-after 1s` runs its
 // manager with that failover time: a node killed with SIGKILL is failed over
 // within seconds, long before the default 10 s would allow, and the cluster
 // then stops cleanly on SIGINT.
 func TestLocalFailoverAfter(t *testing.T) {
-	const nodes = 3
-	base := freeBase(t, 2+nodes)
-	var stdout, stderr nodeproc.Output
-	cmd := exec.Command(bin, "local", "--nodes", strconv.Itoa(nodes), "--replicas", "1", "--vbuckets", "64",
-		"-m", "16", "--base-port", strconv.Itoa(base), "--failover-after", "1s")
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stopped := false
-	defer func() {
-		if !stopped { // the whole group: local and its nodes
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
-	}()
-	wait := func(what string, d time.Duration, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(d); !cond(); time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out after %v waiting for %s\nstdout:\n%s\nstderr:\n%s", d, what, stdout.String(), stderr.String())
-			}
-		}
-	}
-	wait("the cluster to be ready", 60*time.Second, func() bool { return strings.Contains(stdout.String(), "ready in") })
-
-	victim := net.JoinHostPort("127.0.0.1", strconv.Itoa(base+2))
-	pid := childWithArgs(t, cmd.Process.Pid, "-p", strconv.Itoa(base+2))
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+	l := startLocal(t, 3, "--replicas", "1", "--vbuckets", "64", "-m", "16", "--failover-after", "1s")
+	victim := l.addr(0)
+	if err := syscall.Kill(l.nodePid(0), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
 	line := "manager: " + victim + " down since"
-	wait("the manager to fail "+victim+" over", 30*time.Second, func() bool { return strings.Contains(stderr.String(), line) })
+	l.wait("the manager to fail "+victim+" over", 30*time.Second, func() bool { return strings.Contains(l.stderr.String(), line) })
 	took := time.Since(killed)
 	t.Logf("%s failed over %v after its SIGKILL", victim, took.Round(time.Millisecond))
 	// The default (10 s) could not have failed it over yet: the flag took.
 	if took >= 9*time.Second {
 		t.Fatalf("failover came %v after the kill with --failover-after 1s", took)
 	}
-
-	if err := cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		stopped = true
-		if err != nil {
-			t.Fatalf("vbcache local after SIGINT: %v\nstderr:\n%s", err, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("vbcache local still running 30 s after SIGINT\nstderr:\n%s", stderr.String())
-	}
+	l.stop()
 }
