@@ -113,6 +113,28 @@ type Options struct {
 	RequestTimeout time.Duration
 	// Logf, if set, receives a line per step.
 	Logf func(format string, args ...any)
+
+	// Publish, if set, is step 3 instead of Move's own: it makes the
+	// cluster's map say that vb is active on to, and returns nil once
+	// that map is stored and pushed (the cluster manager: its commit in
+	// etcd, rev+1, then its push to every node) with the new rev. Move
+	// deletes the old copy only after it returned nil; on an error the
+	// old copy is kept and Move returns ErrNotPublished. Options.Nodes
+	// is then unused, and Result.PublishedTo stays empty.
+	Publish func(ctx context.Context, vb int, to string) (rev int64, err error)
+	// Halt, if set, is asked before each change Move makes after the
+	// TAKEOVER request (setting a state, dropping or deleting a copy,
+	// publishing) and before each look while recovery waits. A non-nil
+	// answer stops the move there, the nodes' states left as they are,
+	// and the error wraps ErrHalted; Result.Outcome says where the
+	// vbucket was (Unresolved while recovery had not decided). A halt
+	// after the publish only keeps the old copy (Result.DeleteErr), and
+	// the error is nil. The cluster manager halts a move when its leadership
+	// ends, so that a deposed leader stops acting on the nodes and its
+	// successor finishes the move (Recover). The answer and the change
+	// are not atomic: a leadership that ends between them still makes
+	// that one change.
+	Halt func() error
 }
 
 // Defaults for Options' zero values.
@@ -133,6 +155,17 @@ func (o Options) withDefaults() Options {
 		o.RequestTimeout = DefaultRequestTimeout
 	}
 	return o
+}
+
+// halted is Halt's answer, wrapped in ErrHalted (nil without Halt).
+func (o *Options) halted() error {
+	if o.Halt == nil {
+		return nil
+	}
+	if err := o.Halt(); err != nil {
+		return fmt.Errorf("%w: %v", ErrHalted, err)
+	}
+	return nil
 }
 
 func (o *Options) logf(format string, args ...any) {
@@ -182,6 +215,7 @@ var (
 	ErrAborted      = errors.New("move: aborted, the source is active")
 	ErrUnresolved   = errors.New("move: unresolved")
 	ErrNotPublished = errors.New("move: new map not published")
+	ErrHalted       = errors.New("move: halted")
 )
 
 // Result reports a move.
@@ -308,6 +342,87 @@ func Move(ctx context.Context, vb int, from, to string, opt Options) (res Result
 	return res, err
 }
 
+// Recover settles a move that was begun and not finished by someone who
+// can no longer finish it (the cluster manager's leader that died during
+// it): it looks at both nodes and applies the recovery rules of the
+// package comment exactly as Move does after a failed TAKEOVER, waiting
+// up to Options.Settle for the nodes to settle, publishing and then
+// deleting the old copy under R1, setting the source active again under
+// R4, promoting the target under R5. The result and the error are
+// Move's.
+//
+// Recover knows no process ids from a preflight, so a node that
+// restarted in the meantime is not recognised as lost unless it refuses
+// connections: a restarted source (every vbucket dead there, its copy
+// gone) reads as R4's dead source, which is set active again, empty, and
+// the target's copy is dropped. That is never two actives, but it loses
+// the vbucket's items, which R5 would have kept on the target.
+//
+// To Recover, an active source with no takeover stream open is R3, an
+// aborted move: call it only when the takeover may have begun (the target
+// is pending or active, the source is not active, or the source has a
+// takeover stream of the vbucket open), and Move otherwise.
+//
+// It takes no context: like Move's recovery, it runs to its end once
+// begun, bounded by Settle and the request timeouts; Options.Halt stops
+// it.
+func Recover(vb int, from, to string, opt Options) (res Result, err error) {
+	opt = opt.withDefaults()
+	start := time.Now()
+	res = Result{VBucket: vb, From: from, To: to}
+	defer func() { res.Duration = time.Since(start) }()
+	if from == to || from == "" || to == "" {
+		return res, fmt.Errorf("%w: recovering a move from %q to %q", ErrPreflight, from, to)
+	}
+	m := &mover{vb: vb, from: from, to: to, opt: opt}
+	err = m.recover(&res)
+	res.Recovery = time.Since(start)
+	return res, err
+}
+
+// Reach is how a node answered Observe.
+type Reach uint8
+
+const (
+	// Reached: the node answered every request.
+	Reached Reach = iota
+	// Refused: the connection was refused; nothing listens there (on one
+	// machine: the process is gone).
+	Refused
+	// NoReply: a timeout, a reset or an error answer; the node may be
+	// alive.
+	NoReply
+)
+
+// Observation is one look at one node's copy of a vbucket, what the
+// recovery rules decide on.
+type Observation struct {
+	Reach Reach
+	Err   error         // why not Reached
+	State vbucket.State // the vbucket's state there (Reached only)
+	PID   string        // the node's process id ("stats" pid)
+	// Streaming: a stream of the vbucket is open there: a takeover
+	// producer of it, or, when Observe was given a peer, a consumer of
+	// it fed from peer (a replica's replication stream counts too).
+	Streaming bool
+}
+
+// Observe looks at vb on the node at addr: its state, the node's pid,
+// and whether a stream of the vbucket is open there (see Observation).
+// It makes no change.
+func Observe(ctx context.Context, vb int, addr, peer string, opt Options) Observation {
+	m := &mover{vb: vb, opt: opt.withDefaults()}
+	v := m.observe(ctx, addr, "", peer)
+	o := Observation{Err: v.err, State: v.state, PID: v.pid, Streaming: v.streaming}
+	switch v.reach {
+	case reachRefused:
+		o.Reach = Refused
+	case reachNoReply:
+		o.Reach = NoReply
+	}
+	return o
+}
+
 // mover is one Move's state.
 type mover struct {
 	vb             int
@@ -338,8 +453,16 @@ func (m *mover) takeover(ctx context.Context) error {
 // and, if deleteOld, then deletes the source's copy. res.Outcome is set.
 func (m *mover) finish(res *Result, deleteOld bool) error {
 	ctx := context.Background() // bounded by RequestTimeout per request
+	if err := m.opt.halted(); err != nil {
+		return fmt.Errorf("vbucket %d is active on %s, the map not yet published: %w", m.vb, m.to, err)
+	}
 	t0 := time.Now()
-	p := m.publish(ctx)
+	var p published
+	if m.opt.Publish != nil {
+		p = m.callerPublish(ctx)
+	} else {
+		p = m.publish(ctx)
+	}
 	res.Publish = time.Since(t0)
 	res.Rev, res.RevEpoch, res.NoConfig = p.rev, p.epoch, p.noConfig
 	res.PublishedTo, res.PublishFailed = p.stored, p.failed
@@ -367,6 +490,11 @@ func (m *mover) finish(res *Result, deleteOld bool) error {
 		m.opt.logf("no node holds a cluster map: nothing published")
 	}
 	if !deleteOld {
+		return nil
+	}
+	if err := m.opt.halted(); err != nil {
+		res.DeleteErr = err
+		m.opt.logf("old copy on %s kept: %v", m.from, err)
 		return nil
 	}
 	t0 = time.Now()

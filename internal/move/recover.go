@@ -194,6 +194,11 @@ func (m *mover) recover(res *Result) error {
 	var a action
 	var rule string
 	for {
+		if err := m.opt.halted(); err != nil {
+			res.Outcome = Unresolved
+			res.Detail = fmt.Sprintf("source %s: %v; target %s: %v", m.from, f, m.to, t)
+			return fmt.Errorf("vbucket %d from %s to %s, recovery not decided: %w", m.vb, m.from, m.to, err)
+		}
 		t = m.observe(ctx, m.to, m.toPID, m.from)
 		f = m.observe(ctx, m.from, m.fromPID, "")
 		a, rule = decide(f, t)
@@ -210,6 +215,12 @@ func (m *mover) recover(res *Result) error {
 	res.Rule = rule
 	res.Detail = fmt.Sprintf("source %s: %v; target %s: %v", m.from, f, m.to, t)
 	m.opt.logf("recovery %s: %s", rule, res.Detail)
+	if a == actAborted || a == actReactivate || a == actPromote {
+		if err := m.opt.halted(); err != nil {
+			res.Outcome = Unresolved
+			return fmt.Errorf("vbucket %d (%s): %s: %w", m.vb, rule, res.Detail, err)
+		}
+	}
 	switch a {
 	case actMoved:
 		res.Outcome = Moved
