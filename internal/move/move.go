@@ -264,6 +264,8 @@ func (r *Result) String() string {
 		fmt.Fprintf(&b, " (recovery %s)", r.Rule)
 	}
 	switch {
+	case r.Published && r.PublishedTo == nil: // Options.Publish did it
+		fmt.Fprintf(&b, "; map rev %d published", r.Rev)
 	case r.Published:
 		fmt.Fprintf(&b, "; map rev %d (epoch %d) published to %d nodes", r.Rev, r.RevEpoch, len(r.PublishedTo))
 	case r.NoConfig:
