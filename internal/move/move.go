@@ -1,8 +1,15 @@
 // Package move moves one vbucket from one node to another, as DESIGN.md §3
-// describes, and settles every way that can fail. The cluster manager and
-// `vbcache ctl move-vbucket` both call Move; it is synchronous, starts no
-// goroutine that outlives it, and talks to the nodes only through their
-// control requests (internal/admin).
+// describes, and settles every way that can fail. It is synchronous,
+// starts no goroutine that outlives it, and talks to the nodes only
+// through their control requests (internal/admin).
+//
+// Two callers: `vbcache ctl move-vbucket` calls Move, which publishes the
+// map itself (step 3 below). The cluster manager (internal/manager) runs
+// every active move of a rebalance through Move, and a move a previous
+// leader left in flight or unpublished through Recover, both with
+// Options.Publish set to its own step 3 (its commit in etcd, then its
+// push) and Options.Halt ending the move when its leadership ends.
+// Failover's promotions are not moves and do not come here.
 //
 // # The happy path
 //
@@ -19,10 +26,12 @@
 //     serverList, nodes and nodesExt if absent; removed from the row's
 //     replicas), rev+1, pushed with SET_CLUSTER_CONFIG to every node of its
 //     serverList and to both ends of the move. When no node holds a config
-//     there is nothing to publish, and Result says so.
-//  4. Only once both ends of the move hold the new map (or there is no map)
-//     is the old copy deleted (DEL_VBUCKET on the source). Until then the
-//     dead copy is the fallback if the target is lost.
+//     there is nothing to publish, and Result says so. With
+//     Options.Publish, the caller's function does this step instead.
+//  4. Only once both ends of the move hold the new map (or there is no map;
+//     or Options.Publish returned nil) is the old copy deleted
+//     (DEL_VBUCKET on the source). Until then the dead copy is the
+//     fallback if the target is lost.
 //
 // # Recovery rules
 //
@@ -80,6 +89,10 @@
 // The rules act as soon as one fits, so R4 does not wait for the source
 // to turn itself back active (it does so when its stream ends without
 // "go active"): setting it active ourselves gives the same state.
+//
+// Recover applies the same rules to a move it did not begin (no TAKEOVER
+// of its own, no preflight): the rules read the nodes' states, which say
+// where a handover got to whoever started it.
 //
 // Move's ctx bounds the preflight and the TAKEOVER request. Closing the
 // TAKEOVER connection does not stop the move on the target (the request
