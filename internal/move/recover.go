@@ -63,7 +63,11 @@ func (m *mover) observe(ctx context.Context, addr, pid0, peer string) view {
 		// Streams first, then the state: a producer turns the vbucket
 		// back active before its stream leaves "stats streams", so a
 		// view with no stream open shows the state after the revert.
-		streams, err := c.Stats("streams")
+		// "streams N" lists only vb's streams (and a line per
+		// producer): on a node replicating 1024 vbuckets the whole
+		// group is thousands of lines, and the manager looks at two
+		// nodes before every move.
+		streams, err := c.Stats("streams " + strconv.Itoa(m.vb))
 		if err != nil {
 			return err
 		}
