@@ -486,9 +486,32 @@ func TestMoveInterrupted(t *testing.T) {
 				}
 			}
 
+			// The successor's steps for the interrupted vbucket.
+			var stepsMu sync.Mutex
+			var steps []string
 			m2 := newTestManager(t, cli, "m2")
+			m2.m.hook = func(step string, v int) {
+				if v == vb {
+					stepsMu.Lock()
+					steps = append(steps, step)
+					stepsMu.Unlock()
+				}
+			}
 			m2.start(t)
 			s = waitRebalanced(t, m2.m)
+			stepsMu.Lock()
+			got := strings.Join(steps, ",")
+			stepsMu.Unlock()
+			// No new takeover for the interrupted move: the successor
+			// commits what the nodes say happened (R1), or, once the
+			// active is committed, only finishes the move; a target
+			// lost leaves nothing to commit.
+			want := map[string]string{"source-dead-target-pending": "commit-active,published",
+				"target-active-before-commit": "commit-active,published", "old-copy-not-deleted": "",
+				"target-lost-in-handover": ""}[tc.name]
+			if got != want {
+				t.Errorf("the successor's steps for vbucket %d: %q, want %q", vb, got, want)
+			}
 			rounds := checker.roundsDone()
 			waitFor(t, 10*time.Second, "two more checker rounds", func() bool { return checker.roundsDone() >= rounds+2 })
 			live := nodes
