@@ -135,18 +135,19 @@ type Options struct {
 	// old copy is kept and Move returns ErrNotPublished. Options.Nodes
 	// is then unused, and Result.PublishedTo stays empty.
 	Publish func(ctx context.Context, vb int, to string) (rev int64, err error)
-	// Halt, if set, is asked before each change Move makes after the
-	// TAKEOVER request (setting a state, dropping or deleting a copy,
-	// publishing) and before each look while recovery waits. A non-nil
-	// answer stops the move there, the nodes' states left as they are,
-	// and the error wraps ErrHalted; Result.Outcome says where the
-	// vbucket was (Unresolved while recovery had not decided). A halt
-	// after the publish only keeps the old copy (Result.DeleteErr), and
-	// the error is nil. The cluster manager halts a move when its leadership
-	// ends, so that a deposed leader stops acting on the nodes and its
-	// successor finishes the move (Recover). The answer and the change
-	// are not atomic: a leadership that ends between them still makes
-	// that one change.
+	// Halt, if set, is asked after the TAKEOVER request before each
+	// change Move makes: before the action a recovery rule decides on
+	// (setting a state, then dropping the target's copy), before the
+	// publish, before deleting the old copy, and before each look while
+	// recovery waits. A non-nil answer stops the move there, the nodes'
+	// states left as they are, and the error wraps ErrHalted;
+	// Result.Outcome says where the vbucket was (Unresolved while
+	// recovery had not decided). A halt after the publish only keeps the
+	// old copy (Result.DeleteErr), and the error is nil. The cluster
+	// manager halts a move when its leadership ends, so that a deposed
+	// leader stops acting on the nodes and its successor finishes the
+	// move (Recover). The answer and the change are not atomic: a
+	// leadership that ends between them still makes that one change.
 	Halt func() error
 }
 
