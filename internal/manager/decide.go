@@ -129,8 +129,9 @@ func (s step) String() string {
 //     if a is gone by then);
 //   - a not answering (refused, or no reply): stuck. A new leader cannot
 //     tell a replica that a handover made on b (R5 would promote it) from
-//     one that replication made, which only a failover may promote, after
-//     the lease of the node it replaces has run out;
+//     one that replication made, which only a failover may promote (and,
+//     once nodes hold leases (issue 20), only after the lease of the node
+//     it replaces has run out);
 //   - a active with a takeover stream of the vbucket open: recover (R2
 //     waits for the takeover a previous leader began);
 //   - a active, b answers: move (a move not begun, or aborted cleanly: R3);
