@@ -38,26 +38,47 @@
 //
 // StartRebalance asks the planner (internal/planner) for the target map of
 // the current members and stores it as the forward map (it goes to clients
-// as vBucketMapForward) with the rebalance's progress. The rebalance then
-// moves vbuckets whose row differs, MaxMoves at once. A move (moveVBucket)
-// is, for one vbucket:
+// as vBucketMapForward) with the rebalance's progress. The rebalance first
+// places, in one batch and one commit, every vbucket nobody holds
+// (populate), then moves vbuckets whose row differs, MaxMoves at once,
+// the next one chosen by pickNext (decide.go): moves a previous leader
+// committed and did not finish first, then the lowest vbucket not being
+// moved and not given up on (a vbucket is tried maxFailures times).
 //
-//  1. the active: a TAKEOVER on the new owner (internal/stream; DESIGN.md
-//     §3), or a plain activation for a vbucket nobody holds yet; then the
-//     map with the new active is committed (rev+1) and pushed to every
-//     node, and only then is the old copy deleted (DEL_VBUCKET);
-//  2. the replicas: every replica of the forward row is told to follow its
+// A vbucket's move (moveVBucket) is decided step by step by planVB
+// (decide.go), a pure function of the vbucket's rows in etcd (the map's,
+// the forward map's, Rebalance.Moving's entry) and of one look at the
+// two actives (move.Observe: state, reachability, an open stream), and
+// the I/O around it does what it says:
+//
+//  1. the active: while the row's active differs from the forward row's,
+//     one step, then a new look: a move not begun goes through move.Move
+//     (TAKEOVER on the new owner, internal/stream; DESIGN.md §3), a move
+//     found in flight or done but not committed through move.Recover
+//     (internal/move's rules R1-R5), a vbucket nobody holds is activated.
+//     Both publish through the manager (commitActive, as
+//     move.Options.Publish): the map with the new active is committed
+//     (rev+1, the old active noted in Rebalance.Moving) and pushed to
+//     every node, and only then is the old copy deleted (DEL_VBUCKET).
+//     Two actives, or an end of the move that does not answer, is stuck:
+//     nothing is touched and the move fails (a lost source is a
+//     failover's to settle: planVB sends it to R5 only when the target is
+//     pending, proof that a handover began);
+//  2. the rest, once the active is committed: the old copy is deleted if
+//     it was not, every replica of the forward row is told to follow its
 //     source (the active, or the previous replica when replication is
-//     chained), and the move waits until each new replica has caught up
-//     with the active's sequence number as it was when the wait began;
-//  3. the row is committed (rev+1, progress+1) and pushed; replicas the
-//     row drops are stopped and deleted.
+//     chained), the move waits until each new replica has caught up with
+//     the active's sequence number as it was when the wait began;
+//  3. the row is committed (rev+1, progress+1, the Moving entry cleared)
+//     and pushed; replicas the row drops are stopped and deleted.
 //
-// Each step checks what the nodes already hold, so a move that a dead
-// leader left half done is finished by its successor: the rebalance
-// resumes from the state in etcd. StopRebalance stops after the moves in
-// flight; the map is valid at every commit, since a row changes only when
-// its new owner is active.
+// So a move that a dead leader left half done is finished by its
+// successor from what etcd and the nodes say: the rebalance resumes from
+// the state in etcd, and a move halts (move.Options.Halt) as soon as its
+// leader's leadership ends, so a deposed leader stops acting on the nodes
+// (it may still make the one change it had decided on).
+// StopRebalance stops after the moves in flight; the map is valid at
+// every commit, since a row changes only when its new owner is active.
 //
 // # Failover
 //
@@ -71,10 +92,40 @@
 //
 // # What moves resolve by themselves and what they do not
 //
-// A takeover that fails leaves the vbucket active on its source (the
-// source turns itself back active when the handover had not reached the
-// target) or active on the target; the rebalance commits the latter and
-// retries the former up to three times. internal/move documents the rules
-// for the rarer outcomes (a node killed during the handover) that an
-// operator resolves with `vbcache ctl`.
+// internal/move's rules settle a takeover that failed or was left by a
+// dead leader: the vbucket ends active on its source (R3, R4: the move
+// is retried, up to maxFailures times) or on the target (R1, R5: the
+// manager commits it). What stays stuck until an operator or a failover
+// acts: two actives (never produced by the streams; nothing is touched),
+// a source that does not answer (failover's), a target that does not
+// answer (the move is given up; the vbucket stays on its source). A new
+// leader knows no process ids from its predecessor's preflight, so a
+// source that restarted (same address, its copies gone) reads as a dead
+// source, which R4 sets active again, empty: never two actives, but the
+// vbucket's items are lost (move.Recover's comment).
+//
+// Failover's promotions do not go through internal/move: a failover
+// promotes a replica of a node it cannot ask, which is not a move.
+//
+// # Locks
+//
+// Five locks, each documented at its field (manager.go): opMu, commitMu,
+// mu, pubMu, nodeConn.mu. The order, outermost first:
+//
+//	opMu → commitMu → mu
+//	opMu → pubMu (let go of while a push runs) → nodeConn.mu
+//	opMu → nodeConn.mu
+//
+// mu, pubMu and a nodeConn's mu are leaves: nothing takes another lock
+// while holding one of them (conn takes mu to find the nodeConn and lets
+// go of it before taking the nodeConn's mu; no request run under a
+// nodeConn's mu takes another's). opMu is held across network calls on
+// purpose (etcd in every commit; nodes in AddNode's check and push and in
+// failover's promotions and push); nothing those calls wait for takes it:
+// a move takes opMu only around its commits (commitActive, the row's
+// commit) and pushes after letting go, never holds it around move.Move or
+// move.Recover, and failover lets go of it before it waits for the
+// rebalance goroutine. commitMu is held across update's etcd
+// transaction, mu never across an etcd call or a node request. The
+// rebalance goroutine's own errMu (runRebalance) is a leaf too.
 package manager

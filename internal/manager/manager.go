@@ -138,6 +138,10 @@ type Manager struct {
 	prof struct { // time spent per step of moves, for the rebalance's log line
 		takeover, catchup, commit, push atomic.Int64
 	}
+
+	// hook, if set (by tests, before Run), is called at the steps of a
+	// move named in rebalance.go (runHook), with no lock held.
+	hook func(step string, vb int)
 }
 
 // nodeHealth is what the probes learned about a node.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vbcache/vbcache/internal/admin"
+	"github.com/vbcache/vbcache/internal/move"
 	"github.com/vbcache/vbcache/internal/planner"
 	"github.com/vbcache/vbcache/internal/vbucket"
 )
@@ -136,48 +138,33 @@ func (m *Manager) runRebalance(ctx context.Context) {
 		if stop {
 			break
 		}
-		// The next vbucket to move: not equal to its forward row, not
-		// being moved, not given up on.
-		next := -1
+		// The next vbucket to move (pickNext, decide.go).
+		errMu.Lock()
+		fails := maps.Clone(failures)
+		errMu.Unlock()
 		m.mu.Lock()
-		for vb := range s.Map {
-			if s.unfinished(vb) && !m.moving[vb] && failures[vb] < 3 {
-				next = vb
-				break
-			}
-		}
-		if next >= 0 {
-			m.moving[next] = true
+		p := pickNext(s, m.moving, fails)
+		if p.Verdict == pickStart {
+			m.moving[p.VB] = true
 		}
 		m.mu.Unlock()
-		if next < 0 {
-			// Nothing to start: wait for the moves in flight, then
-			// look again (one may have failed and be retried).
+		next := p.VB
+		if p.Verdict == pickDone {
+			break
+		}
+		if p.Verdict == pickGaveUp {
+			errMu.Lock()
+			if firstErr == nil {
+				firstErr = fmt.Errorf("%d vbuckets could not be moved", p.Left)
+			}
+			errMu.Unlock()
+			break
+		}
+		if p.Verdict == pickWait {
+			// Everything left is being moved: wait for the moves in
+			// flight, then look again (one may have failed and be
+			// retried).
 			wg.Wait()
-			s = m.State()
-			left := 0
-			for vb := range s.Map {
-				if s.unfinished(vb) {
-					left++
-				}
-			}
-			if left == 0 {
-				break
-			}
-			gaveUp := true
-			for vb := range s.Map {
-				if s.unfinished(vb) && failures[vb] < 3 {
-					gaveUp = false
-				}
-			}
-			if gaveUp {
-				errMu.Lock()
-				if firstErr == nil {
-					firstErr = fmt.Errorf("%d vbuckets could not be moved", left)
-				}
-				errMu.Unlock()
-				break
-			}
 			continue
 		}
 		select {
@@ -202,7 +189,7 @@ func (m *Manager) runRebalance(ctx context.Context) {
 				m.cfg.Logf("manager: moving vbucket %d: %v", vb, err)
 				errMu.Lock()
 				failures[vb]++
-				if failures[vb] >= 3 && firstErr == nil {
+				if failures[vb] >= maxFailures && firstErr == nil {
 					firstErr = fmt.Errorf("vbucket %d: %w", vb, err)
 				}
 				errMu.Unlock()
@@ -347,172 +334,219 @@ func (s *State) unfinished(vb int) bool {
 	return !slices.Equal(s.Map[vb], s.Forward[vb])
 }
 
-// moveVBucket brings vbucket vb from its current row to its forward row:
-// the active first (a takeover, or a plain activation for a vbucket nobody
-// holds), then the replicas. Each step is idempotent, so a new leader can
-// redo a move its predecessor left half done.
+// maxVBSteps bounds the looks moveVBucket takes at one vbucket: each
+// active step (an activation, a commit, a move, a recovery) either
+// changes the state in etcd or on a node, or fails.
+const maxVBSteps = 8
+
+// moveSettle is Options.Settle for the manager's moves: how long a
+// recovery waits for a handover in flight (a previous leader's takeover
+// may be backfilling a large vbucket).
+const moveSettle = 30 * time.Second
+
+// moveVBucket brings vbucket vb from its current row to its forward row.
+// It looks at the state in etcd and at the nodes (look), asks planVB
+// (decide.go) what to do, and does it: while the active differs, one step
+// (activate, move.Move, move.Recover) and then it looks again; once the
+// new active is committed, the rest of the plan (finishVB). Each step is
+// decided from what is there, so a new leader finishes a move its
+// predecessor left half done.
 func (m *Manager) moveVBucket(ctx context.Context, vb int) error {
-	s := m.State()
-	if s.Forward == nil || s.Rebalance == nil {
-		return nil
-	}
-	cur, fw := s.Map[vb], s.Forward[vb]
-	from, to := s.server(cur[0]), s.server(fw[0])
+	oldDeleted := false
 	var bytes uint64
-	if old, ok := s.Rebalance.Moving[vb]; ok && !slices.Contains(fw, slices.Index(s.Servers, old)) {
-		// A previous leader committed the new active and may have died
-		// before deleting the old copy. (An old copy that the forward
-		// row keeps as a replica is not deleted: it may already be
-		// following the new active.)
-		if err := m.conn(ctx, old, func(c *admin.Conn) error { return c.DelVBucket(vb) }); err != nil {
-			m.cfg.Logf("manager: deleting vbucket %d on %s after its move: %v", vb, old, err)
-		}
-	}
-	if to != "" && to != from {
-		st, err := m.stateOn(ctx, to, vb)
-		if err != nil {
+	for range maxVBSteps {
+		if err := ctx.Err(); err != nil {
 			return err
 		}
-		switch {
-		case st == vbucket.Active:
-			// Already there (a previous leader's move completed).
-		case from == "":
-			if err := m.conn(ctx, to, func(c *admin.Conn) error { return c.SetVBucket(vb, vbucket.Active) }); err != nil {
-				return err
-			}
-		default:
-			bytes = m.vbBytes(ctx, from, vb)
-			t0 := time.Now()
-			err := m.takeover(ctx, vb, from, to)
-			m.prof.takeover.Add(int64(time.Since(t0)))
-			if err != nil {
-				return err
-			}
-		}
-		// Commit the active, drop the new active from the replicas.
-		m.opMu.Lock()
-		ns, err := m.update(ctx, func(s *State) error {
-			row := s.Map[vb]
-			ti := slices.Index(s.Servers, to)
-			nr := []int{ti}
-			for _, x := range row[1:] {
-				if x != ti && x != row[0] {
-					nr = append(nr, x)
-				}
-			}
-			for len(nr) < len(row) {
-				nr = append(nr, -1)
-			}
-			s.Map[vb] = nr
-			s.Rev++
-			if s.Rebalance != nil && from != "" {
-				if s.Rebalance.Moving == nil {
-					s.Rebalance.Moving = map[int]string{}
-				}
-				s.Rebalance.Moving[vb] = from
-			}
+		s := m.State()
+		if s.Forward == nil || s.Rebalance == nil {
 			return nil
-		})
-		m.opMu.Unlock()
-		if err != nil {
-			return err
 		}
-		m.publish(ctx, ns)
-		// Only now, with the new map published, the old copy goes.
-		if from != "" {
-			if err := m.conn(ctx, from, func(c *admin.Conn) error { return c.DelVBucket(vb) }); err != nil {
-				m.cfg.Logf("manager: deleting vbucket %d on %s after its move: %v", vb, from, err)
+		f := m.look(ctx, s, vb, oldDeleted)
+		plan := planVB(f)
+		st := plan[0]
+		switch st.Kind {
+		case stepDone:
+			return nil
+		case stepStuck:
+			return fmt.Errorf("vbucket %d: %s", vb, st.Why)
+		case stepActivate:
+			if err := m.conn(ctx, st.Node, func(c *admin.Conn) error { return c.SetVBucket(vb, vbucket.Active) }); err != nil {
+				return fmt.Errorf("activating vbucket %d on %s: %w", vb, st.Node, err)
 			}
-		}
-		s = ns
-	}
-	// Replicas: every forward replica follows its source (the active for
-	// star replication, the previous replica for a chain), caught up
-	// before the row is committed.
-	row := s.Map[vb]
-	fw = s.Forward[vb]
-	active := s.server(fw[0])
-	for j := 1; j < len(fw); j++ {
-		r := s.server(fw[j])
-		if r == "" {
+			continue
+		case stepCommitActive:
+			if _, err := m.commitActive(ctx, vb, "", st.Node); err != nil {
+				return err
+			}
+			continue
+		case stepMove, stepRecover:
+			opt := m.moveOptions(ctx, st.Src)
+			var res move.Result
+			var err error
+			t0 := time.Now()
+			if st.Kind == stepMove {
+				bytes = m.vbBytes(ctx, st.Src, vb)
+				m.runHook("move", vb)
+				res, err = move.Move(ctx, vb, st.Src, st.Node, opt)
+			} else {
+				m.cfg.Logf("manager: vbucket %d: %s", vb, st)
+				res, err = move.Recover(vb, st.Src, st.Node, opt)
+				if res.Rule != "" {
+					m.cfg.Logf("manager: vbucket %d: %s: %s", vb, res.String(), res.Detail)
+				}
+			}
+			m.prof.takeover.Add(int64(time.Since(t0)))
+			oldDeleted = oldDeleted || res.OldCopyDeleted
+			if err != nil {
+				return fmt.Errorf("vbucket %d: %s: %w", vb, res.String(), err)
+			}
 			continue
 		}
-		src := active
-		if s.Chain && j > 1 && fw[j-1] >= 0 {
-			src = s.server(fw[j-1])
-		}
-		if err := m.conn(ctx, r, func(c *admin.Conn) error { return c.Replicate(vb, src) }); err != nil {
-			return fmt.Errorf("replica %s of vbucket %d: %w", r, vb, err)
-		}
+		return m.finishVB(ctx, vb, plan, bytes)
 	}
-	for j := 1; j < len(fw); j++ {
-		if r := s.server(fw[j]); r != "" && !slices.Contains(row[1:], fw[j]) {
-			t0 := time.Now()
-			err := m.waitCaughtUp(ctx, vb, active, r)
-			m.prof.catchup.Add(int64(time.Since(t0)))
-			if err != nil {
-				return err
+	return fmt.Errorf("vbucket %d: not moved after %d steps", vb, maxVBSteps)
+}
+
+// look gathers planVB's facts for vb: its rows in s, and a look at the
+// row's active and the forward row's active when they differ.
+func (m *Manager) look(ctx context.Context, s *State, vb int, oldDeleted bool) vbFacts {
+	f := vbFacts{Row: s.rowServers(s.Map[vb]), Forward: s.rowServers(s.Forward[vb]), Chain: s.Chain, OldDeleted: oldDeleted}
+	if s.Rebalance != nil {
+		f.MovedFrom = s.Rebalance.Moving[vb]
+	}
+	cur, to := at(f.Row, 0), at(f.Forward, 0)
+	if to == "" || to == cur {
+		return f
+	}
+	opt := move.Options{RequestTimeout: 5 * time.Second}
+	if cur != "" {
+		f.From = move.Observe(ctx, vb, cur, "", opt)
+	}
+	f.To = move.Observe(ctx, vb, to, cur, opt)
+	return f
+}
+
+// moveOptions are the options of the manager's moves of a vbucket whose
+// active is from: the manager publishes (commitActive: its commit in
+// etcd, then its push), and a move halts once this leadership (ctx) has
+// ended, for the next leader to finish.
+func (m *Manager) moveOptions(ctx context.Context, from string) move.Options {
+	return move.Options{
+		Settle:         moveSettle,
+		RequestTimeout: 5 * time.Second,
+		Publish: func(_ context.Context, vb int, to string) (int64, error) {
+			return m.commitActive(ctx, vb, from, to)
+		},
+		Halt: func() error {
+			if ctx.Err() != nil {
+				return ErrNotLeader
 			}
-		}
+			return nil
+		},
+	}
+}
+
+// commitActive commits to as vb's active (rev+1; to leaves the replicas,
+// and so does the old active, which Rebalance.Moving names until the move
+// is finished) and pushes the map to every node. It is the publish step
+// of the manager's moves: the old copy is deleted only after it returned.
+func (m *Manager) commitActive(ctx context.Context, vb int, from, to string) (int64, error) {
+	m.runHook("commit-active", vb)
+	if err := ctx.Err(); err != nil {
+		return 0, err
 	}
 	m.opMu.Lock()
 	ns, err := m.update(ctx, func(s *State) error {
-		s.Map[vb] = append([]int(nil), s.Forward[vb]...)
+		row := s.Map[vb]
+		if cur := s.server(row[0]); cur != from && cur != to {
+			return fmt.Errorf("vbucket %d: the map's active is %q, not %q (the move's source) or %q", vb, cur, from, to)
+		}
+		ti := s.serverIndex(to)
+		nr := []int{ti}
+		for _, x := range row[1:] {
+			if x != ti && x != row[0] {
+				nr = append(nr, x)
+			}
+		}
+		for len(nr) < len(row) {
+			nr = append(nr, -1)
+		}
+		s.Map[vb] = nr
 		s.Rev++
-		if s.Rebalance != nil {
-			s.Rebalance.Done++
-			s.Rebalance.Bytes += bytes
-			delete(s.Rebalance.Moving, vb)
+		if s.Rebalance != nil && from != "" {
+			if s.Rebalance.Moving == nil {
+				s.Rebalance.Moving = map[int]string{}
+			}
+			s.Rebalance.Moving[vb] = from
 		}
 		return nil
 	})
 	m.opMu.Unlock()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	m.publish(ctx, ns)
-	// Old replicas that the forward row drops.
-	for _, x := range row[1:] {
-		if x >= 0 && !slices.Contains(fw, x) {
-			a := s.server(x)
-			m.conn(ctx, a, func(c *admin.Conn) error {
+	m.runHook("published", vb)
+	return ns.Rev, nil
+}
+
+// finishVB runs the rest of a move whose new active is committed: plan's
+// steps (planVB), in order.
+func (m *Manager) finishVB(ctx context.Context, vb int, plan []step, bytes uint64) error {
+	for _, st := range plan {
+		switch st.Kind {
+		case stepDeleteOld:
+			// A previous leader (or this one's move, halted) committed the
+			// new active and did not delete the old copy.
+			if err := m.conn(ctx, st.Node, func(c *admin.Conn) error { return c.DelVBucket(vb) }); err != nil {
+				m.cfg.Logf("manager: deleting vbucket %d on %s after its move: %v", vb, st.Node, err)
+			}
+		case stepReplicate:
+			if err := m.conn(ctx, st.Node, func(c *admin.Conn) error { return c.Replicate(vb, st.Src) }); err != nil {
+				return fmt.Errorf("replica %s of vbucket %d: %w", st.Node, vb, err)
+			}
+		case stepCatchUp:
+			t0 := time.Now()
+			err := m.waitCaughtUp(ctx, vb, st.Src, st.Node)
+			m.prof.catchup.Add(int64(time.Since(t0)))
+			if err != nil {
+				return err
+			}
+		case stepCommitRow:
+			m.opMu.Lock()
+			ns, err := m.update(ctx, func(s *State) error {
+				s.Map[vb] = append([]int(nil), s.Forward[vb]...)
+				s.Rev++
+				if s.Rebalance != nil {
+					s.Rebalance.Done++
+					s.Rebalance.Bytes += bytes
+					delete(s.Rebalance.Moving, vb)
+				}
+				return nil
+			})
+			m.opMu.Unlock()
+			if err != nil {
+				return err
+			}
+			m.publish(ctx, ns)
+		case stepDropReplica:
+			m.conn(ctx, st.Node, func(c *admin.Conn) error {
 				c.StopReplication(vb)
 				return c.DelVBucket(vb)
 			})
+		default:
+			return fmt.Errorf("vbucket %d: step %s after the active's commit", vb, st)
 		}
 	}
 	return nil
 }
 
-// takeover moves vb's active copy from one node to another (TAKEOVER on
-// the target). On failure it checks where the vbucket ended: active on the
-// target counts as done; otherwise the source must be active again (it
-// reverts by itself when the handover had not reached the target), and the
-// move is retried later.
-func (m *Manager) takeover(ctx context.Context, vb int, from, to string) error {
-	c, err := admin.Dial(ctx, to)
-	if err != nil {
-		return err
+// runHook calls the test hook, if any, at a step of a move.
+func (m *Manager) runHook(step string, vb int) {
+	if m.hook != nil {
+		m.hook(step, vb)
 	}
-	defer c.Close()
-	terr := c.Takeover(vb, from)
-	if terr == nil {
-		return nil
-	}
-	if st, err := m.stateOn(ctx, to, vb); err == nil && st == vbucket.Active {
-		return nil
-	}
-	return fmt.Errorf("takeover %s -> %s: %w", from, to, terr)
-}
-
-func (m *Manager) stateOn(ctx context.Context, addr string, vb int) (vbucket.State, error) {
-	var st vbucket.State
-	err := m.conn(ctx, addr, func(c *admin.Conn) error {
-		var err error
-		st, err = c.GetVBucket(vb)
-		return err
-	})
-	return st, err
 }
 
 // vbStat reads one field of vb's line in addr's "stats vbucket N" (0 when

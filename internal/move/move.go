@@ -1,8 +1,15 @@
 // Package move moves one vbucket from one node to another, as DESIGN.md §3
-// describes, and settles every way that can fail. The cluster manager and
-// `vbcache ctl move-vbucket` both call Move; it is synchronous, starts no
-// goroutine that outlives it, and talks to the nodes only through their
-// control requests (internal/admin).
+// describes, and settles every way that can fail. It is synchronous,
+// starts no goroutine that outlives it, and talks to the nodes only
+// through their control requests (internal/admin).
+//
+// Two callers: `vbcache ctl move-vbucket` calls Move, which publishes the
+// map itself (step 3 below). The cluster manager (internal/manager) runs
+// every active move of a rebalance through Move, and a move a previous
+// leader left in flight or unpublished through Recover, both with
+// Options.Publish set to its own step 3 (its commit in etcd, then its
+// push) and Options.Halt ending the move when its leadership ends.
+// Failover's promotions are not moves and do not come here.
 //
 // # The happy path
 //
@@ -19,10 +26,12 @@
 //     serverList, nodes and nodesExt if absent; removed from the row's
 //     replicas), rev+1, pushed with SET_CLUSTER_CONFIG to every node of its
 //     serverList and to both ends of the move. When no node holds a config
-//     there is nothing to publish, and Result says so.
-//  4. Only once both ends of the move hold the new map (or there is no map)
-//     is the old copy deleted (DEL_VBUCKET on the source). Until then the
-//     dead copy is the fallback if the target is lost.
+//     there is nothing to publish, and Result says so. With
+//     Options.Publish, the caller's function does this step instead.
+//  4. Only once both ends of the move hold the new map (or there is no map;
+//     or Options.Publish returned nil) is the old copy deleted
+//     (DEL_VBUCKET on the source). Until then the dead copy is the
+//     fallback if the target is lost.
 //
 // # Recovery rules
 //
@@ -81,6 +90,10 @@
 // to turn itself back active (it does so when its stream ends without
 // "go active"): setting it active ourselves gives the same state.
 //
+// Recover applies the same rules to a move it did not begin (no TAKEOVER
+// of its own, no preflight): the rules read the nodes' states, which say
+// where a handover got to whoever started it.
+//
 // Move's ctx bounds the preflight and the TAKEOVER request. Closing the
 // TAKEOVER connection does not stop the move on the target (the request
 // runs on the node, not on the connection), so recovery always runs,
@@ -113,6 +126,29 @@ type Options struct {
 	RequestTimeout time.Duration
 	// Logf, if set, receives a line per step.
 	Logf func(format string, args ...any)
+
+	// Publish, if set, is step 3 instead of Move's own: it makes the
+	// cluster's map say that vb is active on to, and returns nil once
+	// that map is stored and pushed (the cluster manager: its commit in
+	// etcd, rev+1, then its push to every node) with the new rev. Move
+	// deletes the old copy only after it returned nil; on an error the
+	// old copy is kept and Move returns ErrNotPublished. Options.Nodes
+	// is then unused, and Result.PublishedTo stays empty.
+	Publish func(ctx context.Context, vb int, to string) (rev int64, err error)
+	// Halt, if set, is asked after the TAKEOVER request before each
+	// change Move makes: before the action a recovery rule decides on
+	// (setting a state, then dropping the target's copy), before the
+	// publish, before deleting the old copy, and before each look while
+	// recovery waits. A non-nil answer stops the move there, the nodes'
+	// states left as they are, and the error wraps ErrHalted;
+	// Result.Outcome says where the vbucket was (Unresolved while
+	// recovery had not decided). A halt after the publish only keeps the
+	// old copy (Result.DeleteErr), and the error is nil. The cluster
+	// manager halts a move when its leadership ends, so that a deposed
+	// leader stops acting on the nodes and its successor finishes the
+	// move (Recover). The answer and the change are not atomic: a
+	// leadership that ends between them still makes that one change.
+	Halt func() error
 }
 
 // Defaults for Options' zero values.
@@ -133,6 +169,17 @@ func (o Options) withDefaults() Options {
 		o.RequestTimeout = DefaultRequestTimeout
 	}
 	return o
+}
+
+// halted is Halt's answer, wrapped in ErrHalted (nil without Halt).
+func (o *Options) halted() error {
+	if o.Halt == nil {
+		return nil
+	}
+	if err := o.Halt(); err != nil {
+		return fmt.Errorf("%w: %v", ErrHalted, err)
+	}
+	return nil
 }
 
 func (o *Options) logf(format string, args ...any) {
@@ -182,6 +229,7 @@ var (
 	ErrAborted      = errors.New("move: aborted, the source is active")
 	ErrUnresolved   = errors.New("move: unresolved")
 	ErrNotPublished = errors.New("move: new map not published")
+	ErrHalted       = errors.New("move: halted")
 )
 
 // Result reports a move.
@@ -230,6 +278,8 @@ func (r *Result) String() string {
 		fmt.Fprintf(&b, " (recovery %s)", r.Rule)
 	}
 	switch {
+	case r.Published && r.PublishedTo == nil: // Options.Publish did it
+		fmt.Fprintf(&b, "; map rev %d published", r.Rev)
 	case r.Published:
 		fmt.Fprintf(&b, "; map rev %d (epoch %d) published to %d nodes", r.Rev, r.RevEpoch, len(r.PublishedTo))
 	case r.NoConfig:
@@ -308,6 +358,87 @@ func Move(ctx context.Context, vb int, from, to string, opt Options) (res Result
 	return res, err
 }
 
+// Recover settles a move that was begun and not finished by someone who
+// can no longer finish it (the cluster manager's leader that died during
+// it): it looks at both nodes and applies the recovery rules of the
+// package comment exactly as Move does after a failed TAKEOVER, waiting
+// up to Options.Settle for the nodes to settle, publishing and then
+// deleting the old copy under R1, setting the source active again under
+// R4, promoting the target under R5. The result and the error are
+// Move's.
+//
+// Recover knows no process ids from a preflight, so a node that
+// restarted in the meantime is not recognised as lost unless it refuses
+// connections: a restarted source (every vbucket dead there, its copy
+// gone) reads as R4's dead source, which is set active again, empty, and
+// the target's copy is dropped. That is never two actives, but it loses
+// the vbucket's items, which R5 would have kept on the target.
+//
+// To Recover, an active source with no takeover stream open is R3, an
+// aborted move: call it only when the takeover may have begun (the target
+// is pending or active, the source is not active, or the source has a
+// takeover stream of the vbucket open), and Move otherwise.
+//
+// It takes no context: like Move's recovery, it runs to its end once
+// begun, bounded by Settle and the request timeouts; Options.Halt stops
+// it.
+func Recover(vb int, from, to string, opt Options) (res Result, err error) {
+	opt = opt.withDefaults()
+	start := time.Now()
+	res = Result{VBucket: vb, From: from, To: to}
+	defer func() { res.Duration = time.Since(start) }()
+	if from == to || from == "" || to == "" {
+		return res, fmt.Errorf("%w: recovering a move from %q to %q", ErrPreflight, from, to)
+	}
+	m := &mover{vb: vb, from: from, to: to, opt: opt}
+	err = m.recover(&res)
+	res.Recovery = time.Since(start)
+	return res, err
+}
+
+// Reach is how a node answered Observe.
+type Reach uint8
+
+const (
+	// Reached: the node answered every request.
+	Reached Reach = iota
+	// Refused: the connection was refused; nothing listens there (on one
+	// machine: the process is gone).
+	Refused
+	// NoReply: a timeout, a reset or an error answer; the node may be
+	// alive.
+	NoReply
+)
+
+// Observation is one look at one node's copy of a vbucket, what the
+// recovery rules decide on.
+type Observation struct {
+	Reach Reach
+	Err   error         // why not Reached
+	State vbucket.State // the vbucket's state there (Reached only)
+	PID   string        // the node's process id ("stats" pid)
+	// Streaming: a stream of the vbucket is open there: a takeover
+	// producer of it, or, when Observe was given a peer, a consumer of
+	// it fed from peer (a replica's replication stream counts too).
+	Streaming bool
+}
+
+// Observe looks at vb on the node at addr: its state, the node's pid,
+// and whether a stream of the vbucket is open there (see Observation).
+// It makes no change.
+func Observe(ctx context.Context, vb int, addr, peer string, opt Options) Observation {
+	m := &mover{vb: vb, opt: opt.withDefaults()}
+	v := m.observe(ctx, addr, "", peer)
+	o := Observation{Err: v.err, State: v.state, PID: v.pid, Streaming: v.streaming}
+	switch v.reach {
+	case reachRefused:
+		o.Reach = Refused
+	case reachNoReply:
+		o.Reach = NoReply
+	}
+	return o
+}
+
 // mover is one Move's state.
 type mover struct {
 	vb             int
@@ -338,8 +469,16 @@ func (m *mover) takeover(ctx context.Context) error {
 // and, if deleteOld, then deletes the source's copy. res.Outcome is set.
 func (m *mover) finish(res *Result, deleteOld bool) error {
 	ctx := context.Background() // bounded by RequestTimeout per request
+	if err := m.opt.halted(); err != nil {
+		return fmt.Errorf("vbucket %d is active on %s, the map not yet published: %w", m.vb, m.to, err)
+	}
 	t0 := time.Now()
-	p := m.publish(ctx)
+	var p published
+	if m.opt.Publish != nil {
+		p = m.callerPublish(ctx)
+	} else {
+		p = m.publish(ctx)
+	}
 	res.Publish = time.Since(t0)
 	res.Rev, res.RevEpoch, res.NoConfig = p.rev, p.epoch, p.noConfig
 	res.PublishedTo, res.PublishFailed = p.stored, p.failed
@@ -367,6 +506,11 @@ func (m *mover) finish(res *Result, deleteOld bool) error {
 		m.opt.logf("no node holds a cluster map: nothing published")
 	}
 	if !deleteOld {
+		return nil
+	}
+	if err := m.opt.halted(); err != nil {
+		res.DeleteErr = err
+		m.opt.logf("old copy on %s kept: %v", m.from, err)
 		return nil
 	}
 	t0 = time.Now()

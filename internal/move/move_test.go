@@ -340,3 +340,137 @@ func TestMovePreflight(t *testing.T) {
 		t.Fatalf("source touched: %s", st)
 	}
 }
+
+// TestMoveCallerPublish: with Options.Publish the map step is the
+// caller's; the old copy goes only after it returned nil, is kept when it
+// failed (ErrNotPublished), and is kept when Halt answers after it.
+func TestMoveCallerPublish(t *testing.T) {
+	na, nb := startNode(t), startNode(t)
+	a, b := dial(t, na.Addr), dial(t, nb.Addr)
+	hasItems := func(c *admin.Conn, vb int) bool {
+		t.Helper()
+		lines, err := c.Stats("vbucket")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kv := range lines {
+			if strings.HasPrefix(kv[0], "vb_"+strconv.Itoa(vb)+":") {
+				return true
+			}
+		}
+		return false
+	}
+	for _, tc := range []struct {
+		name       string
+		vb         int
+		publishErr error
+		haltAfter  bool // Halt answers once Publish has run
+		wantErr    error
+		wantGone   bool // the old copy deleted
+	}{
+		{name: "published", vb: 2, wantGone: true},
+		{name: "publish-failed", vb: 4, publishErr: errors.New("etcd says no"), wantErr: ErrNotPublished},
+		{name: "halted-after-publish", vb: 6, haltAfter: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := a.SetVBucket(tc.vb, vbucket.Active); err != nil {
+				t.Fatal(err)
+			}
+			keys := keysFor(tc.vb, 100)
+			setKeys(t, a, tc.vb, keys)
+			var calls []string
+			published := false
+			opt := Options{Logf: t.Logf,
+				Publish: func(ctx context.Context, vb int, to string) (int64, error) {
+					// The old copy is still there, dead, while the map is
+					// being published.
+					if st := state(t, a, vb); st != vbucket.Dead || !hasItems(a, vb) {
+						t.Errorf("during Publish the source holds vbucket %d %s (items: %v)", vb, st, hasItems(a, vb))
+					}
+					calls = append(calls, fmt.Sprintf("%d->%s", vb, to))
+					published = tc.publishErr == nil
+					return 42, tc.publishErr
+				},
+				Halt: func() error {
+					if tc.haltAfter && published {
+						return errors.New("leadership ended")
+					}
+					return nil
+				}}
+			res, err := Move(context.Background(), tc.vb, na.Addr, nb.Addr, opt)
+			t.Logf("%s: %v", res.String(), err)
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
+				t.Fatalf("Move: %v, want %v", err, tc.wantErr)
+			}
+			if want := []string{fmt.Sprintf("%d->%s", tc.vb, nb.Addr)}; fmt.Sprint(calls) != fmt.Sprint(want) {
+				t.Fatalf("Publish calls %v, want %v", calls, want)
+			}
+			if res.Outcome != Moved || res.Published != (tc.publishErr == nil) || res.OldCopyDeleted != tc.wantGone {
+				t.Fatalf("outcome %v published %v deleted %v", res.Outcome, res.Published, res.OldCopyDeleted)
+			}
+			if tc.publishErr == nil && res.Rev != 42 {
+				t.Fatalf("rev %d, want Publish's 42", res.Rev)
+			}
+			if hasItems(a, tc.vb) == tc.wantGone {
+				t.Fatalf("old copy on the source: items %v, want deleted %v", hasItems(a, tc.vb), tc.wantGone)
+			}
+			if st := state(t, b, tc.vb); st != vbucket.Active {
+				t.Fatalf("target: %s", st)
+			}
+			if st := state(t, a, tc.vb); st != vbucket.Dead {
+				t.Fatalf("source: %s", st)
+			}
+			checkKeys(t, b, tc.vb, keys)
+		})
+	}
+}
+
+// TestRecoverFinishesHandover: a move begun by someone else (a TAKEOVER
+// sent on a connection that is then closed, as a leader that dies does)
+// and caught while the source holds the handover (dead there, pending on
+// the target) is waited for (R2) and then finished (R1) by Recover, which
+// publishes through Options.Publish and then deletes the old copy. Halt
+// stops a Recover before it decides.
+func TestRecoverFinishesHandover(t *testing.T) {
+	na, nb := startNode(t, "VBCACHE_FAILPOINT_HANDOVER_PAUSE=1s"), startNode(t)
+	a, b := dial(t, na.Addr), dial(t, nb.Addr)
+	const vb = 5
+	if err := a.SetVBucket(vb, vbucket.Active); err != nil {
+		t.Fatal(err)
+	}
+	keys := keysFor(vb, 200)
+	setKeys(t, a, vb, keys)
+	tc, err := admin.Dial(context.Background(), nb.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := make(chan error, 1)
+	go func() { sent <- tc.Takeover(vb, na.Addr) }() // answered with an error once tc is closed
+	waitState(t, b, vb, vbucket.Pending)
+	waitState(t, a, vb, vbucket.Dead)
+	tc.Close()
+	<-sent
+
+	res, err := Recover(vb, na.Addr, nb.Addr, Options{Settle: 3 * time.Second, Logf: t.Logf,
+		Halt: func() error { return errors.New("not leading") }})
+	if !errors.Is(err, ErrHalted) || res.Outcome != Unresolved {
+		t.Fatalf("halted Recover: %v, %v", res.Outcome, err)
+	}
+	var published []int
+	res, err = Recover(vb, na.Addr, nb.Addr, Options{Settle: 10 * time.Second, Logf: t.Logf,
+		Publish: func(ctx context.Context, vb int, to string) (int64, error) {
+			published = append(published, vb)
+			return 9, nil
+		}})
+	t.Logf("%s\n%s", res.String(), res.Detail)
+	if err != nil || res.Outcome != Moved || res.Rule != "R1" || !res.OldCopyDeleted || len(published) != 1 {
+		t.Fatalf("Recover: %v (%s), deleted %v, published %v: %v", res.Outcome, res.Rule, res.OldCopyDeleted, published, err)
+	}
+	if st := state(t, b, vb); st != vbucket.Active {
+		t.Fatalf("target: %s", st)
+	}
+	if st := state(t, a, vb); st != vbucket.Dead {
+		t.Fatalf("source: %s", st)
+	}
+	checkKeys(t, b, vb, keys)
+}

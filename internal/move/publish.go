@@ -81,6 +81,12 @@ func (m *mover) publish(ctx context.Context) published {
 	return p
 }
 
+// callerPublish is step 3 done by Options.Publish.
+func (m *mover) callerPublish(ctx context.Context) published {
+	rev, err := m.opt.Publish(ctx, m.vb, m.to)
+	return published{rev: rev, err: err, failed: map[string]string{}}
+}
+
 // newestConfig returns the newest config by (revEpoch, rev) among the two
 // ends, Options.Nodes and every serverList seen, or nil if none holds
 // one.

@@ -63,7 +63,11 @@ func (m *mover) observe(ctx context.Context, addr, pid0, peer string) view {
 		// Streams first, then the state: a producer turns the vbucket
 		// back active before its stream leaves "stats streams", so a
 		// view with no stream open shows the state after the revert.
-		streams, err := c.Stats("streams")
+		// "streams N" lists only vb's streams (and a line per
+		// producer): on a node replicating 1024 vbuckets the whole
+		// group is thousands of lines, and the manager looks at two
+		// nodes before every move.
+		streams, err := c.Stats("streams " + strconv.Itoa(m.vb))
 		if err != nil {
 			return err
 		}
@@ -194,6 +198,11 @@ func (m *mover) recover(res *Result) error {
 	var a action
 	var rule string
 	for {
+		if err := m.opt.halted(); err != nil {
+			res.Outcome = Unresolved
+			res.Detail = fmt.Sprintf("source %s: %v; target %s: %v", m.from, f, m.to, t)
+			return fmt.Errorf("vbucket %d from %s to %s, recovery not decided: %w", m.vb, m.from, m.to, err)
+		}
 		t = m.observe(ctx, m.to, m.toPID, m.from)
 		f = m.observe(ctx, m.from, m.fromPID, "")
 		a, rule = decide(f, t)
@@ -210,6 +219,12 @@ func (m *mover) recover(res *Result) error {
 	res.Rule = rule
 	res.Detail = fmt.Sprintf("source %s: %v; target %s: %v", m.from, f, m.to, t)
 	m.opt.logf("recovery %s: %s", rule, res.Detail)
+	if a == actAborted || a == actReactivate || a == actPromote {
+		if err := m.opt.halted(); err != nil {
+			res.Outcome = Unresolved
+			return fmt.Errorf("vbucket %d (%s): %s: %w", m.vb, rule, res.Detail, err)
+		}
+	}
 	switch a {
 	case actMoved:
 		res.Outcome = Moved
