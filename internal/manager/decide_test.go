@@ -50,12 +50,14 @@ func TestDecisions(t *testing.T) {
 	}
 	for _, f := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(f), ".txt"), func(t *testing.T) {
-			runScript(t, f)
+			runScript(t, f, runCommand)
 		})
 	}
 }
 
-func runScript(t *testing.T, path string) {
+// runScript runs the script at path, each command through run, and
+// compares (or with -rewrite, replaces) the expected output.
+func runScript(t *testing.T, path string, run func(line string, input []string) (string, error)) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +90,7 @@ func runScript(t *testing.T, path string) {
 			want = append(want, lines[i])
 			i++
 		}
-		got, err := runCommand(line, input)
+		got, err := run(line, input)
 		if err != nil {
 			t.Errorf("%s:%d: %s: %v", path, cmdLine+1, line, err)
 		}

@@ -18,18 +18,21 @@
 //
 //   - At the start of a leadership: push the current config to every node
 //     and resume a rebalance that was running.
-//   - Probe every node each ProbeInterval (a VERSION request); a node that
-//     holds vbuckets and stays down FailoverAfter is failed over (when the
-//     cluster has replicas).
+//   - Probe every member each ProbeInterval with a lease grant (LEASE; all
+//     at once, each on a connection kept for grants); a node that holds
+//     vbuckets and stays down FailoverAfter is failed over (when the
+//     cluster has replicas), on a goroutine of the probe loop's, since a
+//     failover may wait for the node's lease.
 //   - Tell failed-over nodes they are out: each probe also tries the nodes
 //     in State.FailedOver that are not members again (on a goroutine of
 //     the probe loop's, so a paused one does not hold up the probes), and
 //     the first time one answers, every vbucket turns dead there and it
 //     gets the current map (tellFailedOver). A node that was paused or cut
 //     off at its failover then answers NOT_MY_VBUCKET with the new map
-//     instead of serving its old vbuckets for as long as it runs. Until
-//     that next probe it still serves them: closing that window is the
-//     node-side lease's job, which this package does not have yet.
+//     instead of serving its old vbuckets for as long as it runs (its
+//     lease had run out before the failover promoted anything, so it
+//     answered TMPFAIL meanwhile, and it takes the new map from its
+//     peers as soon as it runs again: internal/server, lease.go).
 //   - Membership: AddNode checks that the node answers in cluster mode with
 //     the cluster's vbucket count; RemoveNode takes it out of the members.
 //     Neither moves data: a rebalance does.
@@ -82,13 +85,25 @@
 //
 // # Failover
 //
-// Failover takes a node out at once: each vbucket it was active for gets
-// its first live replica promoted (SET_VBUCKET active; the replica holds
-// everything it had acknowledged, so the writes lost are those inside the
+// Failover takes a node out: each vbucket it was active for gets its first
+// live replica promoted (SET_VBUCKET active; the replica holds everything
+// it had acknowledged, so the writes lost are those inside the
 // replication lag); a vbucket without a replica becomes active and empty
-// on the least loaded live member, so the cluster keeps serving. The map
-// is published, surviving replicas re-pointed to the new actives, and a
-// rebalance rebuilds the missing replicas on the remaining members.
+// on the least loaded live member, so the cluster keeps serving.
+//
+// Nothing is promoted before the node has surely stopped serving
+// (fencing.go has the rule and its argument, as pure functions with
+// datadriven tests in testdata/fencing): the grants to it stop; a node
+// that answers is told (every vbucket it holds turns dead); one that does
+// not is waited for until its lease from the managers must have run out.
+// A failover that no push could make sure of (no majority of a quorum set
+// the node may hold answers) returns ErrNotSure and changes nothing. The
+// new map is committed and pushed before any promotion, so a node that
+// asks its peers for a lease learns it first; the promotions come at
+// once when the peers vouched for the manager without a break, or a
+// lease later. Force (ctl failover --force) skips the waits. Then the
+// surviving replicas are re-pointed to the new actives, and a rebalance
+// rebuilds the missing replicas on the remaining members.
 //
 // # What moves resolve by themselves and what they do not
 //
@@ -114,12 +129,14 @@
 //
 //	opMu → commitMu → mu
 //	opMu → pubMu (let go of while a push runs) → nodeConn.mu
-//	opMu → nodeConn.mu
+//	opMu → nodeConn.mu → mu (only a grant's: it records the answer)
 //
-// mu, pubMu and a nodeConn's mu are leaves: nothing takes another lock
-// while holding one of them (conn takes mu to find the nodeConn and lets
-// go of it before taking the nodeConn's mu; no request run under a
-// nodeConn's mu takes another's). opMu is held across network calls on
+// mu and pubMu are leaves: nothing takes another lock while holding one
+// of them (conn takes mu to find the nodeConn and lets go of it before
+// taking the nodeConn's mu; no request run under a nodeConn's mu takes
+// another's, and only a grant, on a grant connection, takes mu under
+// one, so that stopGrants, which waits for that nodeConn, sees every
+// answer). opMu is held across network calls on
 // purpose (etcd in every commit; nodes in AddNode's check and push and in
 // failover's promotions and push); nothing those calls wait for takes it:
 // a move takes opMu only around its commits (commitActive, the row's

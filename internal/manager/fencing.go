@@ -3,6 +3,7 @@ package manager
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -175,10 +176,11 @@ func (p leaseParams) peerLease(now time.Time, node string, r *leaseRec, current 
 		}
 	}
 	sure, reached := len(quorums) > 0, true
+	var why []string
 	if len(quorums) == 0 {
 		quorums = [][]string{current}
+		why = append(why, "this leadership granted it nothing, and what its predecessor did is not known")
 	}
-	var why []string
 	for _, q := range quorums {
 		need := len(q)/2 + 1
 		vouched, got := 0, 0
@@ -209,9 +211,9 @@ func (p leaseParams) peerLease(now time.Time, node string, r *leaseRec, current 
 	case sure:
 		return peerVerdict{Sure: true}
 	case reached:
-		return peerVerdict{At: pushEnd.Add(p.L + p.Margin), Why: fmt.Sprint(why)}
+		return peerVerdict{At: pushEnd.Add(p.L + p.Margin), Why: strings.Join(why, "; ")}
 	}
-	return peerVerdict{Why: fmt.Sprint(why)}
+	return peerVerdict{Why: strings.Join(why, "; ")}
 }
 
 func maxTime(a, b time.Time) time.Time {

@@ -45,11 +45,20 @@ type testNode struct {
 // its handover failpoint.
 func startNode(t *testing.T, pause string) *testNode {
 	t.Helper()
+	return startNodeWith(t, pause, nil)
+}
+
+// startNodeWith is startNode with mod applied to the node's config.
+func startNodeWith(t *testing.T, pause string, mod func(*server.Config)) *testNode {
+	t.Helper()
 	if pause != "" {
 		t.Setenv(handoverPauseEnv, pause) // restored at the end of the test
 	}
 	cfg := server.Config{Port: -1, PortSet: true, Listen: []string{"127.0.0.1"}, MaxConnsFast: true,
 		Version: "test", VBuckets: testVBuckets}
+	if mod != nil {
+		mod(&cfg)
+	}
 	s, err := server.New(cfg)
 	if pause != "" {
 		os.Unsetenv(handoverPauseEnv) // the next nodes start without it

@@ -56,6 +56,20 @@ func (m *Manager) AddNode(ctx context.Context, addr string) error {
 	if err != nil {
 		return err
 	}
+	// Every member learns the grown quorum set at once: a failover can be
+	// sure of a node only on the sets it may hold (fencing.go), and one
+	// that has not answered a grant naming the newest could still be its
+	// own majority.
+	q = quorumSet(s)
+	var wg sync.WaitGroup
+	for _, a := range q {
+		wg.Add(1)
+		go func() { // owned by AddNode, which waits for it
+			defer wg.Done()
+			m.grant(ctx, a, q)
+		}()
+	}
+	wg.Wait()
 	m.publish(ctx, s)
 	return nil
 }

@@ -291,6 +291,17 @@ func isKeyOp(op protocol.Opcode) bool {
 	return false
 }
 
+// managerOp reports whether op is one a manager sends a node (see
+// Config.CutControl).
+func managerOp(op protocol.Opcode) bool {
+	switch op {
+	case protocol.OpLease, protocol.OpSetVBucket, protocol.OpGetVBucket, protocol.OpDelVBucket, protocol.OpSetClusterConfig,
+		stream.OpTakeover, stream.OpReplicate, stream.OpStopReplication:
+		return true
+	}
+	return false
+}
+
 // binCluster handles, in cluster mode, the vbucket check of key commands
 // and the cluster opcodes. It reports handled false when the request is to
 // be dispatched as usual; otherwise used and need are binaryPacket's.
@@ -300,6 +311,10 @@ func (c *conn) binCluster(op protocol.Opcode, extras, key, rest []byte, vlen, hk
 	skip := func() (int, int, bool) {
 		c.swallowData(vlen, rest)
 		return hk + min(max(vlen, 0), len(rest)), 0, true
+	}
+	if cut := c.s.cfg.CutControl; cut != nil && cut.Load() && managerOp(op) {
+		c.close = true // the "cut link": no answer, the connection ends
+		return skip()
 	}
 	switch {
 	case isKeyOp(op):

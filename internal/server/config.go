@@ -2,6 +2,7 @@ package server
 
 import (
 	"crypto/tls"
+	"sync/atomic"
 	"time"
 
 	"github.com/vbcache/vbcache/internal/store"
@@ -89,6 +90,15 @@ type Config struct {
 	// once its open streams (if any) have the write. Replication is
 	// otherwise asynchronous (internal/stream, "Durability").
 	SyncReplication bool
+
+	// CutControl is a test hook (issue 20's "link to the manager cut"):
+	// while it holds true the node answers none of the requests a manager
+	// sends (LEASE, SET_VBUCKET, GET_VBUCKET, DEL_VBUCKET,
+	// SET_CLUSTER_CONFIG, the stream control requests) and closes their
+	// connection instead, as if the manager's link were cut, while its
+	// clients and its peers (LEASE_QUERY, GET_CLUSTER_CONFIG, streams)
+	// still reach it. Nil in every real configuration.
+	CutControl *atomic.Bool
 
 	Store store.Config
 }
