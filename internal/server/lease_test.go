@@ -1,0 +1,257 @@
+package server
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vbcache/vbcache/internal/admin"
+	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/vbmap"
+	"github.com/vbcache/vbcache/internal/vbucket"
+)
+
+// grant sends LEASE: d, grant seq of epoch, running from grant acked.
+func (b *binClient) grant(d time.Duration, epoch, seq, acked uint64, self string, quorum ...string) protocol.Status {
+	b.t.Helper()
+	ex := make([]byte, 28)
+	binary.BigEndian.PutUint32(ex, uint32(d/time.Millisecond))
+	binary.BigEndian.PutUint64(ex[4:], epoch)
+	binary.BigEndian.PutUint64(ex[12:], seq)
+	binary.BigEndian.PutUint64(ex[20:], acked)
+	h, _ := b.do(protocol.OpLease, 0, ex, []byte(self), []byte(strings.Join(quorum, ",")))
+	return h.Status
+}
+
+// getStatus is a GET's status for key in vb.
+func (b *binClient) getStatus(vb uint16, key string) protocol.Status {
+	b.t.Helper()
+	h, _ := b.do(protocol.OpGet, vb, nil, []byte(key), nil)
+	return h.Status
+}
+
+// leaseStats returns the lease lines of "stats vbucket".
+func (b *binClient) leaseStats() map[string]string {
+	b.t.Helper()
+	b.send(protocol.OpStat, 0, nil, []byte("vbucket"), nil)
+	out := map[string]string{}
+	for {
+		h, body := b.read()
+		if h.KeyLen == 0 {
+			return out
+		}
+		k := string(body[h.ExtLen : int(h.ExtLen)+int(h.KeyLen)])
+		if strings.HasPrefix(k, "lease_") {
+			out[k] = string(body[int(h.ExtLen)+int(h.KeyLen):])
+		}
+	}
+}
+
+// waitStatus polls GET until it answers want, for at most d.
+func (b *binClient) waitStatus(vb uint16, key string, want protocol.Status, d time.Duration) {
+	b.t.Helper()
+	for deadline := time.Now().Add(d); ; time.Sleep(5 * time.Millisecond) {
+		if st := b.getStatus(vb, key); st == want {
+			return
+		} else if time.Now().After(deadline) {
+			b.t.Fatalf("GET in vbucket %d: status %#x after %v, want %#x", vb, st, d, want)
+		}
+	}
+}
+
+// TestLeaseGrants: lease mode starts with the first grant; a grant's
+// lease runs from the grant it names, so the first grant of an epoch (and
+// one naming a grant the node never handled) gives none; a stale grant is
+// ignored; a node without a lease answers TMPFAIL with its config and
+// counts it.
+func TestLeaseGrants(t *testing.T) {
+	_, addr := startCluster(t, nil)
+	b := dialBin(t, addr)
+	b.setState(3, vbucket.Active)
+	key := keyFor(t, 3)
+	if st := b.getStatus(3, key); st != protocol.StatusKeyNotFound {
+		t.Fatalf("before any grant: status %#x, want served (not found)", st)
+	}
+	const L = 800 * time.Millisecond
+	// The quorum set has a second member that never answers, so the
+	// node alone is no majority and gets no lease from its peers.
+	const gone = "127.0.0.1:1"
+	if st := b.grant(L, 7, 1, 0, addr, addr, gone); st != protocol.StatusOK {
+		t.Fatalf("LEASE: status %#x", st)
+	}
+	if st := b.getStatus(3, key); st != protocol.StatusTmpFail {
+		t.Fatalf("after a first grant (it names none): status %#x, want TMPFAIL", st)
+	}
+	if st := b.grant(L, 7, 2, 1, addr, addr, gone); st != protocol.StatusOK {
+		t.Fatalf("LEASE: status %#x", st)
+	}
+	if st := b.getStatus(3, key); st != protocol.StatusKeyNotFound {
+		t.Fatalf("after grant 2 naming 1: status %#x, want served", st)
+	}
+	if s := b.leaseStats(); s["lease_manager_ms_left"] == "0" || s["lease_from_peers"] != "0" {
+		t.Fatalf("stats vbucket: %v", s)
+	}
+	// A grant naming one the node never handled extends nothing; a stale
+	// one (an old number) is ignored: the lease runs out as it would.
+	b.grant(L, 7, 4, 3, addr, addr, gone)
+	b.grant(L, 7, 2, 1, addr, addr, gone)
+	b.waitStatus(3, key, protocol.StatusTmpFail, 5*time.Second)
+	if s := b.leaseStats(); s["lease_refused"] == "0" || s["lease_ms_left"] != "0" {
+		t.Fatalf("stats vbucket after the lease ran out: %v", s)
+	}
+	// The TMPFAIL carries the node's config.
+	cfg := terseConfig(t, []string{addr}, 5)
+	if h, _ := b.do(protocol.OpSetClusterConfig, 0, revExtras(0, 5), []byte("default"), cfg); h.Status != protocol.StatusOK {
+		t.Fatalf("SET_CLUSTER_CONFIG: %#x", h.Status)
+	}
+	if h, body := b.do(protocol.OpGet, 3, nil, []byte(key), nil); h.Status != protocol.StatusTmpFail || !strings.Contains(string(body), `"rev":5`) {
+		t.Fatalf("GET without a lease: status %#x body %q", h.Status, body)
+	}
+	// A new epoch (a new leader) starts afresh.
+	b.grant(L, 8, 1, 0, addr, addr, gone)
+	b.grant(L, 8, 2, 1, addr, addr, gone)
+	if st := b.getStatus(3, key); st != protocol.StatusKeyNotFound {
+		t.Fatalf("after the new epoch's grant 2: status %#x, want served", st)
+	}
+	// Bad grants are refused.
+	for _, bad := range []struct {
+		seq, acked uint64
+		d          time.Duration
+	}{{0, 0, L}, {3, 3, L}, {3, 2, 0}, {3, 2, time.Hour}} {
+		if st := b.grant(bad.d, 8, bad.seq, bad.acked, addr, addr, gone); st != protocol.StatusInvalid {
+			t.Errorf("LEASE seq %d acked %d d %v: status %#x, want Invalid", bad.seq, bad.acked, bad.d, st)
+		}
+	}
+}
+
+// terseConfig is a config of servers with every vbucket active on the
+// first one.
+func terseConfig(t *testing.T, servers []string, rev int64) []byte {
+	t.Helper()
+	vm := make([][]int, testVBuckets)
+	for i := range vm {
+		vm[i] = []int{0}
+	}
+	cfg := vbmap.Config{Rev: rev, NodeLocator: "vbucket", VBucketServerMap: vbmap.VBucketServerMap{HashAlgorithm: "CRC", ServerList: servers, VBucketMap: vm}}
+	data, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// TestLeaseTakesNewerView: a node without a lease that is given a newer
+// map turns dead every active vbucket the map gives to another node and
+// answers NOT_MY_VBUCKET; one that holds a lease keeps its states (the
+// manager, in contact, sets them).
+func TestLeaseTakesNewerView(t *testing.T) {
+	_, addr := startCluster(t, nil)
+	b := dialBin(t, addr)
+	other := "127.0.0.1:1"
+	for _, vb := range []uint16{1, 2} {
+		b.setState(vb, vbucket.Active)
+	}
+	const L = 300 * time.Millisecond
+	b.grant(L, 1, 1, 0, addr, addr, other)
+	b.grant(L, 1, 2, 1, addr, addr, other)
+	// Leased: a map naming the other node changes nothing.
+	if h, _ := b.do(protocol.OpSetClusterConfig, 0, revExtras(0, 2), []byte("default"), terseConfig(t, []string{other, addr}, 2)); h.Status != protocol.StatusOK {
+		t.Fatalf("SET_CLUSTER_CONFIG: %#x", h.Status)
+	}
+	if st := b.getStatus(1, keyFor(t, 1)); st != protocol.StatusKeyNotFound {
+		t.Fatalf("leased, after a map naming another node: status %#x, want served", st)
+	}
+	// The lease runs out (no peer answers: 127.0.0.1:1 refuses); a newer
+	// map then kills the actives it gives away.
+	b.waitStatus(1, keyFor(t, 1), protocol.StatusTmpFail, 5*time.Second)
+	if h, _ := b.do(protocol.OpSetClusterConfig, 0, revExtras(0, 3), []byte("default"), terseConfig(t, []string{other, addr}, 3)); h.Status != protocol.StatusOK {
+		t.Fatalf("SET_CLUSTER_CONFIG: %#x", h.Status)
+	}
+	for _, vb := range []uint16{1, 2} {
+		h, body := b.do(protocol.OpGetVBucket, vb, nil, nil, nil)
+		if h.Status != protocol.StatusOK || binary.BigEndian.Uint32(body[h.ExtLen:]) != uint32(vbucket.Dead) {
+			t.Fatalf("vbucket %d after the newer map: %#x %q", vb, h.Status, body)
+		}
+		if st := b.getStatus(vb, keyFor(t, int(vb))); st != protocol.StatusNotMyVBucket {
+			t.Fatalf("vbucket %d after the newer map: status %#x, want NOT_MY_VBUCKET", vb, st)
+		}
+	}
+}
+
+// TestLeaseFromPeers: three nodes granted a lease naming all three, then
+// no more grants (every manager down): they ask each other, none holds a
+// manager's lease, and they keep serving on each other's word; a node
+// whose peers hold a manager's lease (it alone is cut off) gets none and
+// stops.
+func TestLeaseFromPeers(t *testing.T) {
+	var addrs []string
+	var cs []*binClient
+	for range 3 {
+		_, a := startCluster(t, nil)
+		addrs = append(addrs, a)
+		c := dialBin(t, a)
+		c.setState(5, vbucket.Active)
+		cs = append(cs, c)
+	}
+	const L = 400 * time.Millisecond
+	grantAll := func(epoch, seq uint64, which ...int) {
+		for _, i := range which {
+			cs[i].grant(L, epoch, seq, seq-1, addrs[i], addrs...)
+		}
+	}
+	grantAll(1, 1, 0, 1, 2)
+	grantAll(1, 2, 0, 1, 2)
+	key := keyFor(t, 5)
+	// Three leases later, every node still serves, on its peers' word.
+	for deadline := time.Now().Add(3 * L); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for i, c := range cs {
+			if st := c.getStatus(5, key); st != protocol.StatusKeyNotFound {
+				t.Fatalf("node %d with no manager: status %#x, want served", i, st)
+			}
+		}
+	}
+	for i, c := range cs {
+		if s := c.leaseStats(); s["lease_from_peers"] != "1" {
+			t.Fatalf("node %d: %v", i, s)
+		}
+	}
+	// Now nodes 1 and 2 hear a manager again (grants every L/4) and node 0
+	// does not: its peers vouch for the manager, so node 0 must stop.
+	var gcs []*admin.Conn // the manager's connections to nodes 1 and 2
+	for _, a := range addrs[1:] {
+		c, err := admin.Dial(context.Background(), a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		gcs = append(gcs, c)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // owned by the test: stop ends it
+		defer close(done)
+		for seq := uint64(1); ; seq++ {
+			for i, c := range gcs {
+				if err := c.Lease(L, 2, seq, seq-1, addrs[i+1], addrs); err != nil {
+					t.Errorf("LEASE to %s: %v", addrs[i+1], err)
+					return
+				}
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(L / 4):
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	cs[0].waitStatus(5, key, protocol.StatusTmpFail, 5*time.Second)
+	for i := 1; i < 3; i++ {
+		if st := cs[i].getStatus(5, key); st != protocol.StatusKeyNotFound {
+			t.Fatalf("node %d, in the manager's contact: status %#x, want served", i, st)
+		}
+	}
+}
