@@ -255,3 +255,39 @@ func TestLeaseFromPeers(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseFetchesMapClientsName: a client's GET_CLUSTER_CONFIG naming a
+// newer revision than the node's makes the node fetch that map from a
+// peer (here while it holds a lease, so it only stores it).
+func TestLeaseFetchesMapClientsName(t *testing.T) {
+	_, a := startCluster(t, nil)
+	_, b := startCluster(t, nil)
+	ca, cb := dialBin(t, a), dialBin(t, b)
+	ca.setState(4, vbucket.Active)
+	const L = 2 * time.Second
+	ca.grant(L, 1, 1, 0, a, a, b)
+	ca.grant(L, 1, 2, 1, a, a, b)
+	if h, _ := ca.do(protocol.OpSetClusterConfig, 0, revExtras(0, 3), []byte("default"), terseConfig(t, []string{a, b}, 3)); h.Status != protocol.StatusOK {
+		t.Fatalf("SET_CLUSTER_CONFIG on a: %#x", h.Status)
+	}
+	if h, _ := cb.do(protocol.OpSetClusterConfig, 0, revExtras(0, 9), []byte("default"), terseConfig(t, []string{b, a}, 9)); h.Status != protocol.StatusOK {
+		t.Fatalf("SET_CLUSTER_CONFIG on b: %#x", h.Status)
+	}
+	// The client has seen rev 9; a answers with its rev 3 and fetches.
+	if h, body := ca.do(protocol.OpGetClusterConfig, 0, revExtras(0, 9), nil, nil); h.Status != protocol.StatusOK || len(body) != int(h.ExtLen)+int(h.KeyLen) {
+		t.Fatalf("GET_CLUSTER_CONFIG with newer extras: %#x %q", h.Status, body)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		h, body := ca.do(protocol.OpGetClusterConfig, 0, nil, nil, nil)
+		if h.Status == protocol.StatusOK && strings.Contains(string(body), `"rev":9`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a still hands out %q 5 s after a client named rev 9", body)
+		}
+	}
+	// Leased: its vbucket is still served.
+	if st := ca.getStatus(4, keyFor(t, 4)); st != protocol.StatusKeyNotFound {
+		t.Fatalf("leased node after fetching the newer map: status %#x, want served", st)
+	}
+}
