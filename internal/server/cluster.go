@@ -474,7 +474,7 @@ var (
 
 // storeConfig stores value (a config JSON; extras, when 16 bytes, its
 // {epoch, revision}) if it is newer than the stored one. A node without
-// a lease then takes the new map's view (lease.go).
+// a manager's lease then takes the new map's view (lease.go).
 func (cl *cluster) storeConfig(value, extras []byte, logf func(string, ...any)) (*clusterConfig, error) {
 	parsed, err := vbmap.Parse(value)
 	if err != nil || parsed.NumVBuckets() != cl.vbs.Len() {
@@ -500,7 +500,7 @@ func (cl *cluster) storeConfig(value, extras []byte, logf func(string, ...any)) 
 	if cl.streams != nil {
 		cl.streams.Poke() // writes waiting for a replica the map no longer gives
 	}
-	if !cl.lease.serving(monoNow()) {
+	if !cl.lease.managerLeased(monoNow()) {
 		cl.takeView(parsed, logf)
 	}
 	return cc, nil

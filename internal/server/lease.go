@@ -71,9 +71,10 @@ import (
 // client's GET_CLUSTER_CONFIG extras named a newer revision) it takes
 // that map's view: every active vbucket the newer map gives to another
 // node (as active and as the forward map's active) turns dead here, and
-// requests for it get NOT_MY_VBUCKET with that map. A node that holds a
-// lease is in its manager's contact, so it takes its vbucket states from
-// the manager's SET_VBUCKET and keeps them until told otherwise.
+// requests for it get NOT_MY_VBUCKET with that map. So does a node that
+// serves on its peers' word. A node that holds a manager's lease is in
+// its manager's contact, so it takes its vbucket states from the
+// manager's SET_VBUCKET and keeps them until told otherwise.
 //
 // The check is a read of the monotonic clock per admitted key request
 // once lease mode is on (none before). A request read before a pause and
@@ -129,6 +130,13 @@ type nodeLease struct {
 // serving reports whether active vbuckets may be served at now.
 func (l *nodeLease) serving(now int64) bool {
 	return !l.on.Load() || now < l.until.Load()
+}
+
+// managerLeased reports whether the node holds a manager's lease at now
+// (or was never granted one): only then does it keep active vbuckets
+// that a newer map gives to others (takeView).
+func (l *nodeLease) managerLeased(now int64) bool {
+	return !l.on.Load() || now < l.mgrUntil.Load()
 }
 
 // extend moves the lease's end to t if that is later.
