@@ -176,6 +176,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.NumVBuckets < 1 || cfg.NumVBuckets > 65536 || cfg.NumVBuckets&(cfg.NumVBuckets-1) != 0 {
 		return nil, fmt.Errorf("manager: %d vbuckets: want a power of two from 1 to 65536", cfg.NumVBuckets)
 	}
+	if cfg.Lease > 10*time.Minute {
+		return nil, fmt.Errorf("manager: a lease of %v: at most 10m (nodes refuse longer grants)", cfg.Lease)
+	}
 	if cfg.Replicas < 0 || cfg.Replicas > 3 {
 		return nil, fmt.Errorf("manager: %d replicas: want 0 to 3", cfg.Replicas)
 	}
