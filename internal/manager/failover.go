@@ -350,12 +350,12 @@ const promoteSettle = 5 * time.Second
 // activate makes each vbucket of changed active on its new active in ns,
 // the failed node addr being fenced (failover made sure it serves
 // nothing, or the operator forced it), and returns how many did not
-// become active. A vbucket whose
-// new active was a replica is promoted through move.Promote (internal/move's
-// rules with a fenced source: R5 promotes it, R1 finds it active, R2 waits
-// for a handover into it; anything else is unresolved and logged with the
-// rule). A vbucket of lost had no replica: it is not a move, and it is
-// activated, empty, as it is (its old copy there, if any, deleted first).
+// become active. A vbucket whose new active was a replica is promoted
+// through move.Promote (internal/move's rules with a fenced source: R5
+// promotes it, R1 finds it active, R2 waits for a handover into it;
+// anything else is unresolved and logged with the rule). A vbucket of
+// lost had no replica: it is not a move, and it is activated, empty, as
+// it is (its old copy there, if any, deleted first).
 //
 // The new actives are worked on at once, one goroutine each, every
 // vbucket of one in turn; activate returns when all are done.
