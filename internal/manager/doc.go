@@ -86,10 +86,10 @@
 // # Failover
 //
 // Failover takes a node out: each vbucket it was active for gets its first
-// live replica promoted (SET_VBUCKET active; the replica holds everything
-// it had acknowledged, so the writes lost are those inside the
-// replication lag); a vbucket without a replica becomes active and empty
-// on the least loaded live member, so the cluster keeps serving.
+// live replica promoted (the replica holds everything it had
+// acknowledged, so the writes lost are those inside the replication lag);
+// a vbucket without a replica becomes active and empty on the least
+// loaded live member, so the cluster keeps serving.
 //
 // Nothing is promoted before the node has surely stopped serving
 // (fencing.go has the rule and its argument, as pure functions with
@@ -101,7 +101,22 @@
 // new map is committed and pushed before any promotion, so a node that
 // asks its peers for a lease learns it first; the promotions come at
 // once when the peers vouched for the manager without a break, or a
-// lease later. Force (ctl failover --force) skips the waits. Then the
+// lease later. Force (ctl failover --force) skips the waits.
+//
+// A promotion is a move whose source is fenced, and goes through
+// move.Promote (activate, failover.go): internal/move's rules decide with
+// the failed node counted as lost and never asked. R5: the new active is
+// a replica, so it is promoted (SET_VBUCKET active, which stops its
+// replication); R1: it is active already, nothing to do; R2: it is
+// pending (a handover into it in flight), so the promotion waits, up to
+// promoteSettle; anything else (it does not answer within promoteSettle,
+// refuses connections, holds the vbucket dead) is unresolved: nothing is
+// touched, the log names the rule, and FailoverReport.Unactivated counts
+// it. There is no
+// publish step (the map was committed and pushed before) and no old copy
+// to delete. A vbucket without a replica is not a move: its new active is
+// simply activated, empty. The new actives are worked on at once, one
+// goroutine each, and the failover waits for all of them. Then the
 // surviving replicas are re-pointed to the new actives, and a rebalance
 // rebuilds the missing replicas on the remaining members.
 //
@@ -110,17 +125,22 @@
 // internal/move's rules settle a takeover that failed or was left by a
 // dead leader: the vbucket ends active on its source (R3, R4: the move
 // is retried, up to maxFailures times) or on the target (R1, R5: the
-// manager commits it). What stays stuck until an operator or a failover
-// acts: two actives (never produced by the streams; nothing is touched),
-// a source that does not answer (failover's), a target that does not
-// answer (the move is given up; the vbucket stays on its source). A new
+// manager commits it). They settle a failover's promotion too (R5, R1;
+// above). What stays stuck until an operator or a failover acts: two
+// actives (never produced by the streams; nothing is touched), a source
+// that does not answer (failover's), a target that does not answer (the
+// move is given up; the vbucket stays on its source; in a failover, the
+// vbucket is left without an active, counted in Unactivated). A new
 // leader knows no process ids from its predecessor's preflight, so a
 // source that restarted (same address, its copies gone) reads as a dead
 // source, which R4 sets active again, empty: never two actives, but the
 // vbucket's items are lost (move.Recover's comment).
 //
-// Failover's promotions do not go through internal/move: a failover
-// promotes a replica of a node it cannot ask, which is not a move.
+// Failover's promotions go through internal/move too (move.Promote): a
+// failover promotes a replica of a node it cannot (or need not) ask, and
+// the rules take that node as fenced, the proof being the failover's
+// (fencing.go), not theirs. A vbucket a failover gives, empty, to a node
+// without a copy is an activation, not a move.
 //
 // # Locks
 //
@@ -138,7 +158,9 @@
 // one, so that stopGrants, which waits for that nodeConn, sees every
 // answer). opMu is held across network calls on
 // purpose (etcd in every commit; nodes in AddNode's check and push and in
-// failover's promotions and push); nothing those calls wait for takes it:
+// failover's promotions and push; the promotions' goroutines take only
+// nodeConn.mu, through conn, and move.Promote takes no manager lock);
+// nothing those calls wait for takes it:
 // a move takes opMu only around its commits (commitActive, the row's
 // commit) and pushes after letting go, never holds it around move.Move or
 // move.Recover, and failover lets go of it before it waits for the

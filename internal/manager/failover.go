@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vbcache/vbcache/internal/admin"
+	"github.com/vbcache/vbcache/internal/move"
 	"github.com/vbcache/vbcache/internal/vbucket"
 )
 
@@ -17,9 +20,11 @@ type FailoverReport struct {
 	Promoted int    `json:"promoted"` // vbuckets whose replica became active
 	Lost     int    `json:"lost"`     // vbuckets with no replica: active again, empty, elsewhere
 	Replicas int    `json:"replicas"` // replica copies dropped from the map
-	// Unactivated counts vbuckets whose new active did not answer its
-	// activation: the map names it, and it answers NOT_MY_VBUCKET until
-	// an operator activates it (vbcache ctl) or a rebalance moves it.
+	// Unactivated counts vbuckets whose new active did not become
+	// active: its activation failed, or its promotion did not resolve
+	// (move.Promote; the log names the rule). The map names it, and it
+	// answers NOT_MY_VBUCKET until an operator activates it (vbcache
+	// ctl) or a rebalance moves it.
 	Unactivated int `json:"unactivated,omitempty"`
 
 	fencing string // how it was sure the node stopped serving, for the log
@@ -40,11 +45,11 @@ type FailoverOptions struct {
 var ErrNotSure = errors.New("cannot be sure the node stopped serving (--force fails it over anyway)")
 
 // Failover takes addr out of the cluster. For each vbucket it was active
-// for, the first live replica is promoted (it holds every write it had
-// acknowledged; writes inside the replication lag are lost); a vbucket
-// without a live replica becomes active, empty, on the least loaded live
-// member, so the cluster keeps serving (a cache loses data, never
-// availability).
+// for, the first live replica is promoted through move.Promote (it holds
+// every write it had acknowledged; writes inside the replication lag are
+// lost); a vbucket without a live replica becomes active, empty, on the
+// least loaded live member, so the cluster keeps serving (a cache loses
+// data, never availability).
 //
 // Unless opt.Force, nothing is promoted before the node has surely
 // stopped serving (fencing.go): it is told first (every vbucket it holds
@@ -57,7 +62,11 @@ func (m *Manager) Failover(ctx context.Context, addr string, opt FailoverOptions
 	if err != nil {
 		return err
 	}
-	m.cfg.Logf("manager: failed over %s: %d vbuckets promoted, %d lost, %d replicas dropped%s", addr, rep.Promoted, rep.Lost, rep.Replicas, rep.fencing)
+	unact := ""
+	if rep.Unactivated > 0 {
+		unact = fmt.Sprintf(", %d NOT activated", rep.Unactivated)
+	}
+	m.cfg.Logf("manager: failed over %s: %d vbuckets promoted, %d lost, %d replicas dropped%s%s", addr, rep.Promoted, rep.Lost, rep.Replicas, unact, rep.fencing)
 	if opt.Rebuild && m.State().Replicas > 0 {
 		if err := m.StartRebalance(ctx); err != nil && err != ErrRebalancing {
 			return fmt.Errorf("failover done; rebuilding replicas: %w", err)
@@ -315,18 +324,7 @@ func (m *Manager) failover(ctx context.Context, addr string, force bool) (rep Fa
 		}
 	}
 	// Promote.
-	for vb := range changed {
-		a := ns.server(ns.Map[vb][0])
-		if err := m.conn(ctx, a, func(c *admin.Conn) error {
-			if lost[vb] {
-				c.DelVBucket(vb)
-			}
-			return c.SetVBucket(vb, vbucket.Active)
-		}); err != nil {
-			m.cfg.Logf("manager: failover of %s: activating vbucket %d on %s: %v", addr, vb, a, err)
-			rep.Unactivated++
-		}
-	}
+	rep.Unactivated = m.activate(ctx, addr, ns, changed, lost)
 	// Surviving replicas follow the new actives.
 	for vb, row := range ns.Map {
 		for j := 1; j < len(row); j++ {
@@ -341,4 +339,62 @@ func (m *Manager) failover(ctx context.Context, addr string, force bool) (rep Fa
 		}
 	}
 	return rep, nil
+}
+
+// promoteSettle is move.Options.Settle for failover's promotions: how
+// long a promotion waits for a target that is pending (a handover into it
+// in flight) or does not answer. The rebalance was stopped before the
+// failover, so neither is expected.
+const promoteSettle = 5 * time.Second
+
+// activate makes each vbucket of changed active on its new active in ns,
+// the failed node addr being fenced (failover made sure it serves
+// nothing, or the operator forced it), and returns how many did not
+// become active. A vbucket whose new active was a replica is promoted
+// through move.Promote (internal/move's rules with a fenced source: R5
+// promotes it, R1 finds it active, R2 waits for a handover into it;
+// anything else is unresolved and logged with the rule). A vbucket of
+// lost had no replica: it is not a move, and it is activated, empty, as
+// it is (its old copy there, if any, deleted first).
+//
+// The new actives are worked on at once, one goroutine each, every
+// vbucket of one in turn; activate returns when all are done.
+func (m *Manager) activate(ctx context.Context, addr string, ns *State, changed, lost map[int]bool) int {
+	byNode := map[string][]int{}
+	for vb := range changed {
+		a := ns.server(ns.Map[vb][0])
+		byNode[a] = append(byNode[a], vb)
+	}
+	opt := move.Options{Settle: promoteSettle, RequestTimeout: 5 * time.Second}
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	for a, vbs := range byNode {
+		slices.Sort(vbs)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, vb := range vbs {
+				if lost[vb] {
+					if err := m.conn(ctx, a, func(c *admin.Conn) error {
+						c.DelVBucket(vb)
+						return c.SetVBucket(vb, vbucket.Active)
+					}); err != nil {
+						m.cfg.Logf("manager: failover of %s: activating vbucket %d, empty, on %s: %v", addr, vb, a, err)
+						failed.Add(1)
+					}
+					continue
+				}
+				res, err := move.Promote(ctx, vb, addr, a, opt)
+				switch {
+				case err != nil:
+					m.cfg.Logf("manager: failover of %s: promoting vbucket %d on %s: %s: %v", addr, vb, a, res.Rule, err)
+					failed.Add(1)
+				case res.Rule != "R5":
+					m.cfg.Logf("manager: failover of %s: vbucket %d on %s: %s", addr, vb, a, res.String())
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return int(failed.Load())
 }

@@ -8,8 +8,10 @@
 // every active move of a rebalance through Move, and a move a previous
 // leader left in flight or unpublished through Recover, both with
 // Options.Publish set to its own step 3 (its commit in etcd, then its
-// push) and Options.Halt ending the move when its leadership ends.
-// Failover's promotions are not moves and do not come here.
+// push) and Options.Halt ending the move when its leadership ends. Its
+// failover promotes each replica of the failed node through Promote,
+// after it committed and pushed the map and made sure the node serves
+// nothing: the same rules with the source fenced (below).
 //
 // # The happy path
 //
@@ -42,7 +44,9 @@
 // stream of the vbucket between them open: the takeover is over on both
 // sides, so no state can change behind our back. "Lost" means connection
 // refused (on one machine: the process is gone) or a different process id
-// than at preflight (the node restarted and every vbucket it held is gone).
+// than at preflight (the node restarted and every vbucket it held is
+// gone), or, for Promote only, fenced: the caller has proof the source
+// serves nothing, and it is not asked.
 //
 // The invariant each rule keeps is "never two actives": the target turns
 // active only when the source, already dead, tells it to; so the source
@@ -93,6 +97,14 @@
 // Recover applies the same rules to a move it did not begin (no TAKEOVER
 // of its own, no preflight): the rules read the nodes' states, which say
 // where a handover got to whoever started it.
+//
+// Promote applies them with a fenced source to a replica its caller has
+// already named the vbucket's active (a failover): R5 promotes it, R1
+// finds it active already, R2 waits for a handover in flight into it;
+// anything else is unresolved. A fenced source is never active, dead or
+// streaming to the rules (it is not asked), so R3 and R4 cannot apply.
+// There is no publish step (the caller published first) and no old copy
+// to delete (its node is out of the cluster).
 //
 // Move's ctx bounds the preflight and the TAKEOVER request. Closing the
 // TAKEOVER connection does not stop the move on the target (the request
@@ -239,7 +251,8 @@ type Result struct {
 	Outcome  Outcome
 	// TakeoverErr is what the TAKEOVER request returned (nil: success).
 	TakeoverErr error
-	// Rule names the recovery rule applied after a failed TAKEOVER.
+	// Rule names the recovery rule applied after a failed TAKEOVER, or
+	// the one Promote applied.
 	Rule string
 	// Detail describes the recovery: what each node reported.
 	Detail string
@@ -262,6 +275,9 @@ type Result struct {
 	// TargetCopyDropped is true when an aborted move dropped the target's
 	// partial copy.
 	TargetCopyDropped bool
+	// Fenced is true for Promote: the source was fenced, not asked, and
+	// the caller had published the map.
+	Fenced bool
 
 	// Timings.
 	Duration                               time.Duration // the whole move
@@ -284,6 +300,8 @@ func (r *Result) String() string {
 		fmt.Fprintf(&b, "; map rev %d (epoch %d) published to %d nodes", r.Rev, r.RevEpoch, len(r.PublishedTo))
 	case r.NoConfig:
 		b.WriteString("; no node holds a cluster map, none published")
+	case r.Fenced:
+		b.WriteString("; source fenced, map published before")
 	case r.Outcome == Moved || r.Outcome == Promoted:
 		b.WriteString("; map NOT published")
 	}
@@ -396,6 +414,86 @@ func Recover(vb int, from, to string, opt Options) (res Result, err error) {
 	return res, err
 }
 
+// Promote makes vb active on to, a replica of it whose source from is
+// fenced: the caller has proof that from serves nothing and will turn
+// nothing active (the cluster manager's failover: the node was told its
+// vbuckets are dead, or its lease ran out and its peers hold the map
+// without it, or the operator forced it), and has already published the
+// map that names to as vb's active. from is never asked.
+//
+// The recovery rules of the package comment decide, with the source
+// fenced (it counts as lost): a replica on to is promoted (R5:
+// SET_VBUCKET active, which also stops its replication); an active one
+// is done (R1: Outcome Moved, nothing touched); a pending one, or one
+// with a takeover stream of vb open, is waited for (R2) up to
+// Options.Settle, after which it is unresolved; a target that does not
+// answer is waited for the same way (R5-wait); a target that refuses
+// connections or holds vb dead is unresolved (source-and-copy-lost).
+// Nothing is published and no old copy is deleted: the caller published
+// first, and the source's node is out. Result.Rule names the rule that
+// decided, also in the error.
+//
+// The replication stream from from that feeds a replica on to is not
+// looked at: it is no handover, and it stays open for as long as a
+// paused node's socket does, which would hold every promotion of a
+// paused node for Settle. A takeover from from into to shows as pending
+// for its handover, which R2 waits for. Promote knows no process ids, so
+// a target that restarted is recognised only by what it holds (a node
+// restarts with every vbucket dead: unresolved).
+//
+// ctx bounds each request and the wait; Options.Halt is asked before
+// each look and before the promotion, as in Move. The error is nil when
+// vb ends active on to (Outcome Promoted or Moved); otherwise it wraps
+// ErrUnresolved or ErrHalted.
+func Promote(ctx context.Context, vb int, from, to string, opt Options) (res Result, err error) {
+	opt = opt.withDefaults()
+	start := time.Now()
+	res = Result{VBucket: vb, From: from, To: to, Fenced: true}
+	defer func() {
+		res.Duration = time.Since(start)
+		res.Recovery = res.Duration
+	}()
+	if from == to || to == "" {
+		return res, fmt.Errorf("%w: promoting vbucket %d on %q, fenced source %q", ErrPreflight, vb, to, from)
+	}
+	if vb < 0 || vb > 0xffff {
+		return res, fmt.Errorf("%w: vbucket %d out of range", ErrPreflight, vb)
+	}
+	m := &mover{vb: vb, from: from, to: to, fenced: true, opt: opt}
+	a, _, err := m.settle(ctx, &res)
+	if err != nil {
+		return res, err
+	}
+	switch a {
+	case actMoved:
+		res.Outcome = Moved
+		return res, nil
+	case actPromote:
+		herr := opt.halted()
+		if herr == nil && ctx.Err() != nil {
+			herr = fmt.Errorf("%w: %v", ErrHalted, ctx.Err())
+		}
+		if herr != nil {
+			res.Outcome = Unresolved
+			return res, fmt.Errorf("vbucket %d (%s): %s: %w", vb, res.Rule, res.Detail, herr)
+		}
+		err := m.withConn(ctx, to, func(c *admin.Conn) error { return c.SetVBucket(vb, vbucket.Active) })
+		if err != nil {
+			res.Outcome = Unresolved
+			return res, fmt.Errorf("%w: vbucket %d (%s): promoting %s failed (%v); %s", ErrUnresolved, vb, res.Rule, to, err, res.Detail)
+		}
+		res.Outcome = Promoted
+		opt.logf("promoted vbucket %d on %s (%s; source %s fenced)", vb, to, res.Rule, from)
+		return res, nil
+	case actWait, actAborted, actReactivate:
+		// decide acts on the source only when it answered, and settle
+		// never returns actWait.
+		panic(fmt.Sprintf("move: rule %s (action %d) with a fenced source", res.Rule, a))
+	}
+	res.Outcome = Unresolved
+	return res, fmt.Errorf("%w: vbucket %d (%s): %s", ErrUnresolved, vb, res.Rule, res.Detail)
+}
+
 // Reach is how a node answered Observe.
 type Reach uint8
 
@@ -444,6 +542,7 @@ type mover struct {
 	vb             int
 	from, to       string
 	fromPID, toPID string
+	fenced         bool // Promote: the source is fenced and never asked
 	opt            Options
 }
 

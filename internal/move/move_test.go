@@ -474,3 +474,84 @@ func TestRecoverFinishesHandover(t *testing.T) {
 	}
 	checkKeys(t, b, vb, keys)
 }
+
+// TestPromote promotes a replica whose source is fenced, as a failover
+// does: the source is paused (SIGSTOP), so its replication stream to the
+// replica stays open, and it is never asked. The replica becomes active
+// with every key (R5) at once, not after Settle; a second Promote finds it
+// active (R1) and touches nothing; a target that holds the vbucket dead,
+// or is gone, is unresolved with the rule named.
+func TestPromote(t *testing.T) {
+	na, nb, nc := startNode(t), startNode(t), startNode(t)
+	a, b := dial(t, na.Addr), dial(t, nb.Addr)
+	const vb = 9
+	if err := a.SetVBucket(vb, vbucket.Active); err != nil {
+		t.Fatal(err)
+	}
+	keys := keysFor(vb, 200)
+	setKeys(t, a, vb, keys)
+	if err := b.Replicate(vb, na.Addr); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the replica has every item (no clock to advance: the
+	// nodes are real processes).
+	q := "consumer:" + na.Addr + ":vb_" + strconv.Itoa(vb) + ":items_received"
+	deadline := time.Now().Add(10 * time.Second)
+	for caughtUp := false; !caughtUp; {
+		lines, err := b.Stats("streams " + strconv.Itoa(vb))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kv := range lines {
+			if kv[0] == q && kv[1] == strconv.Itoa(len(keys)) {
+				caughtUp = true
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica on %s never caught up: %v", nb.Addr, lines)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := na.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { na.Signal(syscall.SIGCONT) })
+
+	res, err := Promote(context.Background(), vb, na.Addr, nb.Addr, Options{Settle: 3 * time.Second, Logf: t.Logf,
+		Halt: func() error { return errors.New("not leading") }})
+	if !errors.Is(err, ErrHalted) || res.Outcome != Unresolved || state(t, b, vb) != vbucket.Replica {
+		t.Fatalf("halted Promote: %v, %v", res.Outcome, err)
+	}
+
+	const settle = 10 * time.Second
+	res, err = Promote(context.Background(), vb, na.Addr, nb.Addr, Options{Settle: settle, Logf: t.Logf})
+	t.Logf("%s in %v: %s", res.String(), res.Duration.Round(time.Millisecond), res.Detail)
+	if err != nil || res.Outcome != Promoted || res.Rule != "R5" {
+		t.Fatalf("Promote: %v (%s): %v", res.Outcome, res.Rule, err)
+	}
+	if res.Duration > settle/2 {
+		t.Errorf("Promote took %v: it waited on the paused source's replication stream", res.Duration)
+	}
+	if st := state(t, b, vb); st != vbucket.Active {
+		t.Fatalf("target: %s", st)
+	}
+	checkKeys(t, b, vb, keys)
+
+	res, err = Promote(context.Background(), vb, na.Addr, nb.Addr, Options{Settle: settle})
+	if err != nil || res.Outcome != Moved || res.Rule != "R1" {
+		t.Fatalf("Promote of an active target: %v (%s): %v", res.Outcome, res.Rule, err)
+	}
+
+	res, err = Promote(context.Background(), vb, na.Addr, nc.Addr, Options{Settle: settle})
+	if !errors.Is(err, ErrUnresolved) || res.Rule != "source-and-copy-lost" || !strings.Contains(err.Error(), res.Rule) {
+		t.Fatalf("Promote of a dead target: %v (%s): %v", res.Outcome, res.Rule, err)
+	}
+	if st := state(t, dial(t, nc.Addr), vb); st != vbucket.Dead {
+		t.Fatalf("dead target touched: %s", st)
+	}
+	nc.Stop()
+	res, err = Promote(context.Background(), vb, na.Addr, nc.Addr, Options{Settle: settle})
+	if !errors.Is(err, ErrUnresolved) || res.Rule != "source-and-copy-lost" || res.Duration > settle/2 {
+		t.Fatalf("Promote of a target gone: %v (%s) in %v: %v", res.Outcome, res.Rule, res.Duration, err)
+	}
+}

@@ -18,6 +18,7 @@ const (
 	reachOK      reach = iota // it answered
 	reachRefused              // connection refused: nothing listens there
 	reachNoReply              // timeout, reset, an error answer: it may be alive
+	reachFenced               // not asked: the caller has proof it serves nothing (Promote)
 )
 
 // view is one observation of one node.
@@ -30,9 +31,13 @@ type view struct {
 	streaming bool          // a stream of the vbucket between the two ends is open here
 }
 
-// lost reports whether the node's copy of the vbucket is certainly gone:
-// its process is gone or was replaced.
-func (v view) lost() bool { return v.reach == reachRefused || (v.reach == reachOK && v.restarted) }
+// lost reports whether the node's copy of the vbucket is certainly gone,
+// or as good as gone: its process is gone or was replaced, or it is
+// fenced (it serves nothing and cannot turn anything active elsewhere;
+// Promote).
+func (v view) lost() bool {
+	return v.reach == reachRefused || v.reach == reachFenced || (v.reach == reachOK && v.restarted)
+}
 
 func (v view) String() string {
 	switch v.reach {
@@ -40,6 +45,8 @@ func (v view) String() string {
 		return "connection refused (process gone)"
 	case reachNoReply:
 		return fmt.Sprintf("no answer (%v)", v.err)
+	case reachFenced:
+		return "fenced (not asked)"
 	}
 	s := v.state.String()
 	if v.restarted {
@@ -172,7 +179,9 @@ func decide(f, t view) (a action, rule string) {
 	}
 	// R5. The source is gone. A target that kept the vbucket as a replica
 	// had turned pending, so the handover had begun and it holds what
-	// the source acknowledged before: promote it.
+	// the source acknowledged before: promote it. A fenced source
+	// (Promote, a failover) serves nothing either, and the target is a
+	// replica of it.
 	if f.lost() {
 		if t.reach == reachOK && !t.restarted && t.state == vbucket.Replica {
 			return actPromote, "R5"
@@ -189,22 +198,35 @@ func decide(f, t view) (a action, rule string) {
 	return actUnresolved, "unexpected-state"
 }
 
-// recover applies the rules until one acts or Settle runs out.
-func (m *mover) recover(res *Result) error {
-	ctx := context.Background() // recovery must run even when the caller's ctx ended; Settle bounds it
+// settle looks at both ends and applies decide, every Settle/50, until a
+// rule acts or Settle runs out (then actUnresolved, the rule that was
+// waiting suffixed "-timeout"). res.Rule and res.Detail are set. The error
+// is non-nil only when Halt (or ctx) ended the wait; res.Outcome is then
+// Unresolved. A fenced source (Promote) is not asked; the target's
+// streams are then not looked at (Promote says why).
+func (m *mover) settle(ctx context.Context, res *Result) (action, view, error) {
 	deadline := time.Now().Add(m.opt.Settle)
 	poll := max(m.opt.Settle/50, 20*time.Millisecond)
 	var f, t view
 	var a action
 	var rule string
 	for {
-		if err := m.opt.halted(); err != nil {
+		err := m.opt.halted()
+		if err == nil && ctx.Err() != nil {
+			err = fmt.Errorf("%w: %v", ErrHalted, ctx.Err())
+		}
+		if err != nil {
 			res.Outcome = Unresolved
 			res.Detail = fmt.Sprintf("source %s: %v; target %s: %v", m.from, f, m.to, t)
-			return fmt.Errorf("vbucket %d from %s to %s, recovery not decided: %w", m.vb, m.from, m.to, err)
+			return actUnresolved, t, fmt.Errorf("vbucket %d from %s to %s, recovery not decided: %w", m.vb, m.from, m.to, err)
 		}
-		t = m.observe(ctx, m.to, m.toPID, m.from)
-		f = m.observe(ctx, m.from, m.fromPID, "")
+		if m.fenced {
+			t = m.observe(ctx, m.to, m.toPID, "")
+			f = view{reach: reachFenced}
+		} else {
+			t = m.observe(ctx, m.to, m.toPID, m.from)
+			f = m.observe(ctx, m.from, m.fromPID, "")
+		}
 		a, rule = decide(f, t)
 		if a != actWait {
 			break
@@ -219,6 +241,17 @@ func (m *mover) recover(res *Result) error {
 	res.Rule = rule
 	res.Detail = fmt.Sprintf("source %s: %v; target %s: %v", m.from, f, m.to, t)
 	m.opt.logf("recovery %s: %s", rule, res.Detail)
+	return a, t, nil
+}
+
+// recover applies the rules until one acts or Settle runs out.
+func (m *mover) recover(res *Result) error {
+	ctx := context.Background() // recovery must run even when the caller's ctx ended; Settle bounds it
+	a, t, err := m.settle(ctx, res)
+	if err != nil {
+		return err
+	}
+	rule := res.Rule
 	if a == actAborted || a == actReactivate || a == actPromote {
 		if err := m.opt.halted(); err != nil {
 			res.Outcome = Unresolved

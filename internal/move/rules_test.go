@@ -16,6 +16,7 @@ func TestDecide(t *testing.T) {
 	restarted := func(v view) view { v.restarted = true; return v }
 	refused := view{reach: reachRefused}
 	silent := view{reach: reachNoReply}
+	fenced := view{reach: reachFenced} // Promote: never asked, so never streaming or restarted
 	const (
 		A = vbucket.Active
 		R = vbucket.Replica
@@ -56,6 +57,16 @@ func TestDecide(t *testing.T) {
 		{"source gone, target silent", refused, silent, actWait, "R5-wait"},
 		{"source silent, target replica", silent, ok(R), actWait, "source-silent"},
 		{"source replica", ok(R), ok(R), actUnresolved, "unexpected-state"},
+		// A fenced source (Promote, a failover's promotion): it counts as
+		// lost, and it is never active, dead or streaming to the rules.
+		{"source fenced, target replica", fenced, ok(R), actPromote, "R5"},
+		{"source fenced, target active", fenced, ok(A), actMoved, "R1"},
+		{"source fenced, target pending", fenced, ok(P), actWait, "R2"},
+		{"source fenced, target streaming", fenced, streaming(ok(R)), actWait, "R2"},
+		{"source fenced, target silent", fenced, silent, actWait, "R5-wait"},
+		{"source fenced, target gone", fenced, refused, actUnresolved, "source-and-copy-lost"},
+		{"source fenced, target dead", fenced, ok(D), actUnresolved, "source-and-copy-lost"},
+		{"source fenced, target restarted replica", fenced, restarted(ok(R)), actUnresolved, "source-and-copy-lost"},
 	} {
 		a, rule := decide(tc.f, tc.t)
 		if a != tc.want || rule != tc.rule {

@@ -1,0 +1,132 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/vbucket"
+)
+
+// TestFailoverPromotesThroughMove fails over a live node a (it answers,
+// so it is told first and the failover need not wait for its lease) after
+// one of its replicas was dropped behind the manager's back (SET_VBUCKET
+// dead on the replica's node): every other vbucket a was active for is
+// promoted on its replica (move.Promote, R5) with its keys, and the one
+// whose replica is gone is not touched, counted in Unactivated and logged
+// with the rule that refused it.
+func TestFailoverPromotesThroughMove(t *testing.T) {
+	cli := startTestEtcd(t)
+	nodes := []*testNode{startNode(t, ""), startNode(t, ""), startNode(t, "")}
+	var logMu sync.Mutex
+	var logs []string
+	m, err := New(Config{Etcd: cli, Advertise: "http://promote-test", NumVBuckets: testVBuckets, Replicas: 1,
+		SessionTTL: 1, ProbeInterval: 50 * time.Millisecond,
+		Logf: func(format string, args ...any) {
+			line := fmt.Sprintf(format, args...)
+			logMu.Lock()
+			logs = append(logs, line)
+			logMu.Unlock()
+			t.Log("manager: " + line)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm := &testManager{m: m, ran: make(chan struct{})}
+	tm.start(t)
+	ctx := context.Background()
+	for _, n := range nodes {
+		if err := m.AddNode(ctx, n.addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.StartRebalance(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := waitRebalanced(t, m)
+	keys := testKeys()
+	writeKeys(t, s, keys)
+
+	a := nodes[0].addr
+	var mine []int // a's active vbuckets, each with a replica
+	for vb, row := range s.Map {
+		if s.server(row[0]) == a && row[1] >= 0 {
+			mine = append(mine, vb)
+		}
+	}
+	if len(mine) < 2 {
+		t.Fatalf("%s is active for %v only: %v", a, mine, s.Map)
+	}
+	// Replication is asynchronous: wait until each replica has every key
+	// (a promoted replica lacks the writes inside the replication lag).
+	for _, vb := range mine {
+		rc := testDial(t, s.server(s.Map[vb][1]))
+		q := "consumer:" + a + ":vb_" + strconv.Itoa(vb) + ":items_received"
+		waitFor(t, 10*time.Second, fmt.Sprintf("vbucket %d's replica to catch up", vb), func() bool {
+			lines, err := rc.Stats("streams " + strconv.Itoa(vb))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, kv := range lines {
+				if kv[0] == q {
+					n, _ := strconv.Atoi(kv[1])
+					return n >= len(keys[vb])
+				}
+			}
+			return false
+		})
+	}
+	broken := mine[0]
+	brokenAt := s.server(s.Map[broken][1])
+	if err := testDial(t, brokenAt).SetVBucket(broken, vbucket.Dead); err != nil {
+		t.Fatal(err)
+	}
+
+	rep, err := m.failover(ctx, a, false /* force */)
+	if err != nil {
+		t.Fatalf("failover: %v", err)
+	}
+	t.Logf("%+v", rep)
+	if rep.Promoted != len(mine) || rep.Lost != 0 || rep.Unactivated != 1 {
+		t.Errorf("promoted %d (want %d), lost %d, unactivated %d (want 1)", rep.Promoted, len(mine), rep.Lost, rep.Unactivated)
+	}
+	ns := m.State()
+	for _, vb := range mine {
+		to := ns.server(ns.Map[vb][0])
+		c := testDial(t, to)
+		st, err := c.GetVBucket(vb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if vb == broken {
+			if to != brokenAt || st != vbucket.Dead {
+				t.Errorf("vbucket %d, its replica dropped: %s on %s (the map's active %s); want it untouched", vb, st, brokenAt, to)
+			}
+			continue
+		}
+		if st != vbucket.Active {
+			t.Errorf("vbucket %d: %s on its new active %s", vb, st, to)
+			continue
+		}
+		for _, k := range keys[vb] {
+			if v, err := c.Do(protocol.OpGet, uint16(vb), nil, []byte(k), nil); err != nil || string(v) != "v-"+k {
+				t.Errorf("vbucket %d: get %s on %s: %q, %v", vb, k, to, v, err)
+			}
+		}
+	}
+	if st, err := testDial(t, a).GetVBucket(mine[1]); err != nil || st != vbucket.Dead {
+		t.Errorf("vbucket %d on the failed-over %s: %s, %v", mine[1], a, st, err)
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	want := fmt.Sprintf("promoting vbucket %d on %s: source-and-copy-lost", broken, brokenAt)
+	if !slices.ContainsFunc(logs, func(l string) bool { return strings.Contains(l, want) }) {
+		t.Errorf("no log line with %q", want)
+	}
+}
