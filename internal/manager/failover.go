@@ -324,7 +324,10 @@ func (m *Manager) failover(ctx context.Context, addr string, force bool) (rep Fa
 		}
 	}
 	// Promote.
-	rep.Unactivated = m.activate(ctx, addr, ns, changed, lost)
+	var emptied int
+	rep.Unactivated, emptied = m.activate(ctx, addr, ns, changed, lost)
+	rep.Promoted -= emptied
+	rep.Lost += emptied
 	// Surviving replicas follow the new actives.
 	for vb, row := range ns.Map {
 		for j := 1; j < len(row); j++ {
@@ -353,20 +356,22 @@ const promoteSettle = 5 * time.Second
 // become active. A vbucket whose new active was a replica is promoted
 // through move.Promote (internal/move's rules with a fenced source: R5
 // promotes it, R1 finds it active, R2 waits for a handover into it;
-// anything else is unresolved and logged with the rule). A vbucket of
-// lost had no replica: it is not a move, and it is activated, empty, as
-// it is (its old copy there, if any, deleted first).
+// anything else is unresolved and logged with the rule; a replica that
+// holds no copy, "source-and-copy-lost", is activated empty there, as a
+// cache loses data, never availability, and counted in emptiedN). A
+// vbucket of lost had no replica: it is not a move, and it is activated,
+// empty, as it is (its old copy there, if any, deleted first).
 //
 // The new actives are worked on at once, one goroutine each, every
 // vbucket of one in turn; activate returns when all are done.
-func (m *Manager) activate(ctx context.Context, addr string, ns *State, changed, lost map[int]bool) int {
+func (m *Manager) activate(ctx context.Context, addr string, ns *State, changed, lost map[int]bool) (unactivated, emptiedN int) {
 	byNode := map[string][]int{}
 	for vb := range changed {
 		a := ns.server(ns.Map[vb][0])
 		byNode[a] = append(byNode[a], vb)
 	}
 	opt := move.Options{Settle: promoteSettle, RequestTimeout: 5 * time.Second}
-	var failed atomic.Int64
+	var failed, emptied atomic.Int64
 	var wg sync.WaitGroup
 	for a, vbs := range byNode {
 		slices.Sort(vbs)
@@ -386,6 +391,21 @@ func (m *Manager) activate(ctx context.Context, addr string, ns *State, changed,
 				}
 				res, err := move.Promote(ctx, vb, addr, a, opt)
 				switch {
+				case err != nil && res.Rule == "source-and-copy-lost":
+					// The replica holds no copy (its node restarted, or it
+					// was dropped): a cache loses data, never availability,
+					// so it turns active, empty, as a vbucket without a
+					// replica does.
+					m.cfg.Logf("manager: failover of %s: promoting vbucket %d on %s: %s: %v; activating it empty there", addr, vb, a, res.Rule, err)
+					if err := m.conn(ctx, a, func(c *admin.Conn) error {
+						c.DelVBucket(vb)
+						return c.SetVBucket(vb, vbucket.Active)
+					}); err != nil {
+						m.cfg.Logf("manager: failover of %s: activating vbucket %d, empty, on %s: %v", addr, vb, a, err)
+						failed.Add(1)
+					} else {
+						emptied.Add(1)
+					}
 				case err != nil:
 					m.cfg.Logf("manager: failover of %s: promoting vbucket %d on %s: %s: %v", addr, vb, a, res.Rule, err)
 					failed.Add(1)
@@ -396,5 +416,5 @@ func (m *Manager) activate(ctx context.Context, addr string, ns *State, changed,
 		}()
 	}
 	wg.Wait()
-	return int(failed.Load())
+	return int(failed.Load()), int(emptied.Load())
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/vbucket"
 )
@@ -19,8 +20,9 @@ import (
 // one of its replicas was dropped behind the manager's back (SET_VBUCKET
 // dead on the replica's node): every other vbucket a was active for is
 // promoted on its replica (move.Promote, R5) with its keys, and the one
-// whose replica is gone is not touched, counted in Unactivated and logged
-// with the rule that refused it.
+// whose replica is gone is logged with the rule that refused it and made
+// active, empty, on that node (a cache loses data, never availability),
+// counted as lost.
 func TestFailoverPromotesThroughMove(t *testing.T) {
 	cli := startTestEtcd(t)
 	nodes := []*testNode{startNode(t, ""), startNode(t, ""), startNode(t, "")}
@@ -93,8 +95,8 @@ func TestFailoverPromotesThroughMove(t *testing.T) {
 		t.Fatalf("failover: %v", err)
 	}
 	t.Logf("%+v", rep)
-	if rep.Promoted != len(mine) || rep.Lost != 0 || rep.Unactivated != 1 {
-		t.Errorf("promoted %d (want %d), lost %d, unactivated %d (want 1)", rep.Promoted, len(mine), rep.Lost, rep.Unactivated)
+	if rep.Promoted != len(mine)-1 || rep.Lost != 1 || rep.Unactivated != 0 {
+		t.Errorf("promoted %d (want %d), lost %d (want 1), unactivated %d (want 0)", rep.Promoted, len(mine)-1, rep.Lost, rep.Unactivated)
 	}
 	ns := m.State()
 	for _, vb := range mine {
@@ -105,8 +107,13 @@ func TestFailoverPromotesThroughMove(t *testing.T) {
 			t.Fatal(err)
 		}
 		if vb == broken {
-			if to != brokenAt || st != vbucket.Dead {
-				t.Errorf("vbucket %d, its replica dropped: %s on %s (the map's active %s); want it untouched", vb, st, brokenAt, to)
+			if to != brokenAt || st != vbucket.Active {
+				t.Errorf("vbucket %d, its replica dropped: %s on %s (the map's active %s); want it active there", vb, st, brokenAt, to)
+			}
+			for _, k := range keys[vb] {
+				if _, err := c.Do(protocol.OpGet, uint16(vb), nil, []byte(k), nil); !admin.IsStatus(err, protocol.StatusKeyNotFound) {
+					t.Errorf("vbucket %d, activated empty: get %s on %s: %v, want not found", vb, k, to, err)
+				}
 			}
 			continue
 		}
