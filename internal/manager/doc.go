@@ -109,12 +109,13 @@
 // a replica, so it is promoted (SET_VBUCKET active, which stops its
 // replication); R1: it is active already, nothing to do; R2: it is
 // pending (a handover into it in flight), so the promotion waits, up to
-// promoteSettle; anything else (it does not answer within promoteSettle,
-// refuses connections, holds the vbucket dead) is unresolved: nothing is
-// touched, the log names the rule, and FailoverReport.Unactivated counts
-// it. There is no
-// publish step (the map was committed and pushed before) and no old copy
-// to delete. A vbucket without a replica is not a move: its new active is
+// promoteSettle; a replica that holds no copy (dead there: its node
+// restarted, or the copy was dropped) is activated empty there, as a
+// cache loses data, never availability (counted as lost); anything else
+// (it does not answer within promoteSettle, refuses connections) is
+// unresolved: nothing is touched, the log names the rule, and
+// FailoverReport.Unactivated counts it. There is no publish step (the map
+// was committed and pushed before) and no old copy to delete. A vbucket without a replica is not a move: its new active is
 // simply activated, empty. The new actives are worked on at once, one
 // goroutine each, and the failover waits for all of them. Then the
 // surviving replicas are re-pointed to the new actives, and a rebalance
