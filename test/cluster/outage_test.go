@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -308,6 +309,42 @@ func TestManagerOutage(t *testing.T) {
 	fresh := &outageLoad{c: client(t, addrs(nodes)), keys: keys, readers: 1, writers: 1, pace: pace}
 	fp := fresh.run(t, "a client bootstrapped during the outage", outage, 1000)
 	fp.wait()
+	// Once the managers' leases have run out (5 s; the outage lasts 30),
+	// every node serves on its peers' word (internal/server, lease.go),
+	// while the load still runs.
+	peerLeases := func() (bool, string) {
+		var got []string
+		all := true
+		for _, n := range nodes {
+			c, err := admin.Dial(context.Background(), n.Addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := c.Stats("vbucket")
+			c.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := map[string]string{}
+			for _, kv := range st {
+				m[kv[0]] = kv[1]
+			}
+			all = all && m["lease_from_peers"] == "1" && m["lease_manager_ms_left"] == "0"
+			got = append(got, fmt.Sprintf("%s: from peers %s, manager ms left %s", n.Addr, m["lease_from_peers"], m["lease_manager_ms_left"]))
+		}
+		return all, strings.Join(got, "; ")
+	}
+	for {
+		ok, got := peerLeases()
+		if ok {
+			t.Logf("%v into the outage every node serves on its peers' word: %s", time.Since(killed).Round(time.Millisecond), got)
+			break
+		}
+		if time.Since(killed) > outage-2*time.Second {
+			t.Fatalf("%v into the outage, not every node serves on its peers' word: %s", time.Since(killed).Round(time.Millisecond), got)
+		}
+		time.Sleep(50 * time.Millisecond) // polling a condition
+	}
 	down.wait()
 	t.Log(fp)
 	t.Log(down)
