@@ -156,10 +156,11 @@ func (c *conn) admit(vb int) admission {
 			st = cl.vbs.Enter(vb)
 		}
 		cancel()
+		c.leaseRead = false // time has passed: read the clock again
 	}
 	switch st {
 	case vbucket.Active:
-		if !cl.lease.serving(monoNow()) {
+		if cl.lease.on.Load() && !cl.lease.serving(c.leaseClock()) {
 			cl.vbs.Leave(vb)
 			return c.noLease()
 		}
@@ -213,6 +214,7 @@ func (c *conn) leaveVB() {
 		cl.syncTimeouts.Add(1)
 	}
 	cancel()
+	c.leaseRead = false // time has passed: the next check reads the clock again
 }
 
 // replicasWanted is how many streams must copy a write to vbucket vb
@@ -261,7 +263,7 @@ func (c *conn) textAdmit(key []byte, say func(string)) bool {
 func (c *conn) textOwnedNow(key []byte) bool {
 	vbs := c.s.cl.vbs
 	st := vbs.Get(vbmap.VBucket(key, vbs.Len()))
-	leased := c.s.cl.lease.serving(monoNow())
+	leased := !c.s.cl.lease.on.Load() || c.s.cl.lease.serving(c.leaseClock())
 	if st == vbucket.Active && leased {
 		return true
 	}

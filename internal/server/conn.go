@@ -99,6 +99,14 @@ type conn struct {
 	producerName string
 	entered      int    // 1 + the vbucket the current command was admitted to (cluster mode), or 0
 	mutsAtAdmit  uint64 // c.tx.Mutations() when it was admitted (leaveVB)
+	// leaseNow is the monotonic clock as the lease check reads it
+	// (leaseClock), once per processInput call: requests that arrived
+	// in one read are checked against one reading, taken after they
+	// arrived. leaseRead says it was taken; whatever may block in
+	// between (a park, a flush, a synchronous-replication wait) clears
+	// it.
+	leaseNow  int64
+	leaseRead bool
 	toks         protocol.Tokens
 	keyBuf       [512]byte // decoded meta keys
 	num          [24]byte  // digits for incr/decr
@@ -207,6 +215,7 @@ func (c *conn) makeRoom(need int) {
 }
 
 func (c *conn) flush() error {
+	c.leaseRead = false // a write may block: the lease check reads the clock again
 	if len(c.out) == 0 {
 		return nil
 	}
@@ -246,6 +255,7 @@ func (c *conn) resetOut() {
 // more than a plain read would bring in, or 0.
 func (c *conn) processInput() (need int) {
 	reqs := 0
+	c.leaseRead = false
 	for !c.close && c.producerName == "" {
 		if c.swallow > 0 {
 			n := min(c.swallow, c.w-c.r)

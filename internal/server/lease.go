@@ -76,10 +76,13 @@ import (
 // its manager's contact, so it takes its vbucket states from the
 // manager's SET_VBUCKET and keeps them until told otherwise.
 //
-// The check is a read of the monotonic clock per admitted key request
-// once lease mode is on (none before). A request read before a pause and
-// answered after it is the one window left: the check and the store
-// operation are microseconds apart, and the pause must fall between them.
+// The check costs an atomic load before lease mode is on, and after it
+// one read of the monotonic clock per batch of requests a connection
+// handles from one read (processInput), taken after they arrived. A
+// request read before a pause and answered after it is the one window
+// left: the check and the store operation are microseconds apart (a
+// batch's last request, its batch's time), and the pause must fall
+// between them.
 
 // leaseBase is the origin of monoNow.
 var leaseBase = time.Now()
@@ -160,6 +163,16 @@ func (l *nodeLease) members() (string, []string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.self, l.quorum
+}
+
+// leaseClock returns the clock reading this connection's lease checks
+// use: read once per processInput call (and again after a park), so a
+// pipeline of requests costs one clock read, not one each.
+func (c *conn) leaseClock() int64 {
+	if !c.leaseRead {
+		c.leaseNow, c.leaseRead = monoNow(), true
+	}
+	return c.leaseNow
 }
 
 // noLease refuses a key request for an active vbucket that the node has
