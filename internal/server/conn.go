@@ -107,10 +107,10 @@ type conn struct {
 	// it.
 	leaseNow  int64
 	leaseRead bool
-	toks         protocol.Tokens
-	keyBuf       [512]byte // decoded meta keys
-	num          [24]byte  // digits for incr/decr
-	scratch      []byte    // meta reply flags, append/prepend staging
+	toks      protocol.Tokens
+	keyBuf    [512]byte // decoded meta keys
+	num       [24]byte  // digits for incr/decr
+	scratch   []byte    // meta reply flags, append/prepend staging
 
 	state   atomic.Int32 // connState, read by "stats conns"
 	lastCmd atomic.Int64 // unix seconds of the last command
