@@ -133,16 +133,14 @@ func (m *Manager) resumeGrants(addr string) {
 	}
 }
 
-// sleepUntil waits until t or ctx's end.
-func sleepUntil(ctx context.Context, t time.Time) error {
-	d := time.Until(t)
+// sleepUntil waits until t on the manager's clock, or ctx's end.
+func (m *Manager) sleepUntil(ctx context.Context, t time.Time) error {
+	d := t.Sub(m.cfg.Clock.Now())
 	if d <= 0 {
 		return ctx.Err()
 	}
-	tm := time.NewTimer(d)
-	defer tm.Stop()
 	select {
-	case <-tm.C:
+	case <-m.cfg.Clock.After(d):
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -193,10 +191,10 @@ func (m *Manager) failover(ctx context.Context, addr string, force bool) (rep Fa
 	sure := fenced || force
 	if !sure {
 		end := leaseEnd
-		if d := time.Until(end); d > 0 {
+		if d := end.Sub(m.cfg.Clock.Now()); d > 0 {
 			m.cfg.Logf("manager: failover of %s: waiting %v for its lease to run out", addr, d.Round(time.Millisecond))
 		}
-		if err := sleepUntil(ctx, end); err != nil {
+		if err := m.sleepUntil(ctx, end); err != nil {
 			return rep, err
 		}
 		// The new map must reach a majority of each quorum set the node
@@ -308,14 +306,14 @@ func (m *Manager) failover(ctx context.Context, addr string, force bool) (rep Fa
 		rep.fencing = "; forced, without waiting for its lease"
 	default:
 		m.mu.Lock()
-		v := lp.peerLease(time.Now(), addr, rec, quorumSet(s), m.leases, pushed, pushEnd)
+		v := lp.peerLease(m.cfg.Clock.Now(), addr, rec, quorumSet(s), m.leases, pushed, pushEnd)
 		m.mu.Unlock()
 		switch {
 		case v.Sure:
 			rep.fencing = "; its lease had run out and its peers had the new map"
 		case !v.At.IsZero():
-			m.cfg.Logf("manager: failover of %s: waiting %v before promoting (%s)", addr, time.Until(v.At).Round(time.Millisecond), v.Why)
-			if err := sleepUntil(ctx, v.At); err != nil {
+			m.cfg.Logf("manager: failover of %s: waiting %v before promoting (%s)", addr, v.At.Sub(m.cfg.Clock.Now()).Round(time.Millisecond), v.Why)
+			if err := m.sleepUntil(ctx, v.At); err != nil {
 				return rep, err
 			}
 			rep.fencing = "; its lease and any its peers gave had run out"

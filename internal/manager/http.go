@@ -99,9 +99,9 @@ func (m *Manager) Status() Status {
 		if r := m.leases[a]; r != nil && leading {
 			ls := &LeaseStatus{Grants: r.seq, Answered: r.ackedSeq, Stopped: r.stopped}
 			if !r.ackedAt.IsZero() {
-				ls.Ago = time.Since(r.ackedAt).Round(time.Millisecond).String()
+				ls.Ago = m.cfg.Clock.Now().Sub(r.ackedAt).Round(time.Millisecond).String()
 			}
-			if now := time.Now(); !r.heldFrom.IsZero() && now.Before(r.heldUntil) {
+			if now := m.cfg.Clock.Now(); !r.heldFrom.IsZero() && now.Before(r.heldUntil) {
 				ls.Vouched = now.Sub(r.heldFrom).Round(time.Millisecond).String()
 			}
 			for _, q := range r.quorums {

@@ -49,8 +49,25 @@ type Config struct {
 	MaxMoves   int // vbucket moves at once in a rebalance (default 4)
 	SessionTTL int // seconds; the leader's lease (default 5)
 
+	// Clock is the time of leases and of the failover's waits for them
+	// (fencing.go): real time when nil; tests drive a fake (clock.Fake).
+	// Probes keep real time: they are the manager's pace, not its
+	// accounting.
+	Clock Clock
+
 	Logf func(format string, args ...any)
 }
+
+// Clock is what the manager needs of a clock.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 func (c *Config) setDefaults() {
 	if c.Prefix == "" {
@@ -74,6 +91,9 @@ func (c *Config) setDefaults() {
 	c.Lease = max(c.Lease, 3*c.ProbeInterval)
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
+	}
+	if c.Clock == nil {
+		c.Clock = realClock{}
 	}
 }
 
@@ -416,7 +436,7 @@ func (m *Manager) campaign(ctx context.Context) error {
 func (m *Manager) lead(ctx context.Context) {
 	m.mu.Lock()
 	m.leadCtx = ctx
-	m.epoch, m.leadSince, m.leases = rand.Uint64()|1, time.Now(), map[string]*leaseRec{}
+	m.epoch, m.leadSince, m.leases = rand.Uint64()|1, m.cfg.Clock.Now(), map[string]*leaseRec{}
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
@@ -516,11 +536,11 @@ func (m *Manager) pushConfigAcks(ctx context.Context, s *State) (map[string]time
 	defer func() { m.prof.push.Add(int64(time.Since(t0))) }()
 	acks := map[string]time.Time{}
 	if len(s.Servers) == 0 {
-		return acks, time.Now() // no node holds anything yet: no config to give
+		return acks, m.cfg.Clock.Now() // no node holds anything yet: no config to give
 	}
 	data, err := json.Marshal(s.Config(m.cfg.MgmtPort))
 	if err != nil {
-		return acks, time.Now()
+		return acks, m.cfg.Clock.Now()
 	}
 	targets := append(append([]string{}, s.Servers...), s.Nodes...)
 	slices.Sort(targets)
@@ -539,12 +559,12 @@ func (m *Manager) pushConfigAcks(ctx context.Context, s *State) (map[string]time
 				return
 			}
 			mu.Lock()
-			acks[a] = time.Now()
+			acks[a] = m.cfg.Clock.Now()
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	return acks, time.Now()
+	return acks, m.cfg.Clock.Now()
 }
 
 // publishedAt notes that s was pushed to every node outside publish.

@@ -249,11 +249,11 @@ func (m *Manager) grant(ctx context.Context, addr string, quorum []string) error
 	defer cancel()
 	return m.connIn(m.grantConns, gctx, addr, func(c *admin.Conn) error {
 		c.Timeout = time.Second
-		sent := time.Now()
+		sent := m.cfg.Clock.Now()
 		if err := c.Lease(lp.L, epoch, seq, acked, addr, quorum); err != nil {
 			return err
 		}
-		at := time.Now()
+		at := m.cfg.Clock.Now()
 		// Recorded under the grant connection's mu, so that stopGrants,
 		// which waits for it, sees every answer.
 		m.mu.Lock()

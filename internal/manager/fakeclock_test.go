@@ -1,0 +1,134 @@
+package manager
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/vbcache/vbcache/internal/clock"
+	"github.com/vbcache/vbcache/internal/server"
+	"github.com/vbcache/vbcache/internal/vbucket"
+)
+
+// TestFailoverWaitsForLeaseOnFakeClock drives the manager's lease
+// accounting with a fake clock (Config.Clock) against in-process nodes:
+// grants are answered in real time and stamped with fake time, which the
+// test moves 100 ms at a time once every node answered another grant.
+// Node a is then cut off from the manager and failed over by hand; the
+// failover must wait, on the fake clock, until a's lease from the manager
+// has surely ended (its last answer plus the lease and the margin), and
+// promote a's replica then and not before.
+func TestFailoverWaitsForLeaseOnFakeClock(t *testing.T) {
+	cli := startTestEtcd(t)
+	var cut atomic.Bool
+	a := startNodeWith(t, "", func(c *server.Config) { c.CutControl = &cut })
+	b, c := startNode(t, ""), startNode(t, "")
+	fc := clock.NewFake(time.Unix(1_000_000, 0))
+	m, err := New(Config{Etcd: cli, Advertise: "http://fake-clock-test", NumVBuckets: testVBuckets, Replicas: 1,
+		SessionTTL: 1, ProbeInterval: 20 * time.Millisecond, Lease: 5 * time.Second, Clock: fc,
+		Logf: func(format string, args ...any) { t.Logf("manager: "+format, args...) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tm := &testManager{m: m, ran: make(chan struct{})}
+	tm.start(t)
+	ctx := context.Background()
+	for _, n := range []*testNode{a, b, c} {
+		if err := m.AddNode(ctx, n.addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.StartRebalance(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := waitRebalanced(t, m)
+	answered := func(addr string) uint64 {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if r := m.leases[addr]; r != nil {
+			return r.ackedSeq
+		}
+		return 0
+	}
+	// step moves the fake clock 100 ms once every node in live has
+	// answered a grant more.
+	step := func(live ...string) {
+		t.Helper()
+		before := map[string]uint64{}
+		for _, n := range live {
+			before[n] = answered(n)
+		}
+		waitFor(t, 10*time.Second, "a grant round", func() bool {
+			for _, n := range live {
+				if answered(n) <= before[n] {
+					return false
+				}
+			}
+			return true
+		})
+		fc.Advance(100 * time.Millisecond)
+	}
+	for range 80 { // 8 s of fake time: more than a lease and its margin
+		step(a.addr, b.addr, c.addr)
+	}
+
+	vb, replica := -1, ""
+	for v, row := range s.Map {
+		if s.server(row[0]) == a.addr && row[1] >= 0 {
+			vb, replica = v, s.server(row[1])
+			break
+		}
+	}
+	if vb < 0 {
+		t.Fatalf("no vbucket active on %s with a replica", a.addr)
+	}
+	rc := testDial(t, replica)
+	cut.Store(true)
+	done := make(chan error, 1)
+	go func() { // owned by the test, which waits for done
+		_, err := m.failover(ctx, a.addr, false)
+		done <- err
+	}()
+	waitFor(t, 10*time.Second, "the failover to wait on the clock", func() bool { return fc.Waiters() > 0 })
+	m.mu.Lock()
+	end := newLeaseParams(m.cfg.Lease).managerLeaseEnd(m.leases[a.addr], m.leadSince)
+	m.mu.Unlock()
+	t.Logf("the failover waits for a's lease: %v of fake time left", end.Sub(fc.Now()))
+	if end.Sub(fc.Now()) < 4*time.Second {
+		t.Fatalf("a's lease ends %v from now; its last answer was just before the cut", end.Sub(fc.Now()))
+	}
+	var promotedAt time.Time
+	var ferr error
+	for i := 0; i < 400 && promotedAt.IsZero(); i++ {
+		st, err := rc.GetVBucket(vb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st == vbucket.Active {
+			promotedAt = fc.Now()
+			break
+		}
+		select {
+		case ferr = <-done:
+			t.Fatalf("the failover ended (%v) without promoting vbucket %d on %s", ferr, vb, replica)
+		default:
+		}
+		step(b.addr, c.addr)
+	}
+	if promotedAt.IsZero() {
+		t.Fatalf("vbucket %d not promoted on %s after 40 s of fake time", vb, replica)
+	}
+	t.Logf("promoted %v after a's lease surely ended", promotedAt.Sub(end))
+	if promotedAt.Before(end) {
+		t.Errorf("vbucket %d promoted at fake %v, before a's lease surely ended (%v)", vb, promotedAt, end)
+	}
+	select {
+	case ferr = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the failover did not return")
+	}
+	if ferr != nil {
+		t.Fatalf("failover: %v", ferr)
+	}
+}
