@@ -45,7 +45,8 @@ import (
 // turns dead): then nothing needs waiting for.
 //
 // Everything here is a pure function of what the leader recorded; the
-// grants and the waits are in ops.go and failover.go.
+// grants and the waits are in ops.go and failover.go, and read time from
+// Config.Clock (a fake in TestFailoverWaitsForLeaseOnFakeClock).
 
 // leaseParams are a leadership's lease settings.
 type leaseParams struct {
