@@ -18,8 +18,9 @@
 //
 //   - At the start of a leadership: push the current config to every node
 //     and resume a rebalance that was running.
-//   - Probe every member each ProbeInterval with a lease grant (LEASE; all
-//     at once, each on a connection kept for grants); a node that holds
+//   - Probe every member each ProbeInterval with a lease grant (LEASE;
+//     each member from a goroutine of its own, on a connection kept for
+//     grants, so a silent node delays no other's lease); a node that holds
 //     vbuckets and stays down FailoverAfter is failed over (when the
 //     cluster has replicas), on a goroutine of the probe loop's, since a
 //     failover may wait for the node's lease.

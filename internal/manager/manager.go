@@ -44,7 +44,7 @@ type Config struct {
 	// Lease is the duration of the lease each probe grants a node: a node
 	// the leader stops hearing from stops serving within it, and a
 	// failover waits for it (fencing.go). Default 5 s; at least
-	// 3*ProbeInterval.
+	// 4*ProbeInterval.
 	Lease      time.Duration
 	MaxMoves   int // vbucket moves at once in a rebalance (default 4)
 	SessionTTL int // seconds; the leader's lease (default 5)
@@ -88,7 +88,10 @@ func (c *Config) setDefaults() {
 	if c.Lease == 0 {
 		c.Lease = 5 * time.Second
 	}
-	c.Lease = max(c.Lease, 3*c.ProbeInterval)
+	// A lease runs from the grant before the newest, and is vouched for
+	// while more than a quarter of it is left: below four probes, a
+	// healthy node's vouched-for stretches would not overlap.
+	c.Lease = max(c.Lease, 4*c.ProbeInterval)
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
 	}

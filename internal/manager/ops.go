@@ -118,12 +118,12 @@ func (m *Manager) RemoveNode(ctx context.Context, addr string) error {
 // probeLoop probes every member each ProbeInterval, with a lease grant
 // (grant), and fails over nodes that stay down, until ctx ends.
 //
-// The grants of a round go out in parallel, each on the node's grant
-// connection, so that one paused node (whose grant waits for its
-// timeout) or one busy control connection delays no other node's lease.
-// Automatic failovers run on a goroutine of their own, one at a time: a
-// failover waits for the node's lease to run out, and the grants must go
-// on meanwhile.
+// Each member has a granter goroutine of its own (grantLoop), started and
+// stopped here as the members change, so that one paused node (whose
+// grant waits for its timeout) or one busy control connection delays no
+// other node's lease. Automatic failovers run on a goroutine of their own,
+// one at a time: a failover waits for the node's lease to run out, and
+// the grants must go on meanwhile.
 //
 // Failed-over nodes that are not members again are tried too, on a
 // goroutine of their own (one that is paused holds each try for its
@@ -131,25 +131,50 @@ func (m *Manager) RemoveNode(ctx context.Context, addr string) error {
 func (m *Manager) probeLoop(ctx context.Context) {
 	t := time.NewTicker(m.cfg.ProbeInterval)
 	defer t.Stop()
-	var tellers sync.WaitGroup
-	defer tellers.Wait()
+	var workers sync.WaitGroup // tellers, failovers and granters; all end with ctx
+	defer workers.Wait()
+	granters := map[string]context.CancelFunc{}
+	defer func() {
+		for _, stop := range granters {
+			stop()
+		}
+	}()
 	telling := make(chan struct{}, 1) // a token: one round of tells at a time
 	telling <- struct{}{}
 	failing := make(chan struct{}, 1) // a token: one automatic failover at a time
 	failing <- struct{}{}
 	for {
+		s := m.State()
+		quorum := quorumSet(s)
+		for _, a := range quorum {
+			if granters[a] == nil {
+				gctx, stop := context.WithCancel(ctx)
+				granters[a] = stop
+				workers.Add(1)
+				go func() { // owned by probeLoop, which waits for it
+					defer workers.Done()
+					m.grantLoop(gctx, a)
+				}()
+			}
+		}
+		for a, stop := range granters {
+			if !slices.Contains(quorum, a) {
+				stop()
+				delete(granters, a)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		s := m.State()
+		s = m.State()
 		if len(s.FailedOver) > 0 {
 			select {
 			case <-telling:
-				tellers.Add(1)
+				workers.Add(1)
 				go func() { // owned by probeLoop, which waits for it
-					defer tellers.Done()
+					defer workers.Done()
 					defer func() { telling <- struct{}{} }()
 					for _, a := range s.FailedOver {
 						if !slices.Contains(s.Servers, a) && !slices.Contains(s.Nodes, a) {
@@ -160,28 +185,50 @@ func (m *Manager) probeLoop(ctx context.Context) {
 			default: // the last round is still trying
 			}
 		}
-		quorum := quorumSet(s)
-		errs := make([]error, len(quorum))
-		var round sync.WaitGroup
 		now := time.Now()
-		for i, a := range quorum {
-			round.Add(1)
-			go func() { // owned by this round, which waits for it
-				defer round.Done()
-				errs[i] = m.grant(ctx, a, quorum)
-			}()
-		}
-		round.Wait()
-		for i, a := range quorum {
-			err := errs[i]
-			if errors.Is(err, errNoGrant) {
-				continue
-			}
+		for _, a := range quorumSet(s) {
 			m.mu.Lock()
 			h := m.health[a]
+			down := h != nil && !h.OK && !h.DownSince.IsZero() && now.Sub(h.DownSince) >= m.cfg.FailoverAfter
+			m.mu.Unlock()
+			if !down || m.cfg.FailoverAfter <= 0 || s.Replicas == 0 || !holdsVBuckets(s, a) || ctx.Err() != nil {
+				continue
+			}
+			select {
+			case <-failing:
+			default:
+				continue // one at a time; the next probe tries again
+			}
+			workers.Add(1)
+			go func() { // owned by probeLoop, which waits for it
+				defer workers.Done()
+				defer func() { failing <- struct{}{} }()
+				m.cfg.Logf("manager: %s down since %v: failing it over", a, m.healthOf(a).DownSince.Format(time.RFC3339))
+				if err := m.Failover(ctx, a, FailoverOptions{Rebuild: true}); err != nil {
+					m.cfg.Logf("manager: automatic failover of %s: %v", a, err)
+				}
+			}()
+		}
+	}
+}
+
+// grantLoop grants addr a lease each ProbeInterval, naming the current
+// quorum set, and records the outcome as its health, until ctx ends.
+func (m *Manager) grantLoop(ctx context.Context, addr string) {
+	t := time.NewTicker(m.cfg.ProbeInterval)
+	defer t.Stop()
+	for {
+		now := time.Now()
+		err := m.grant(ctx, addr, quorumSet(m.State()))
+		if ctx.Err() != nil {
+			return
+		}
+		if !errors.Is(err, errNoGrant) {
+			m.mu.Lock()
+			h := m.health[addr]
 			if h == nil {
 				h = &nodeHealth{}
-				m.health[a] = h
+				m.health[addr] = h
 			}
 			if err == nil {
 				h.OK, h.LastOK, h.DownSince, h.Err = true, now, time.Time{}, ""
@@ -191,24 +238,12 @@ func (m *Manager) probeLoop(ctx context.Context) {
 				}
 				h.OK, h.Err = false, err.Error()
 			}
-			down := !h.OK && now.Sub(h.DownSince) >= m.cfg.FailoverAfter
 			m.mu.Unlock()
-			if down && m.cfg.FailoverAfter > 0 && s.Replicas > 0 && holdsVBuckets(s, a) && ctx.Err() == nil {
-				select {
-				case <-failing:
-				default:
-					continue // one at a time; the next probe tries again
-				}
-				tellers.Add(1)
-				go func() { // owned by probeLoop, which waits for it
-					defer tellers.Done()
-					defer func() { failing <- struct{}{} }()
-					m.cfg.Logf("manager: %s down since %v: failing it over", a, m.healthOf(a).DownSince.Format(time.RFC3339))
-					if err := m.Failover(ctx, a, FailoverOptions{Rebuild: true}); err != nil {
-						m.cfg.Logf("manager: automatic failover of %s: %v", a, err)
-					}
-				}()
-			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
 	}
 }
