@@ -65,11 +65,28 @@ func TestFailoverPromotesThroughMove(t *testing.T) {
 	if len(mine) < 2 {
 		t.Fatalf("%s is active for %v only: %v", a, mine, s.Map)
 	}
-	// Replication is asynchronous: wait until each replica has every key
-	// (a promoted replica lacks the writes inside the replication lag).
+	// Replication is asynchronous: wait until each replica's stream has
+	// reached the active's sequence number after the writes (a promoted
+	// replica lacks the writes inside the replication lag). Not
+	// items_received: a stream opened after the writes gets them as its
+	// backfill, which that counter may not count.
+	ac := testDial(t, a)
 	for _, vb := range mine {
+		var high int
+		lines, err := ac.Stats("vbucket " + strconv.Itoa(vb))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kv := range lines {
+			if kv[0] == "vb_"+strconv.Itoa(vb)+":high_seqno" {
+				high, _ = strconv.Atoi(kv[1])
+			}
+		}
+		if high < len(keys[vb]) {
+			t.Fatalf("vbucket %d on %s: high_seqno %d after %d writes", vb, a, high, len(keys[vb]))
+		}
 		rc := testDial(t, s.server(s.Map[vb][1]))
-		q := "consumer:" + a + ":vb_" + strconv.Itoa(vb) + ":items_received"
+		q := "consumer:" + a + ":vb_" + strconv.Itoa(vb) + ":seqno"
 		waitFor(t, 10*time.Second, fmt.Sprintf("vbucket %d's replica to catch up", vb), func() bool {
 			lines, err := rc.Stats("streams " + strconv.Itoa(vb))
 			if err != nil {
@@ -78,7 +95,7 @@ func TestFailoverPromotesThroughMove(t *testing.T) {
 			for _, kv := range lines {
 				if kv[0] == q {
 					n, _ := strconv.Atoi(kv[1])
-					return n >= len(keys[vb])
+					return n >= high
 				}
 			}
 			return false
