@@ -15,8 +15,9 @@ fuzztime=${FUZZTIME:-20s}
 # libmemcached's SASL client); php-*, nodejs/npm (memjs) and openssl are the
 # binary-protocol and TLS clients of test/clients and test/security;
 # python3-memcache (python-memcached) and libspymemcached-java are client
-# libraries test/interop checks key placement against.
-debs=(memcached python3-pymemcache python3-pylibmc libcache-memcached-perl libmemcached-tools
+# libraries test/interop checks key placement against; iproute2 (ip netns)
+# and nftables (nft) make test/faults' hosts and partitions.
+debs=(nftables iproute2 memcached python3-pymemcache python3-pylibmc libcache-memcached-perl libmemcached-tools
   sasl2-bin libsasl2-modules php-cli php-memcached openssl python3-memcache libspymemcached-java)
 # spymemcached's test compiles a Java file: the image ships a JDK (17); a
 # machine without javac gets Debian's.

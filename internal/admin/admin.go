@@ -65,7 +65,13 @@ func Dial(ctx context.Context, addr string) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Conn{Addr: addr, nc: nc, r: bufio.NewReader(nc), Timeout: 10 * time.Second, MoveTimeout: 10 * time.Minute}, nil
+	return NewConn(nc, addr), nil
+}
+
+// NewConn wraps a connection to the node at addr that the caller opened
+// (through a proxy, another network namespace); Close closes it.
+func NewConn(nc net.Conn, addr string) *Conn {
+	return &Conn{Addr: addr, nc: nc, r: bufio.NewReader(nc), Timeout: 10 * time.Second, MoveTimeout: 10 * time.Minute}
 }
 
 // Close closes the connection.
