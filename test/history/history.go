@@ -1,0 +1,227 @@
+// Package history records what clients saw of a cache, operation by
+// operation with its invocation and completion times, and checks it for
+// linearizability with porcupine (github.com/anishathalye/porcupine, the
+// checker Jepsen-style tests in Go use) against a model of a cache: issue
+// 21's history checker.
+//
+// # The model
+//
+// Each key is checked on its own (porcupine partitions the history by
+// key). A key's state is absent, or present with a value.
+//
+//   - A set that was acknowledged makes the key present with its value; a
+//     delete that was acknowledged makes it absent.
+//   - A write whose outcome is unknown (a timeout, a broken connection, a
+//     temporary failure after the request was sent) may or may not have
+//     taken effect, at any moment after it was sent: the model allows
+//     both, and the recorder makes its completion the end of the history.
+//   - A read that hits must return the value the linearization gives the
+//     key at that point: no stale read, no value nobody wrote.
+//   - A read that misses is allowed at any time (a cache evicts and
+//     expires), but from then on the key is absent: a later hit on a value
+//     written before the miss, and not written again, is a violation (a
+//     copy that came back from the dead).
+//   - A read that failed saw nothing and constrains nothing.
+//
+// With asynchronous replication a failover loses the writes inside the
+// replication lag, and a read after it may return an older value: the
+// checker reports that as a violation, which the caller counts against the
+// lag it measured.
+package history
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Kind is an operation's kind.
+type Kind uint8
+
+// The operations the model knows.
+const (
+	Get Kind = iota
+	Set
+	Delete
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Get:
+		return "get"
+	case Set:
+		return "set"
+	}
+	return "delete"
+}
+
+// Input is what a client asked.
+type Input struct {
+	Kind  Kind
+	Key   string
+	Value string // Set's
+}
+
+// Outcome is how an operation ended.
+type Outcome uint8
+
+// Outcomes.
+const (
+	OK      Outcome = iota // acknowledged (a write) or answered (a read)
+	Unknown                // no answer, or an error after the request left: a write may have taken effect
+	Failed                 // refused before it could take effect (not sent, NOT_MY_VBUCKET): nothing happened
+)
+
+// Output is what the client saw.
+type Output struct {
+	Outcome Outcome
+	Hit     bool   // a Get that found the key
+	Value   string // and its value
+}
+
+// Recorder collects the operations of concurrent clients. Its methods are
+// safe for concurrent use.
+type Recorder struct {
+	start time.Time
+	mu    sync.Mutex // protects ops
+	ops   []porcupine.Operation
+}
+
+// NewRecorder starts a history.
+func NewRecorder() *Recorder { return &Recorder{start: time.Now()} }
+
+// Begin records that client invokes in now, and returns the function to
+// call with what it saw when the operation completes.
+func (r *Recorder) Begin(client int, in Input) (end func(Output)) {
+	call := time.Since(r.start).Nanoseconds()
+	return func(out Output) {
+		ret := time.Since(r.start).Nanoseconds()
+		if out.Outcome == Unknown && in.Kind != Get {
+			ret = math.MaxInt64 // it may take effect at any later moment
+		}
+		r.mu.Lock()
+		r.ops = append(r.ops, porcupine.Operation{ClientId: client, Input: in, Call: call, Output: out, Return: ret})
+		r.mu.Unlock()
+	}
+}
+
+// Len is how many operations completed.
+func (r *Recorder) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.ops)
+}
+
+// Operations returns the history so far.
+func (r *Recorder) Operations() []porcupine.Operation {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]porcupine.Operation(nil), r.ops...)
+}
+
+// state is a key's state in the model.
+type state struct {
+	present bool
+	value   string
+}
+
+// Model is the cache model (see the package comment).
+var Model = porcupine.NondeterministicModel{
+	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
+		byKey := map[string][]porcupine.Operation{}
+		for _, op := range h {
+			k := op.Input.(Input).Key
+			byKey[k] = append(byKey[k], op)
+		}
+		keys := make([]string, 0, len(byKey))
+		for k := range byKey {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		out := make([][]porcupine.Operation, 0, len(keys))
+		for _, k := range keys {
+			out = append(out, byKey[k])
+		}
+		return out
+	},
+	Init: func() []interface{} { return []interface{}{state{}} },
+	Step: func(st, input, output interface{}) []interface{} {
+		s, in, out := st.(state), input.(Input), output.(Output)
+		if out.Outcome == Failed {
+			return []interface{}{s}
+		}
+		var after state
+		switch in.Kind {
+		case Get:
+			switch {
+			case out.Outcome == Unknown:
+				return []interface{}{s}
+			case !out.Hit:
+				return []interface{}{state{}}
+			case s.present && s.value == out.Value:
+				return []interface{}{s}
+			}
+			return nil
+		case Set:
+			after = state{present: true, value: in.Value}
+		case Delete:
+			after = state{}
+		}
+		if out.Outcome == Unknown {
+			return []interface{}{s, after}
+		}
+		return []interface{}{after}
+	},
+	Equal: func(a, b interface{}) bool { return a.(state) == b.(state) },
+	DescribeOperation: func(input, output interface{}) string {
+		in, out := input.(Input), output.(Output)
+		var res string
+		switch {
+		case out.Outcome == Unknown:
+			res = "?"
+		case out.Outcome == Failed:
+			res = "failed"
+		case in.Kind == Get && out.Hit:
+			res = fmt.Sprintf("%q", out.Value)
+		case in.Kind == Get:
+			res = "miss"
+		default:
+			res = "ok"
+		}
+		if in.Kind == Set {
+			return fmt.Sprintf("set(%s, %q) → %s", in.Key, in.Value, res)
+		}
+		return fmt.Sprintf("%s(%s) → %s", in.Kind, in.Key, res)
+	},
+	DescribeState: func(st interface{}) string {
+		if s := st.(state); s.present {
+			return fmt.Sprintf("%q", s.value)
+		}
+		return "absent"
+	},
+}
+
+// Result is a check's outcome.
+type Result struct {
+	Ops    int
+	OK     bool // linearizable (false also when the check timed out)
+	TimedOut bool // porcupine gave up: the history is too large or too concurrent
+	info   porcupine.LinearizationInfo
+	model  porcupine.Model
+}
+
+// Check checks ops against Model, for at most timeout.
+func Check(ops []porcupine.Operation, timeout time.Duration) Result {
+	m := Model.ToModel()
+	res, info := porcupine.CheckOperationsVerbose(m, ops, timeout)
+	return Result{Ops: len(ops), OK: res == porcupine.Ok, TimedOut: res == porcupine.Unknown, info: info, model: m}
+}
+
+// Visualize writes porcupine's HTML visualisation of the checked history
+// (a failing one shows where no linearization goes on).
+func (r Result) Visualize(w io.Writer) error { return porcupine.Visualize(r.model, r.info, w) }

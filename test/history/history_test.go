@@ -1,0 +1,95 @@
+package history
+
+import (
+	"bytes"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// op builds an operation by hand: client c ran in over [call, ret].
+func op(c int, in Input, call, ret int64, out Output) porcupine.Operation {
+	return porcupine.Operation{ClientId: c, Input: in, Call: call, Output: out, Return: ret}
+}
+
+func set(k, v string) Input { return Input{Kind: Set, Key: k, Value: v} }
+func get(k string) Input    { return Input{Kind: Get, Key: k} }
+
+var (
+	ok      = Output{Outcome: OK}
+	miss    = Output{Outcome: OK}
+	unknown = Output{Outcome: Unknown}
+	failed  = Output{Outcome: Failed}
+)
+
+func hit(v string) Output { return Output{Outcome: OK, Hit: true, Value: v} }
+
+// TestModel: histories a cache may and may not produce.
+func TestModel(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		ok   bool
+		ops  []porcupine.Operation
+	}{
+		{"read your write", true, []porcupine.Operation{
+			op(0, set("a", "1"), 0, 1, ok), op(1, get("a"), 2, 3, hit("1"))}},
+		{"a read concurrent with a write sees either", true, []porcupine.Operation{
+			op(0, set("a", "1"), 0, 1, ok), op(0, set("a", "2"), 2, 5, ok),
+			op(1, get("a"), 3, 4, hit("1")), op(2, get("a"), 3, 4, hit("2"))}},
+		{"a stale read", false, []porcupine.Operation{
+			op(0, set("a", "1"), 0, 1, ok), op(0, set("a", "2"), 2, 3, ok), op(1, get("a"), 4, 5, hit("1"))}},
+		{"a value nobody wrote", false, []porcupine.Operation{
+			op(0, set("a", "1"), 0, 1, ok), op(1, get("a"), 2, 3, hit("x"))}},
+		{"a miss is always allowed", true, []porcupine.Operation{
+			op(0, set("a", "1"), 0, 1, ok), op(1, get("a"), 2, 3, miss)}},
+		{"a copy back from the dead after a miss", false, []porcupine.Operation{
+			op(0, set("a", "1"), 0, 1, ok), op(1, get("a"), 2, 3, miss), op(1, get("a"), 4, 5, hit("1"))}},
+		{"a write of unknown outcome may land late", true, []porcupine.Operation{
+			op(0, set("a", "1"), 0, 1, ok), op(0, set("a", "2"), 2, math.MaxInt64, unknown),
+			op(1, get("a"), 3, 4, hit("1")), op(1, get("a"), 5, 6, hit("2"))}},
+		{"or never", true, []porcupine.Operation{
+			op(0, set("a", "1"), 0, 1, ok), op(0, set("a", "2"), 2, math.MaxInt64, unknown), op(1, get("a"), 5, 6, hit("1"))}},
+		{"a refused write did nothing", false, []porcupine.Operation{
+			op(0, set("a", "1"), 0, 1, ok), op(0, set("a", "2"), 2, 3, failed), op(1, get("a"), 5, 6, hit("2"))}},
+		{"keys are independent", true, []porcupine.Operation{
+			op(0, set("a", "1"), 0, 1, ok), op(0, set("b", "2"), 2, 3, ok), op(1, get("a"), 4, 5, hit("1")), op(1, get("b"), 4, 5, hit("2"))}},
+		{"delete", false, []porcupine.Operation{
+			op(0, set("a", "1"), 0, 1, ok), op(0, Input{Kind: Delete, Key: "a"}, 2, 3, ok), op(1, get("a"), 4, 5, hit("1"))}},
+	} {
+		if r := Check(c.ops, 10*time.Second); r.OK != c.ok || r.TimedOut {
+			t.Errorf("%s: linearizable %v (timed out %v), want %v", c.name, r.OK, r.TimedOut, c.ok)
+		}
+	}
+}
+
+// TestRecorderAndVisualization records a stale read from concurrent
+// goroutines' point of view and writes porcupine's HTML for it.
+func TestRecorderAndVisualization(t *testing.T) {
+	r := NewRecorder()
+	r.Begin(0, set("k", "old"))(ok)
+	r.Begin(0, set("k", "new"))(ok)
+	r.Begin(1, get("k"))(hit("old"))
+	r.Begin(2, set("j", "x"))(unknown)
+	if r.Len() != 4 {
+		t.Fatalf("Len %d", r.Len())
+	}
+	for _, o := range r.Operations() {
+		if in := o.Input.(Input); in.Key == "j" && o.Return != math.MaxInt64 {
+			t.Errorf("a write of unknown outcome returns at %d, want the end of the history", o.Return)
+		}
+	}
+	res := Check(r.Operations(), 10*time.Second)
+	if res.OK {
+		t.Fatal("a stale read checked as linearizable")
+	}
+	var b bytes.Buffer
+	if err := res.Visualize(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), `set(k, \"new\") → ok`) {
+		t.Errorf("the visualization does not show the operations (%d bytes)", b.Len())
+	}
+}
