@@ -208,11 +208,11 @@ var Model = porcupine.NondeterministicModel{
 
 // Result is a check's outcome.
 type Result struct {
-	Ops    int
-	OK     bool // linearizable (false also when the check timed out)
+	Ops      int
+	OK       bool // linearizable (false also when the check timed out)
 	TimedOut bool // porcupine gave up: the history is too large or too concurrent
-	info   porcupine.LinearizationInfo
-	model  porcupine.Model
+	info     porcupine.LinearizationInfo
+	model    porcupine.Model
 }
 
 // Check checks ops against Model, for at most timeout.
