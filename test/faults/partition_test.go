@@ -55,12 +55,17 @@ type cluster struct {
 }
 
 func startCluster(t *testing.T, mgrFlags ...string) *cluster {
+	return startClusterNodes(t, nil, mgrFlags...)
+}
+
+// startClusterNodes is startCluster with extra flags for the nodes.
+func startClusterNodes(t *testing.T, nodeFlags []string, mgrFlags ...string) *cluster {
 	lab := netlab.New(t)
 	c := &cluster{t: t, lab: lab, mgr: lab.Host("manager"), client: lab.Host("client")}
 	c.http = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: c.client.DialContext}}
 	for i := range 3 {
 		h := lab.Host(fmt.Sprintf("node%d", i+1))
-		p := h.Start(t, vbcacheBin, "server", "-l", h.IP, "-p", "11211", "--vbuckets", fmt.Sprint(vbuckets), "-m", "64")
+		p := h.Start(t, vbcacheBin, append([]string{"server", "-l", h.IP, "-p", "11211", "--vbuckets", fmt.Sprint(vbuckets), "-m", "64"}, nodeFlags...)...)
 		p.WaitListening(t, c.client, h.Addr(11211), 10*time.Second)
 		c.nodes = append(c.nodes, h)
 	}

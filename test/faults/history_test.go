@@ -1,0 +1,115 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/vbcache/vbcache/memcache"
+	"github.com/vbcache/vbcache/test/history"
+)
+
+// TestPartitionHistoryLinearizable: with --sync-replication, a load of
+// reads and writes through the vbucket client, from the client host,
+// while the manager's packets to one node are dropped until the manager
+// has failed it over, then healed; every operation is recorded and the
+// history checked with porcupine against the cache model
+// (test/history). There must be no violation. On one, porcupine's HTML
+// is written next to the test's temporary files and its path logged.
+func TestPartitionHistoryLinearizable(t *testing.T) {
+	c := startClusterNodes(t, []string{"--sync-replication"}, "--failover-after", "2s", "--lease", "4s")
+	victim := c.nodes[0].Addr(11211)
+	var seeds []string
+	for _, n := range c.nodes {
+		seeds = append(seeds, n.Addr(11211))
+	}
+	ctx := context.Background()
+	mc, err := memcache.NewCluster(ctx, seeds, &memcache.ClusterOptions{DialContext: c.client.DialContext, Timeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+
+	rec := history.NewRecorder()
+	const (
+		keys    = 40
+		clients = 3
+		maxOps  = 6000
+	)
+	var stop atomic.Bool
+	var ops atomic.Int64
+	var wg sync.WaitGroup
+	for cl := range clients {
+		wg.Add(1)
+		go func() { // owned by the test, which waits for it
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(cl), 21))
+			for n := 0; !stop.Load() && ops.Add(1) <= maxOps; n++ {
+				key := fmt.Sprintf("h%02d", rng.IntN(keys))
+				if rng.IntN(2) == 0 {
+					v := fmt.Sprintf("c%d-%d", cl, n)
+					end := rec.Begin(cl, history.Input{Kind: history.Set, Key: key, Value: v})
+					if err := mc.Set(&memcache.Item{Key: key, Value: []byte(v)}); err != nil {
+						end(history.Output{Outcome: history.Unknown})
+					} else {
+						end(history.Output{Outcome: history.OK})
+					}
+				} else {
+					end := rec.Begin(cl, history.Input{Kind: history.Get, Key: key})
+					it, err := mc.Get(key)
+					switch {
+					case errors.Is(err, memcache.ErrCacheMiss):
+						end(history.Output{Outcome: history.OK})
+					case err != nil:
+						end(history.Output{Outcome: history.Unknown})
+					default:
+						end(history.Output{Outcome: history.OK, Hit: true, Value: string(it.Value)})
+					}
+				}
+				time.Sleep(2 * time.Millisecond) // pacing: a bounded, modest load
+			}
+		}()
+	}
+	defer func() { stop.Store(true); wg.Wait() }()
+
+	c.waitFor("some history before the cut", 30*time.Second, func() bool { return rec.Len() >= 300 })
+	c.lab.Cut(c.mgr, c.nodes[0])
+	cutAt, cutOps := time.Now(), rec.Len()
+	c.waitFor("the failover of the cut node", 60*time.Second, func() bool { return slices.Contains(c.status().FailedOver, victim) })
+	t.Logf("%s failed over %v after the cut (%d operations meanwhile)", victim, time.Since(cutAt).Round(time.Millisecond), rec.Len()-cutOps)
+	c.lab.Heal(c.nodes[0])
+	healedAt := rec.Len()
+	c.waitFor("some history after the heal", 60*time.Second, func() bool { return rec.Len() >= healedAt+300 || ops.Load() >= maxOps })
+	stop.Store(true)
+	wg.Wait()
+
+	h := rec.Operations()
+	errs := 0
+	for _, o := range h {
+		if o.Output.(history.Output).Outcome != history.OK {
+			errs++
+		}
+	}
+	res := history.Check(h, 60*time.Second)
+	t.Logf("%d operations (%d without a definite answer) over the cut, the failover and the heal: linearizable %v", len(h), errs, res.OK)
+	if !res.OK {
+		path := filepath.Join(os.TempDir(), fmt.Sprintf("vbcache-history-%d.html", time.Now().UnixNano()))
+		if f, err := os.Create(path); err == nil {
+			res.Visualize(f)
+			f.Close()
+			t.Logf("porcupine's visualisation: %s", path)
+		}
+		if res.TimedOut {
+			t.Fatalf("porcupine could not decide within 60 s")
+		}
+		t.Fatalf("the history is not linearizable under the cache model")
+	}
+}
