@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,8 +26,32 @@ import (
 // (test/history). There must be no violation. On one, porcupine's HTML
 // is written next to the test's temporary files and its path logged.
 func TestPartitionHistoryLinearizable(t *testing.T) {
+	historyUnderFault(t, "the manager's packets to it dropped", func(c *cluster) (inject, heal func()) {
+		return func() { c.lab.Cut(c.mgr, c.nodes[0]) }, func() { c.lab.Heal(c.nodes[0]) }
+	})
+}
+
+// TestPauseHistoryLinearizable is the same with the node paused (SIGSTOP)
+// until its failover, then resumed (SIGCONT).
+func TestPauseHistoryLinearizable(t *testing.T) {
+	historyUnderFault(t, "paused", func(c *cluster) (inject, heal func()) {
+		return func() { c.procs[0].Signal(syscall.SIGSTOP) }, func() { c.procs[0].Signal(syscall.SIGCONT) }
+	})
+}
+
+// historyUnderFault runs the load, injects the fault on the first node
+// once 300 operations are recorded, heals it once the manager has failed
+// the node over, and checks the whole history.
+func historyUnderFault(t *testing.T, what string, fault func(*cluster) (inject, heal func())) {
 	c := startClusterNodes(t, []string{"--sync-replication"}, "--failover-after", "2s", "--lease", "4s")
 	victim := c.nodes[0].Addr(11211)
+	inject, heal := fault(c)
+	healed := false
+	defer func() {
+		if !healed {
+			heal()
+		}
+	}()
 	var seeds []string
 	for _, n := range c.nodes {
 		seeds = append(seeds, n.Addr(11211))
@@ -80,26 +105,27 @@ func TestPartitionHistoryLinearizable(t *testing.T) {
 	}
 	defer func() { stop.Store(true); wg.Wait() }()
 
-	c.waitFor("some history before the cut", 30*time.Second, func() bool { return rec.Len() >= 300 })
-	c.lab.Cut(c.mgr, c.nodes[0])
-	cutAt, cutOps := time.Now(), rec.Len()
-	c.waitFor("the failover of the cut node", 60*time.Second, func() bool { return slices.Contains(c.status().FailedOver, victim) })
-	t.Logf("%s failed over %v after the cut (%d operations meanwhile)", victim, time.Since(cutAt).Round(time.Millisecond), rec.Len()-cutOps)
-	c.lab.Heal(c.nodes[0])
+	c.waitFor("some history before the fault", 30*time.Second, func() bool { return rec.Len() >= 300 })
+	inject()
+	faultAt, faultOps := time.Now(), rec.Len()
+	c.waitFor("the failover of the node", 60*time.Second, func() bool { return slices.Contains(c.status().FailedOver, victim) })
+	t.Logf("%s (%s) failed over %v after the fault (%d operations meanwhile)", victim, what, time.Since(faultAt).Round(time.Millisecond), rec.Len()-faultOps)
+	heal()
+	healed = true
 	healedAt := rec.Len()
 	c.waitFor("some history after the heal", 60*time.Second, func() bool { return rec.Len() >= healedAt+300 || ops.Load() >= maxOps })
 	stop.Store(true)
 	wg.Wait()
 
 	h := rec.Operations()
-	errs := 0
+	unsure := 0
 	for _, o := range h {
 		if o.Output.(history.Output).Outcome != history.OK {
-			errs++
+			unsure++
 		}
 	}
 	res := history.Check(h, 60*time.Second)
-	t.Logf("%d operations (%d without a definite answer) over the cut, the failover and the heal: linearizable %v", len(h), errs, res.OK)
+	t.Logf("%d operations (%d without a definite answer) over the fault, the failover and the heal: linearizable %v", len(h), unsure, res.OK)
 	if !res.OK {
 		path := filepath.Join(os.TempDir(), fmt.Sprintf("vbcache-history-%d.html", time.Now().UnixNano()))
 		if f, err := os.Create(path); err == nil {

@@ -52,6 +52,7 @@ type cluster struct {
 	client  *netlab.Host
 	http    *http.Client
 	mgrProc *netlab.Proc
+	procs   []*netlab.Proc // the nodes', in the order of nodes
 }
 
 func startCluster(t *testing.T, mgrFlags ...string) *cluster {
@@ -68,6 +69,7 @@ func startClusterNodes(t *testing.T, nodeFlags []string, mgrFlags ...string) *cl
 		p := h.Start(t, vbcacheBin, append([]string{"server", "-l", h.IP, "-p", "11211", "--vbuckets", fmt.Sprint(vbuckets), "-m", "64"}, nodeFlags...)...)
 		p.WaitListening(t, c.client, h.Addr(11211), 10*time.Second)
 		c.nodes = append(c.nodes, h)
+		c.procs = append(c.procs, p)
 	}
 	m := c.mgr
 	mp := m.Start(t, vbcacheBin, append([]string{"manager", "--listen", m.Addr(11212), "--data-dir", t.TempDir() + "/etcd",
