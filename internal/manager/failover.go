@@ -370,6 +370,17 @@ func (m *Manager) activate(ctx context.Context, addr string, ns *State, changed,
 	}
 	opt := move.Options{Settle: promoteSettle, RequestTimeout: 5 * time.Second}
 	var failed, emptied atomic.Int64
+	// activateEmpty drops any copy of vb on a and makes it active there.
+	activateEmpty := func(vb int, a string) bool {
+		err := m.conn(ctx, a, func(c *admin.Conn) error {
+			c.DelVBucket(vb)
+			return c.SetVBucket(vb, vbucket.Active)
+		})
+		if err != nil {
+			m.cfg.Logf("manager: failover of %s: activating vbucket %d, empty, on %s: %v", addr, vb, a, err)
+		}
+		return err == nil
+	}
 	var wg sync.WaitGroup
 	for a, vbs := range byNode {
 		slices.Sort(vbs)
@@ -378,11 +389,7 @@ func (m *Manager) activate(ctx context.Context, addr string, ns *State, changed,
 			defer wg.Done()
 			for _, vb := range vbs {
 				if lost[vb] {
-					if err := m.conn(ctx, a, func(c *admin.Conn) error {
-						c.DelVBucket(vb)
-						return c.SetVBucket(vb, vbucket.Active)
-					}); err != nil {
-						m.cfg.Logf("manager: failover of %s: activating vbucket %d, empty, on %s: %v", addr, vb, a, err)
+					if !activateEmpty(vb, a) {
 						failed.Add(1)
 					}
 					continue
@@ -395,14 +402,10 @@ func (m *Manager) activate(ctx context.Context, addr string, ns *State, changed,
 					// so it turns active, empty, as a vbucket without a
 					// replica does.
 					m.cfg.Logf("manager: failover of %s: promoting vbucket %d on %s: %s: %v; activating it empty there", addr, vb, a, res.Rule, err)
-					if err := m.conn(ctx, a, func(c *admin.Conn) error {
-						c.DelVBucket(vb)
-						return c.SetVBucket(vb, vbucket.Active)
-					}); err != nil {
-						m.cfg.Logf("manager: failover of %s: activating vbucket %d, empty, on %s: %v", addr, vb, a, err)
-						failed.Add(1)
-					} else {
+					if activateEmpty(vb, a) {
 						emptied.Add(1)
+					} else {
+						failed.Add(1)
 					}
 				case err != nil:
 					m.cfg.Logf("manager: failover of %s: promoting vbucket %d on %s: %s: %v", addr, vb, a, res.Rule, err)

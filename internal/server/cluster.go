@@ -84,7 +84,8 @@ type cluster struct {
 	config atomic.Pointer[clusterConfig] // read without a lock
 
 	// parkCtx ends when the server shuts down, so parked requests let go
-	// at once instead of holding Serve for the park timeout. It is the
+	// at once instead of holding Serve for the park timeout (and the lease
+	// loop and its peer questions end). It is the
 	// server's lifetime context (like http.Server's BaseContext), not a
 	// request's.
 	parkCtx  context.Context

@@ -269,10 +269,11 @@ func (c *conn) queryLease() {
 
 // leaseLoop keeps the lease when the manager's runs low, asking the
 // peers, and fetches newer maps that clients name. It runs on a goroutine
-// of Serve's until stop is closed.
-func (s *Server) leaseLoop(stop <-chan struct{}) {
+// of Serve's until the server's lifetime context (parkCtx) ends.
+func (s *Server) leaseLoop() {
 	defer s.wg.Done()
 	l := &s.cl.lease
+	stop := s.cl.parkCtx.Done()
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
@@ -292,7 +293,7 @@ func (s *Server) leaseLoop(stop <-chan struct{}) {
 			t.Reset(time.Duration(min(left-d/2, next)))
 			continue
 		}
-		s.askPeers(stop, d)
+		s.askPeers(d)
 		t.Reset(time.Duration(next))
 	}
 }
@@ -307,20 +308,13 @@ type peerAnswer struct {
 // askPeers asks every other member of the quorum set whether it holds a
 // manager's lease (and which map it has), takes a newer map if one is
 // named, and extends the lease when a majority holds none.
-func (s *Server) askPeers(stop <-chan struct{}, d int64) {
+func (s *Server) askPeers(d int64) {
 	cl := s.cl
 	l := &cl.lease
 	self, quorum := l.members()
 	sent := monoNow()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(min(d/8, int64(time.Second))))
+	ctx, cancel := context.WithTimeout(cl.parkCtx, time.Duration(min(d/8, int64(time.Second))))
 	defer cancel()
-	go func() { // ends with ctx (cancelled on return) or stop
-		select {
-		case <-stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	answers := make(chan peerAnswer, len(quorum))
 	var wg sync.WaitGroup
 	for _, a := range quorum {
@@ -355,7 +349,7 @@ func (s *Server) askPeers(stop <-chan struct{}, d int64) {
 		if !a.held {
 			notHeard++
 		}
-		if cl.config.Load().olderThan(a.epoch, a.rv) && (newest == nil || !(&clusterConfig{revEpoch: a.epoch, rev: a.rv}).olderThan(newest.epoch, newest.rv)) {
+		if cl.config.Load().olderThan(a.epoch, a.rv) && (newest == nil || a.epoch > newest.epoch || a.epoch == newest.epoch && a.rv > newest.rv) {
 			newest = &a
 		}
 	}

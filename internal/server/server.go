@@ -367,17 +367,15 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.wg.Add(1)
 		go s.serveUDP(p)
 	}
-	leaseStop := make(chan struct{})
 	if s.cl != nil {
 		s.wg.Add(1)
-		go s.leaseLoop(leaseStop)
+		go s.leaseLoop() // ends with parkCtx, below
 	}
 	select {
 	case <-ctx.Done():
 	case <-s.shutdownCh:
 	}
 	s.closing.Store(true)
-	close(leaseStop)
 	if s.cl != nil {
 		s.cl.parkStop() // release parked requests now and end takeovers
 		s.cl.streams.Close()
