@@ -148,9 +148,36 @@ func TestFailoverPromotesThroughMove(t *testing.T) {
 		t.Errorf("vbucket %d on the failed-over %s: %s, %v", mine[1], a, st, err)
 	}
 	logMu.Lock()
-	defer logMu.Unlock()
 	want := fmt.Sprintf("promoting vbucket %d on %s: source-and-copy-lost", broken, brokenAt)
 	if !slices.ContainsFunc(logs, func(l string) bool { return strings.Contains(l, want) }) {
 		t.Errorf("no log line with %q", want)
 	}
+	logMu.Unlock()
+
+	// The failed-over node joins again within the same leadership: it is
+	// granted leases again (the failover had stopped them) and the
+	// rebalance gives it vbuckets.
+	if err := m.AddNode(ctx, a); err != nil {
+		t.Fatalf("adding %s again after its failover: %v", a, err)
+	}
+	if err := m.StartRebalance(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s = waitRebalanced(t, m)
+	if slices.Contains(s.FailedOver, a) || !slices.ContainsFunc(s.Map, func(row []int) bool { return s.server(row[0]) == a }) {
+		t.Errorf("%s after joining again: failed over %v, the map %v", a, s.FailedOver, s.Map)
+	}
+	waitFor(t, 10*time.Second, a+" to hold a lease again", func() bool {
+		lines, err := testDial(t, a).Stats("vbucket")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kv := range lines {
+			if kv[0] == "lease_ms_left" {
+				n, _ := strconv.Atoi(kv[1])
+				return n > 0
+			}
+		}
+		return false
+	})
 }

@@ -45,6 +45,10 @@ func (m *Manager) AddNode(ctx context.Context, addr string) error {
 	q := quorumSet(s)
 	q = append(q, addr)
 	slices.Sort(q)
+	// A node failed over earlier in this leadership got no more grants
+	// (stopGrants); joining again it gets them, numbered on from its
+	// last (opMu excludes a failover of it meanwhile).
+	m.resumeGrants(addr)
 	if err := m.grant(ctx, addr, q); err != nil {
 		return fmt.Errorf("node %s: lease grant: %w", addr, err)
 	}
