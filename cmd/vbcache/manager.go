@@ -38,6 +38,7 @@ type managerFlags struct {
 	chain         bool
 	failoverAfter time.Duration
 	lease         time.Duration
+	probe         time.Duration
 	maxMoves      int
 	prefix        string
 }
@@ -57,6 +58,7 @@ func (f *managerFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.chain, "chain", false, "chained replication (replica 2 from replica 1) instead of star")
 	fs.DurationVar(&f.failoverAfter, "failover-after", 10*time.Second, "fail over a node that stops answering for this long (0: only by hand)")
 	fs.DurationVar(&f.lease, "lease", 5*time.Second, "how long a node may serve without hearing from the manager or, when no manager is heard, its peers; a failover waits for it")
+	fs.DurationVar(&f.probe, "probe-interval", time.Second, "how often the leader probes each node with a lease grant (the lease is at least 4 of them)")
 	fs.IntVar(&f.maxMoves, "max-moves", 4, "vbucket moves at once during a rebalance")
 	fs.StringVar(&f.prefix, "prefix", "/vbcache/default", "etcd key prefix of this cluster's state")
 }
@@ -118,7 +120,7 @@ func runManager(ctx context.Context, f managerFlags, logger *log.Logger, ready c
 	port, _ := strconv.Atoi(portStr)
 	m, err := manager.New(manager.Config{Etcd: cli, Prefix: f.prefix, Advertise: adv, MgmtPort: port,
 		NumVBuckets: f.vbuckets, Replicas: f.replicas, Chain: f.chain, FailoverAfter: f.failoverAfter,
-		Lease: f.lease, MaxMoves: f.maxMoves, Logf: logger.Printf})
+		Lease: f.lease, ProbeInterval: f.probe, MaxMoves: f.maxMoves, Logf: logger.Printf})
 	if err != nil {
 		ln.Close()
 		return err
