@@ -23,10 +23,16 @@
 //     copy that came back from the dead).
 //   - A read that failed saw nothing and constrains nothing.
 //
+// Where nothing can be evicted or expired (a test's few keys, no TTLs),
+// NoLossModel allows a miss only while the key is absent, so an
+// acknowledged write that was lost is a violation too.
+//
 // With asynchronous replication a failover loses the writes inside the
-// replication lag, and a read after it may return an older value: the
-// checker reports that as a violation, which the caller counts against the
-// lag it measured.
+// replication lag, and a read after it may return an older value. Losses
+// gives the writes a caller names (those the failed node acknowledged
+// around its failure) the latitude of a write of unknown outcome, checks
+// the history with it, and counts the writes that needed it: the lost
+// ones, which the caller bounds by the lag it measured.
 package history
 
 import (
@@ -110,6 +116,10 @@ func (r *Recorder) Begin(client int, in Input) (end func(Output)) {
 	}
 }
 
+// Now is the history's clock: nanoseconds since it started, as the
+// operations' times are.
+func (r *Recorder) Now() int64 { return time.Since(r.start).Nanoseconds() }
+
 // Len is how many operations completed.
 func (r *Recorder) Len() int {
 	r.mu.Lock()
@@ -131,79 +141,91 @@ type state struct {
 }
 
 // Model is the cache model (see the package comment).
-var Model = porcupine.NondeterministicModel{
-	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
-		byKey := map[string][]porcupine.Operation{}
-		for _, op := range h {
-			k := op.Input.(Input).Key
-			byKey[k] = append(byKey[k], op)
-		}
-		keys := make([]string, 0, len(byKey))
-		for k := range byKey {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		out := make([][]porcupine.Operation, 0, len(keys))
-		for _, k := range keys {
-			out = append(out, byKey[k])
-		}
-		return out
-	},
-	Init: func() []interface{} { return []interface{}{state{}} },
-	Step: func(st, input, output interface{}) []interface{} {
-		s, in, out := st.(state), input.(Input), output.(Output)
-		if out.Outcome == Failed {
-			return []interface{}{s}
-		}
-		var after state
-		switch in.Kind {
-		case Get:
-			switch {
-			case out.Outcome == Unknown:
-				return []interface{}{s}
-			case !out.Hit:
-				return []interface{}{state{}}
-			case s.present && s.value == out.Value:
+var Model = cacheModel(false)
+
+// NoLossModel is Model for a test that neither evicts nor expires
+// anything (few keys, no TTLs, well under -m): a read may miss only while
+// the key is absent, so an acknowledged write that the cluster lost is a
+// violation too.
+var NoLossModel = cacheModel(true)
+
+func cacheModel(noLoss bool) porcupine.NondeterministicModel {
+	return porcupine.NondeterministicModel{
+		Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
+			byKey := map[string][]porcupine.Operation{}
+			for _, op := range h {
+				k := op.Input.(Input).Key
+				byKey[k] = append(byKey[k], op)
+			}
+			keys := make([]string, 0, len(byKey))
+			for k := range byKey {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			out := make([][]porcupine.Operation, 0, len(keys))
+			for _, k := range keys {
+				out = append(out, byKey[k])
+			}
+			return out
+		},
+		Init: func() []interface{} { return []interface{}{state{}} },
+		Step: func(st, input, output interface{}) []interface{} {
+			s, in, out := st.(state), input.(Input), output.(Output)
+			if out.Outcome == Failed {
 				return []interface{}{s}
 			}
-			return nil
-		case Set:
-			after = state{present: true, value: in.Value}
-		case Delete:
-			after = state{}
-		}
-		if out.Outcome == Unknown {
-			return []interface{}{s, after}
-		}
-		return []interface{}{after}
-	},
-	Equal: func(a, b interface{}) bool { return a.(state) == b.(state) },
-	DescribeOperation: func(input, output interface{}) string {
-		in, out := input.(Input), output.(Output)
-		var res string
-		switch {
-		case out.Outcome == Unknown:
-			res = "?"
-		case out.Outcome == Failed:
-			res = "failed"
-		case in.Kind == Get && out.Hit:
-			res = fmt.Sprintf("%q", out.Value)
-		case in.Kind == Get:
-			res = "miss"
-		default:
-			res = "ok"
-		}
-		if in.Kind == Set {
-			return fmt.Sprintf("set(%s, %q) → %s", in.Key, in.Value, res)
-		}
-		return fmt.Sprintf("%s(%s) → %s", in.Kind, in.Key, res)
-	},
-	DescribeState: func(st interface{}) string {
-		if s := st.(state); s.present {
-			return fmt.Sprintf("%q", s.value)
-		}
-		return "absent"
-	},
+			var after state
+			switch in.Kind {
+			case Get:
+				switch {
+				case out.Outcome == Unknown:
+					return []interface{}{s}
+				case !out.Hit && noLoss && s.present:
+					return nil
+				case !out.Hit:
+					return []interface{}{state{}}
+				case s.present && s.value == out.Value:
+					return []interface{}{s}
+				}
+				return nil
+			case Set:
+				after = state{present: true, value: in.Value}
+			case Delete:
+				after = state{}
+			}
+			if out.Outcome == Unknown {
+				return []interface{}{s, after}
+			}
+			return []interface{}{after}
+		},
+		Equal: func(a, b interface{}) bool { return a.(state) == b.(state) },
+		DescribeOperation: func(input, output interface{}) string {
+			in, out := input.(Input), output.(Output)
+			var res string
+			switch {
+			case out.Outcome == Unknown:
+				res = "?"
+			case out.Outcome == Failed:
+				res = "failed"
+			case in.Kind == Get && out.Hit:
+				res = fmt.Sprintf("%q", out.Value)
+			case in.Kind == Get:
+				res = "miss"
+			default:
+				res = "ok"
+			}
+			if in.Kind == Set {
+				return fmt.Sprintf("set(%s, %q) → %s", in.Key, in.Value, res)
+			}
+			return fmt.Sprintf("%s(%s) → %s", in.Kind, in.Key, res)
+		},
+		DescribeState: func(st interface{}) string {
+			if s := st.(state); s.present {
+				return fmt.Sprintf("%q", s.value)
+			}
+			return "absent"
+		},
+	}
 }
 
 // Result is a check's outcome.
@@ -217,7 +239,12 @@ type Result struct {
 
 // Check checks ops against Model, for at most timeout.
 func Check(ops []porcupine.Operation, timeout time.Duration) Result {
-	m := Model.ToModel()
+	return CheckModel(Model, ops, timeout)
+}
+
+// CheckModel checks ops against model (Model or NoLossModel).
+func CheckModel(model porcupine.NondeterministicModel, ops []porcupine.Operation, timeout time.Duration) Result {
+	m := model.ToModel()
 	res, info := porcupine.CheckOperationsVerbose(m, ops, timeout)
 	return Result{Ops: len(ops), OK: res == porcupine.Ok, TimedOut: res == porcupine.Unknown, info: info, model: m}
 }
@@ -225,3 +252,53 @@ func Check(ops []porcupine.Operation, timeout time.Duration) Result {
 // Visualize writes porcupine's HTML visualisation of the checked history
 // (a failing one shows where no linearization goes on).
 func (r Result) Visualize(w io.Writer) error { return porcupine.Visualize(r.model, r.info, w) }
+
+// Losses accounts for the acknowledged writes a failover may lose under
+// asynchronous replication. Each write that candidate selects is treated
+// as one of unknown outcome that took effect at its moment or never (its
+// completion time stays), and ops is checked against model with that
+// latitude. Key by key, candidates are then given back their
+// acknowledgement one at a time, in the order of their invocation, and
+// keep it when the key's history still checks: the ones that cannot are
+// the writes that were lost. The count is minimal for the order tried,
+// not necessarily the least possible.
+func Losses(model porcupine.NondeterministicModel, ops []porcupine.Operation, candidate func(porcupine.Operation) bool, timeout time.Duration) (Result, []porcupine.Operation) {
+	relaxed := make([]porcupine.Operation, len(ops))
+	byKey := map[string][]int{} // the candidates' indexes, by key
+	for i, o := range ops {
+		relaxed[i] = o
+		if in := o.Input.(Input); in.Kind != Get && o.Output.(Output).Outcome == OK && candidate(o) {
+			relaxed[i].Output = Output{Outcome: Unknown}
+			byKey[in.Key] = append(byKey[in.Key], i)
+		}
+	}
+	res := CheckModel(model, relaxed, timeout)
+	if !res.OK {
+		return res, nil
+	}
+	var lost []porcupine.Operation
+	for key, cands := range byKey {
+		var mine []int // the key's operations, as indexes into relaxed
+		for i, o := range relaxed {
+			if o.Input.(Input).Key == key {
+				mine = append(mine, i)
+			}
+		}
+		keyOps := func() []porcupine.Operation {
+			out := make([]porcupine.Operation, len(mine))
+			for j, i := range mine {
+				out[j] = relaxed[i]
+			}
+			return out
+		}
+		sort.Slice(cands, func(a, b int) bool { return ops[cands[a]].Call < ops[cands[b]].Call })
+		for _, i := range cands {
+			relaxed[i].Output = ops[i].Output
+			if !CheckModel(model, keyOps(), timeout).OK {
+				relaxed[i].Output = Output{Outcome: Unknown}
+				lost = append(lost, ops[i])
+			}
+		}
+	}
+	return res, lost
+}

@@ -3,6 +3,7 @@ package history
 import (
 	"bytes"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -30,37 +31,49 @@ func hit(v string) Output { return Output{Outcome: OK, Hit: true, Value: v} }
 // TestModel: histories a cache may and may not produce.
 func TestModel(t *testing.T) {
 	for _, c := range []struct {
-		name string
-		ok   bool
-		ops  []porcupine.Operation
+		name   string
+		ok     bool
+		noLoss bool // what NoLossModel says, where it differs from ok
+		ops    []porcupine.Operation
 	}{
-		{"read your write", true, []porcupine.Operation{
+		{"read your write", true, true, []porcupine.Operation{
 			op(0, set("a", "1"), 0, 1, ok), op(1, get("a"), 2, 3, hit("1"))}},
-		{"a read concurrent with a write sees either", true, []porcupine.Operation{
+		{"a read concurrent with a write sees either", true, true, []porcupine.Operation{
 			op(0, set("a", "1"), 0, 1, ok), op(0, set("a", "2"), 2, 5, ok),
 			op(1, get("a"), 3, 4, hit("1")), op(2, get("a"), 3, 4, hit("2"))}},
-		{"a stale read", false, []porcupine.Operation{
+		{"a stale read", false, false, []porcupine.Operation{
 			op(0, set("a", "1"), 0, 1, ok), op(0, set("a", "2"), 2, 3, ok), op(1, get("a"), 4, 5, hit("1"))}},
-		{"a value nobody wrote", false, []porcupine.Operation{
+		{"a value nobody wrote", false, false, []porcupine.Operation{
 			op(0, set("a", "1"), 0, 1, ok), op(1, get("a"), 2, 3, hit("x"))}},
-		{"a miss is always allowed", true, []porcupine.Operation{
+		{"a miss is always allowed", true, false, []porcupine.Operation{
 			op(0, set("a", "1"), 0, 1, ok), op(1, get("a"), 2, 3, miss)}},
-		{"a copy back from the dead after a miss", false, []porcupine.Operation{
+		{"a miss before any write", true, true, []porcupine.Operation{
+			op(1, get("a"), 0, 1, miss), op(0, set("a", "1"), 2, 3, ok), op(1, get("a"), 4, 5, hit("1"))}},
+		{"a miss concurrent with the first write", true, true, []porcupine.Operation{
+			op(0, set("a", "1"), 0, 3, ok), op(1, get("a"), 1, 2, miss)}},
+		{"a miss after a write that may never have landed", true, true, []porcupine.Operation{
+			op(0, set("a", "1"), 0, math.MaxInt64, unknown), op(1, get("a"), 2, 3, miss)}},
+		{"a miss after a delete", true, true, []porcupine.Operation{
+			op(0, set("a", "1"), 0, 1, ok), op(0, Input{Kind: Delete, Key: "a"}, 2, 3, ok), op(1, get("a"), 4, 5, miss)}},
+		{"a copy back from the dead after a miss", false, false, []porcupine.Operation{
 			op(0, set("a", "1"), 0, 1, ok), op(1, get("a"), 2, 3, miss), op(1, get("a"), 4, 5, hit("1"))}},
-		{"a write of unknown outcome may land late", true, []porcupine.Operation{
+		{"a write of unknown outcome may land late", true, true, []porcupine.Operation{
 			op(0, set("a", "1"), 0, 1, ok), op(0, set("a", "2"), 2, math.MaxInt64, unknown),
 			op(1, get("a"), 3, 4, hit("1")), op(1, get("a"), 5, 6, hit("2"))}},
-		{"or never", true, []porcupine.Operation{
+		{"or never", true, true, []porcupine.Operation{
 			op(0, set("a", "1"), 0, 1, ok), op(0, set("a", "2"), 2, math.MaxInt64, unknown), op(1, get("a"), 5, 6, hit("1"))}},
-		{"a refused write did nothing", false, []porcupine.Operation{
+		{"a refused write did nothing", false, false, []porcupine.Operation{
 			op(0, set("a", "1"), 0, 1, ok), op(0, set("a", "2"), 2, 3, failed), op(1, get("a"), 5, 6, hit("2"))}},
-		{"keys are independent", true, []porcupine.Operation{
+		{"keys are independent", true, true, []porcupine.Operation{
 			op(0, set("a", "1"), 0, 1, ok), op(0, set("b", "2"), 2, 3, ok), op(1, get("a"), 4, 5, hit("1")), op(1, get("b"), 4, 5, hit("2"))}},
-		{"delete", false, []porcupine.Operation{
+		{"delete", false, false, []porcupine.Operation{
 			op(0, set("a", "1"), 0, 1, ok), op(0, Input{Kind: Delete, Key: "a"}, 2, 3, ok), op(1, get("a"), 4, 5, hit("1"))}},
 	} {
 		if r := Check(c.ops, 10*time.Second); r.OK != c.ok || r.TimedOut {
 			t.Errorf("%s: linearizable %v (timed out %v), want %v", c.name, r.OK, r.TimedOut, c.ok)
+		}
+		if r := CheckModel(NoLossModel, c.ops, 10*time.Second); r.OK != c.noLoss || r.TimedOut {
+			t.Errorf("%s: with no loss allowed, linearizable %v (timed out %v), want %v", c.name, r.OK, r.TimedOut, c.noLoss)
 		}
 	}
 }
@@ -91,5 +104,37 @@ func TestRecorderAndVisualization(t *testing.T) {
 	}
 	if !strings.Contains(b.String(), `set(k, \"new\") → ok`) {
 		t.Errorf("the visualization does not show the operations (%d bytes)", b.Len())
+	}
+}
+
+// TestLosses: a write lost at a failover is counted when it is a
+// candidate, and a violation when it is not; a candidate that was not
+// lost is not counted.
+func TestLosses(t *testing.T) {
+	h := []porcupine.Operation{
+		op(0, set("a", "1"), 0, 1, ok),
+		op(0, set("a", "2"), 2, 3, ok), // lost: the read below sees "1"
+		op(0, set("b", "1"), 2, 3, ok), // not lost: read back
+		op(1, get("a"), 10, 11, hit("1")),
+		op(1, get("b"), 10, 11, hit("1")),
+		op(0, set("c", "1"), 2, 3, ok), // lost: missing later
+		op(1, get("c"), 10, 11, miss),
+	}
+	window := func(o porcupine.Operation) bool { return o.Call >= 2 }
+	res, lost := Losses(NoLossModel, h, window, 10*time.Second)
+	if !res.OK {
+		t.Fatal("the history with the window's writes allowed to be lost does not check")
+	}
+	var got []string
+	for _, o := range lost {
+		in := o.Input.(Input)
+		got = append(got, in.Key+"="+in.Value)
+	}
+	slices.Sort(got)
+	if want := []string{"a=2", "c=1"}; !slices.Equal(got, want) {
+		t.Errorf("lost %v, want %v", got, want)
+	}
+	if res, _ := Losses(NoLossModel, h, func(o porcupine.Operation) bool { return o.Input.(Input).Key == "c" }, 10*time.Second); res.OK {
+		t.Error("a lost write outside the candidates checked")
 	}
 }
