@@ -259,6 +259,9 @@ func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 // Signal sends sig to the process.
 func (p *Proc) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
 
+// Done is closed once the process has ended.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
 // Output is what it wrote so far (stdout and stderr).
 func (p *Proc) Output() string { return p.out.String() }
 

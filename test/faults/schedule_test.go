@@ -1,0 +1,857 @@
+package faults
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/vbcache/vbcache/internal/admin"
+	"github.com/vbcache/vbcache/internal/manager"
+	"github.com/vbcache/vbcache/internal/vbmap"
+	"github.com/vbcache/vbcache/internal/vbucket"
+	"github.com/vbcache/vbcache/memcache"
+	"github.com/vbcache/vbcache/test/history"
+	"github.com/vbcache/vbcache/test/netlab"
+)
+
+var (
+	seedFlag = flag.Uint64("seed", 0, "TestSchedule: the schedule's seed (0: from the clock; the test logs it)")
+	longFlag = flag.Bool("long", false, "TestSchedule: the long schedule (each fault 10 times) instead of CI's short one")
+	perFault = flag.Int("faults", 0, "TestSchedule: how many times each fault runs (0: 2, or 10 with -long)")
+	onlyFlag = flag.String("only", "", "TestSchedule: comma-separated faults to run (default all)")
+)
+
+// The schedule's timing: probes, leases and failovers short enough that a
+// fault and its recovery take seconds.
+const (
+	schedProbe    = 500 * time.Millisecond
+	schedLease    = 2 * time.Second
+	schedFailover = 1 * time.Second
+	// schedRecover bounds the time from a fault's heal (or, for a killed
+	// node, its failover) until every vbucket is served again: a client
+	// learns the new map from its first NOT_MY_VBUCKET or refused dial.
+	schedRecover = schedFailover + schedLease + time.Second
+)
+
+// The faults of a schedule.
+const (
+	fCutFromManagers  = "cut-from-managers"  // the managers' packets to a node dropped (asymmetric), until its failover
+	fIsolateNode      = "isolate-node"       // a node cut off from every host both ways, until its failover
+	fPauseNode        = "pause-node"         // SIGSTOP until its failover, then SIGCONT
+	fKillNode         = "kill-node"          // kill -9, failover, started again empty
+	fRestartNode      = "restart-node"       // kill -9 and started again at once, before any failover
+	fCutClientNode    = "cut-client-node"    // the client host and a node cut off from each other for 2 s
+	fCutManagerEtcd   = "cut-manager-etcd"   // the leading manager (and its etcd member) cut off from the other etcd members, until another leads
+	fKillLeaderMidReb = "kill-leader-mid-rb" // kill -9 of the leading manager while a rebalance moves vbuckets
+)
+
+var allFaults = []string{fCutFromManagers, fIsolateNode, fPauseNode, fKillNode, fRestartNode, fCutClientNode, fCutManagerEtcd, fKillLeaderMidReb}
+
+// sched is the cluster a schedule runs on: three managers (each with an
+// embedded etcd member of one three-member cluster), four nodes (three
+// members at the start, the fourth joins and leaves in rebalances), a
+// proxy, and the client host the load and the test's calls come from.
+type sched struct {
+	t      *testing.T
+	lab    *netlab.Lab
+	client *netlab.Host
+	http   *http.Client
+
+	mgrHosts []*netlab.Host
+	mgrArgs  [][]string
+	mgrs     []*netlab.Proc // by index of mgrHosts; replaced on restart
+
+	nodeHosts []*netlab.Host
+	nodeArgs  []string
+	nodes     []*netlab.Proc // by index of nodeHosts; replaced on restart
+
+	proxyHost *netlab.Host
+	proxy     *netlab.Proc
+
+	async bool // the nodes replicate asynchronously
+}
+
+func startSched(t *testing.T, async bool) *sched {
+	lab := netlab.New(t)
+	s := &sched{t: t, lab: lab, client: lab.Host("client"), async: async}
+	s.http = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: s.client.DialContext}}
+	s.nodeArgs = []string{"--vbuckets", fmt.Sprint(vbuckets), "-m", "64"}
+	if !async {
+		s.nodeArgs = append(s.nodeArgs, "--sync-replication")
+	}
+	for i := range 4 {
+		h := lab.Host(fmt.Sprintf("node%d", i+1))
+		s.nodeHosts = append(s.nodeHosts, h)
+		s.nodes = append(s.nodes, nil)
+		s.startNode(i)
+	}
+	var initial []string
+	for i := range 3 {
+		h := lab.Host(fmt.Sprintf("manager%d", i+1))
+		s.mgrHosts = append(s.mgrHosts, h)
+		initial = append(initial, fmt.Sprintf("m%d=http://%s", i+1, h.Addr(2380)))
+	}
+	for i, h := range s.mgrHosts {
+		s.mgrArgs = append(s.mgrArgs, []string{"manager", "--listen", h.Addr(11212), "--data-dir", t.TempDir() + "/etcd",
+			"--etcd-name", fmt.Sprintf("m%d", i+1), "--etcd-client-url", "http://" + h.Addr(2379), "--etcd-peer-url", "http://" + h.Addr(2380),
+			"--etcd-initial-cluster", strings.Join(initial, ","), "--etcd-initial-cluster-token", "vbcache-faults",
+			"--vbuckets", fmt.Sprint(vbuckets), "--replicas", "1", "--max-moves", "1",
+			"--probe-interval", schedProbe.String(), "--lease", schedLease.String(), "--failover-after", schedFailover.String()})
+		s.mgrs = append(s.mgrs, h.Start(t, vbcacheBin, s.mgrArgs[i]...))
+	}
+	for i, h := range s.mgrHosts {
+		s.mgrs[i].WaitListening(t, s.client, h.Addr(11212), 60*time.Second)
+	}
+	s.waitFor("a leader", 60*time.Second, func() bool { return s.leader() >= 0 })
+	for _, h := range s.nodeHosts[:3] {
+		s.must("POST", "/nodes", url.Values{"node": {h.Addr(11211)}})
+	}
+	s.rebalance(60 * time.Second)
+	s.proxyHost = lab.Host("proxy")
+	var seeds []string
+	for _, h := range s.nodeHosts {
+		seeds = append(seeds, h.Addr(11211))
+	}
+	s.proxy = s.proxyHost.Start(t, vbcacheBin, "proxy", "--listen", s.proxyHost.Addr(22121), "--cluster", strings.Join(seeds, ","), "--timeout", "1000")
+	s.proxy.WaitListening(t, s.client, s.proxyHost.Addr(22121), 10*time.Second)
+	return s
+}
+
+func (s *sched) startNode(i int) {
+	h := s.nodeHosts[i]
+	s.nodes[i] = h.Start(s.t, vbcacheBin, append([]string{"server", "-l", h.IP, "-p", "11211"}, s.nodeArgs...)...)
+	s.nodes[i].WaitListening(s.t, s.client, h.Addr(11211), 10*time.Second)
+}
+
+func (s *sched) waitFor(what string, d time.Duration, cond func() bool) {
+	s.t.Helper()
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			s.t.Fatalf("waited %v for %s", d, what)
+		}
+	}
+}
+
+// call asks manager i.
+func (s *sched) call(i int, method, path string, q url.Values) ([]byte, error) {
+	u := "http://" + s.mgrHosts[i].Addr(11212) + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequest(method, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return b, fmt.Errorf("%s %s on manager %d: %s: %s", method, path, i+1, resp.Status, b)
+	}
+	return b, nil
+}
+
+// status is manager i's status, or false when it does not answer.
+func (s *sched) status(i int) (manager.Status, bool) {
+	var st manager.Status
+	b, err := s.call(i, "GET", "/status", nil)
+	if err != nil || json.Unmarshal(b, &st) != nil {
+		return st, false
+	}
+	return st, true
+}
+
+// leader is the index of the manager that says it leads and that every
+// answering manager names, or -1.
+func (s *sched) leader() int {
+	lead, names := -1, map[string]bool{}
+	for i := range s.mgrHosts {
+		st, ok := s.status(i)
+		if !ok {
+			continue
+		}
+		if st.Leading {
+			if lead >= 0 {
+				return -1
+			}
+			lead = i
+		}
+		names[st.Leader] = true
+	}
+	if lead < 0 || len(names) != 1 || !names["http://"+s.mgrHosts[lead].Addr(11212)] {
+		return -1
+	}
+	return lead
+}
+
+// must runs a change on the leader, waiting up to 30 s for there to be
+// one that takes it.
+func (s *sched) must(method, path string, q url.Values) {
+	s.t.Helper()
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		l := s.leader()
+		if l < 0 {
+			continue
+		}
+		if _, err = s.call(l, method, path, q); err == nil {
+			return
+		}
+	}
+	s.t.Fatalf("%s %s: %v", method, path, err)
+}
+
+// leaderStatus is the leader's status, waiting up to 30 s for one.
+func (s *sched) leaderStatus() manager.Status {
+	s.t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if l := s.leader(); l >= 0 {
+			if st, ok := s.status(l); ok && st.Leading {
+				return st
+			}
+		}
+	}
+	s.t.Fatal("no leader for 30 s")
+	return manager.Status{}
+}
+
+// rebalance starts a rebalance and waits for it to end.
+func (s *sched) rebalance(d time.Duration) {
+	s.t.Helper()
+	s.must("POST", "/rebalance", nil)
+	s.waitRebalanced(d)
+}
+
+func (s *sched) waitRebalanced(d time.Duration) {
+	s.t.Helper()
+	s.waitFor("the rebalance", d, func() bool {
+		st := s.leaderStatus()
+		return st.Rebalance != nil && !st.Rebalance.Running
+	})
+	if st := s.leaderStatus(); st.Rebalance.Err != "" {
+		s.t.Fatalf("the rebalance failed: %s", st.Rebalance.Err)
+	}
+}
+
+// config is the leader's map.
+func (s *sched) config() *vbmap.Config {
+	s.t.Helper()
+	l := s.leader()
+	for deadline := time.Now().Add(30 * time.Second); l < 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		l = s.leader()
+	}
+	if l < 0 {
+		s.t.Fatal("no leader for 30 s")
+	}
+	b, err := s.call(l, "GET", "/pools/default/b/default", nil)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	cfg, err := vbmap.Parse(b)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return cfg
+}
+
+// members are the indexes of the nodes that hold vbuckets in the map.
+func (s *sched) members() []int {
+	cfg := s.config()
+	var out []int
+	for i, h := range s.nodeHosts {
+		for j, a := range cfg.VBucketServerMap.ServerList {
+			held := false
+			for _, row := range cfg.VBucketServerMap.VBucketMap {
+				held = held || slices.Contains(row, j)
+			}
+			if a == h.Addr(11211) && held {
+				out = append(out, i)
+			}
+		}
+	}
+	return out
+}
+
+// oneActiveEach fails the test unless every vbucket is active on exactly
+// one node (of those running).
+func (s *sched) oneActiveEach() {
+	s.t.Helper()
+	active := make([][]string, vbuckets)
+	for i, h := range s.nodeHosts {
+		select {
+		case <-s.nodes[i].Done():
+			continue
+		default:
+		}
+		nc, err := s.client.Dial("tcp", h.Addr(11211), 2*time.Second)
+		if err != nil {
+			s.t.Fatalf("%s: %v", h.Addr(11211), err)
+		}
+		ac := admin.NewConn(nc, h.Addr(11211))
+		ac.Timeout = 2 * time.Second
+		for v := range vbuckets {
+			st, err := ac.GetVBucket(v)
+			if err != nil {
+				s.t.Fatalf("GET_VBUCKET %d on %s: %v", v, h.Addr(11211), err)
+			}
+			if st == vbucket.Active {
+				active[v] = append(active[v], h.Addr(11211))
+			}
+		}
+		ac.Close()
+	}
+	for v, a := range active {
+		if len(a) != 1 {
+			s.t.Errorf("vbucket %d is active on %v", v, a)
+		}
+	}
+}
+
+// load is the schedule's clients: two through the vbucket client and two
+// through the proxy, each reading and writing the keys of the current
+// step (and reading those of earlier steps), recorded for the checker.
+type load struct {
+	rec     *history.Recorder
+	step    atomic.Int64 // the fault being run: keys are s<step>-k<i>
+	stop    atomic.Bool
+	ops     atomic.Int64
+	errs    atomic.Int64
+	wg      sync.WaitGroup
+	clients []*memcache.Client
+}
+
+const (
+	loadKeys   = 24
+	loadMaxOps = 2_000_000 // a bound, never reached by the long schedule
+)
+
+func (s *sched) startLoad(seed uint64) *load {
+	l := &load{rec: history.NewRecorder()}
+	var seeds []string
+	for _, h := range s.nodeHosts {
+		seeds = append(seeds, h.Addr(11211))
+	}
+	for range 2 {
+		mc, err := memcache.NewCluster(context.Background(), seeds, &memcache.ClusterOptions{DialContext: s.client.DialContext, Timeout: time.Second})
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		l.clients = append(l.clients, mc)
+	}
+	for range 2 {
+		pc := memcache.New(s.proxyHost.Addr(22121))
+		pc.DialContext, pc.Timeout = s.client.DialContext, 2*time.Second
+		l.clients = append(l.clients, pc)
+	}
+	for cl, mc := range l.clients {
+		l.wg.Add(1)
+		go func() { // owned by the load: stopLoad waits for it
+			defer l.wg.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(cl)))
+			for n := 0; !l.stop.Load() && l.ops.Add(1) <= loadMaxOps; n++ {
+				step := l.step.Load()
+				if step > 0 && rng.IntN(4) == 0 {
+					step = rng.Int64N(step) // a key of an earlier step, read only
+					l.get(cl, mc, fmt.Sprintf("s%d-k%02d", step, rng.IntN(loadKeys)))
+				} else if key := fmt.Sprintf("s%d-k%02d", step, rng.IntN(loadKeys)); rng.IntN(2) == 0 {
+					l.set(cl, mc, key, fmt.Sprintf("c%d-%d", cl, n))
+				} else {
+					l.get(cl, mc, key)
+				}
+				time.Sleep(2 * time.Millisecond) // pacing: a bounded, modest load
+			}
+		}()
+	}
+	return l
+}
+
+func (l *load) set(cl int, mc *memcache.Client, key, v string) {
+	end := l.rec.Begin(cl, history.Input{Kind: history.Set, Key: key, Value: v})
+	if err := mc.Set(&memcache.Item{Key: key, Value: []byte(v)}); err != nil {
+		l.errs.Add(1)
+		end(history.Output{Outcome: history.Unknown})
+		return
+	}
+	end(history.Output{Outcome: history.OK})
+}
+
+func (l *load) get(cl int, mc *memcache.Client, key string) error {
+	end := l.rec.Begin(cl, history.Input{Kind: history.Get, Key: key})
+	it, err := mc.Get(key)
+	switch {
+	case errors.Is(err, memcache.ErrCacheMiss):
+		end(history.Output{Outcome: history.OK})
+		return nil
+	case err != nil:
+		l.errs.Add(1)
+		end(history.Output{Outcome: history.Unknown})
+		return err
+	}
+	end(history.Output{Outcome: history.OK, Hit: true, Value: string(it.Value)})
+	return nil
+}
+
+func (l *load) stopLoad() {
+	l.stop.Store(true)
+	l.wg.Wait()
+	for _, c := range l.clients {
+		c.Close()
+	}
+}
+
+// served waits until a read of one never-written key in every vbucket,
+// through a vbucket client and through the proxy, is answered (a miss),
+// for at most d. The reads join the history.
+func (s *sched) served(l *load, d time.Duration) bool {
+	left := map[[2]int]bool{}
+	for v := range vbuckets {
+		left[[2]int{0, v}], left[[2]int{2, v}] = true, true
+	}
+	start := time.Now()
+	var last error
+	for deadline := start.Add(d); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		for k := range left {
+			if err := l.get(10+k[0], l.clients[k[0]], probeKeys[k[1]]); err == nil {
+				delete(left, k)
+			} else {
+				last = fmt.Errorf("client %d, vbucket %d: %w", k[0], k[1], err)
+			}
+		}
+		if len(left) == 0 {
+			if time.Since(start) > time.Second {
+				s.t.Logf("every vbucket served after %v; the last error: %v", time.Since(start), last)
+			}
+			return true
+		}
+	}
+	s.t.Logf("%d (client, vbucket) pairs not served after %v; the last error: %v", len(left), d, last)
+	return false
+}
+
+// probeKeys holds a never-written key of each vbucket.
+var probeKeys = func() []string {
+	keys := make([]string, vbuckets)
+	for i, n := 0, 0; n < vbuckets; i++ {
+		k := fmt.Sprintf("probe%d", i)
+		if v := vbmap.VBucketString(k, vbuckets); keys[v] == "" {
+			keys[v] = k
+			n++
+		}
+	}
+	return keys
+}()
+
+// stepResult is one fault of a schedule as it ran.
+type stepResult struct {
+	fault    string
+	victim   string
+	effect   time.Duration // from the fault to what ends it (a failover, a new leader, the cut's end)
+	recovery time.Duration // from the heal until every vbucket was served
+	ops      int64
+	spurious int // other nodes failed over meanwhile
+
+	// With asynchronous replication, what the victim node may have lost:
+	// the acknowledged writes of its active vbuckets (as the map had them
+	// before the fault) from window[0] (a second before sampled) to
+	// window[1] (its failover seen), on the history's clock, are the
+	// candidates; behind is the seqnos its streams were behind at sampled
+	// (stats streams' seqno_behind, as ctl streams shows it), and after
+	// the candidates acknowledged after sampled. A lost write was behind
+	// at sampled or acknowledged after it: behind+after bounds lost.
+	lossy   bool
+	vbs     map[int]bool
+	window  [2]int64
+	sampled int64
+	behind  int
+	after   int
+	lost    int
+}
+
+// TestSchedule runs a seeded random schedule of faults under a recorded
+// read/write load through the vbucket client and the proxy, on a cluster
+// of three managers and four nodes with --sync-replication, and checks
+// after every fault that each vbucket has exactly one active and that
+// every vbucket is served again within schedRecover of the heal, and at
+// the end that the history is linearizable under the no-loss cache model
+// (no eviction or expiry can happen here: an acknowledged write missing
+// is a lost write). -seed replays a schedule; -faults N runs each fault N
+// times (default 10); -short runs each twice.
+func TestSchedule(t *testing.T) { runSchedule(t, false, 10) }
+
+// TestScheduleAsync is TestSchedule with asynchronous replication: the
+// writes a failed node acknowledged around its failure may be lost; they
+// are counted, and each fault's losses must stay within what its streams
+// were behind just before it plus what it acknowledged after that. Any
+// other departure from the no-loss model is a violation. By default each
+// fault runs twice (-long: 10 times).
+func TestScheduleAsync(t *testing.T) { runSchedule(t, true, 2) }
+
+func runSchedule(t *testing.T, async bool, n int) {
+	seed := *seedFlag
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	switch {
+	case *perFault > 0:
+		n = *perFault
+	case *longFlag:
+		n = max(n, 10) * 3
+	case testing.Short():
+		n = 2
+	}
+	t.Logf("schedule seed %d (replay: go test ./test/faults -run '%s$' -v -seed %d -faults %d)", seed, t.Name(), seed, n)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	var plan []string
+	for _, f := range allFaults {
+		if *onlyFlag != "" && !slices.Contains(strings.Split(*onlyFlag, ","), f) {
+			continue
+		}
+		for range n {
+			plan = append(plan, f)
+		}
+	}
+	rng.Shuffle(len(plan), func(i, j int) { plan[i], plan[j] = plan[j], plan[i] })
+
+	s := startSched(t, async)
+	began := time.Now()
+	l := s.startLoad(seed)
+	stopped := false
+	defer func() {
+		if !stopped {
+			l.stopLoad()
+		}
+	}()
+	var results []stepResult
+	for i, f := range plan {
+		l.step.Store(int64(i + 1))
+		before := l.ops.Load()
+		warm := l.rec.Len() + 100
+		s.waitFor("load before the fault", 30*time.Second, func() bool { return l.rec.Len() >= warm })
+		r := s.runFault(l, rng, f)
+		r.ops = l.ops.Load() - before
+		results = append(results, r)
+		t.Logf("step %d/%d %s on %s: ended %v after it, every vbucket served %v after the heal (%d operations)",
+			i+1, len(plan), f, r.victim, r.effect.Round(time.Millisecond), r.recovery.Round(time.Millisecond), r.ops)
+		if t.Failed() {
+			t.Logf("stopping the schedule at step %d; replay with -seed %d", i+1, seed)
+			break
+		}
+	}
+	l.stopLoad()
+	stopped = true
+	elapsed := time.Since(began)
+
+	h := l.rec.Operations()
+	unsure := 0
+	for _, o := range h {
+		if o.Output.(history.Output).Outcome != history.OK {
+			unsure++
+		}
+	}
+	checkStart := time.Now()
+	var res history.Result
+	if !async {
+		res = history.CheckModel(history.NoLossModel, h, 5*time.Minute)
+	} else {
+		var lost []porcupine.Operation
+		res, lost = history.Losses(history.NoLossModel, h, func(o porcupine.Operation) bool {
+			in := o.Input.(history.Input)
+			for _, r := range results {
+				if r.lossy && o.Return >= r.window[0] && o.Return <= r.window[1] && r.vbs[vbmap.VBucketString(in.Key, vbuckets)] {
+					return true
+				}
+			}
+			return false
+		}, 5*time.Minute)
+		total := 0
+		for _, o := range lost {
+			for i := range results {
+				if r := &results[i]; r.lossy && o.Return >= r.window[0] && o.Return <= r.window[1] {
+					r.lost++
+					total++
+					break
+				}
+			}
+		}
+		for i, r := range results {
+			if !r.lossy {
+				continue
+			}
+			t.Logf("step %d %s on %s: %d acknowledged writes lost; just before the fault its streams were %d seqnos behind, and %d writes of its vbuckets were acknowledged from then until its failover",
+				i+1, r.fault, r.victim, r.lost, r.behind, r.after)
+			if r.lost > r.behind+r.after {
+				t.Errorf("step %d %s on %s: %d writes lost, more than the %d its streams were behind plus the %d acknowledged after", i+1, r.fault, r.victim, r.lost, r.behind, r.after)
+			}
+		}
+		t.Logf("%d acknowledged writes lost in all", total)
+	}
+	t.Logf("schedule seed %d: %d faults in %v, %d operations (%d without a definite answer), checked in %v: linearizable with no write lost%s: %v",
+		seed, len(results), elapsed.Round(time.Second), len(h), unsure, time.Since(checkStart).Round(time.Millisecond), map[bool]string{true: " but those counted", false: ""}[async], res.OK)
+	summarize(t, results)
+	if !res.OK {
+		path := writeVisualisation(t, res, fmt.Sprintf("schedule-%d", seed))
+		if res.TimedOut {
+			t.Fatalf("porcupine could not decide within 5 minutes (%s)", path)
+		}
+		t.Fatalf("the history is not linearizable under the no-loss cache model (seed %d; %s)", seed, path)
+	}
+}
+
+// summarize logs, per fault, how often it ran and its worst times.
+func summarize(t *testing.T, results []stepResult) {
+	for _, f := range allFaults {
+		var runs, spurious int
+		var effect, recovery time.Duration
+		for _, r := range results {
+			if r.fault == f {
+				runs++
+				effect, recovery = max(effect, r.effect), max(recovery, r.recovery)
+				spurious += r.spurious
+			}
+		}
+		t.Logf("  %-20s %2d runs, ended within %v, every vbucket served within %v of the heal, %d other nodes failed over", f, runs, effect.Round(time.Millisecond), recovery.Round(time.Millisecond), spurious)
+	}
+}
+
+// runFault injects f, waits for what ends it, heals, checks recovery,
+// and puts the cluster back as it was (a failed-over node added again).
+func (s *sched) runFault(l *load, rng *rand.Rand, f string) stepResult {
+	t := s.t
+	r := stepResult{fault: f}
+	members := s.members()
+	vi := members[rng.IntN(len(members))]
+	victim := s.nodeHosts[vi]
+	va := victim.Addr(11211)
+	r.victim = va
+	failedOver := func() bool { return slices.Contains(s.leaderStatus().FailedOver, va) }
+	var healAt time.Time // when the fault ended: healed, or the killed node failed over
+	if s.async && (f == fCutFromManagers || f == fIsolateNode || f == fPauseNode || f == fKillNode || f == fRestartNode) {
+		r.lossy, r.vbs = true, map[int]bool{}
+		cfg := s.config()
+		for v, row := range cfg.VBucketServerMap.VBucketMap {
+			if row[0] >= 0 && cfg.VBucketServerMap.ServerList[row[0]] == va {
+				r.vbs[v] = true
+			}
+		}
+		r.sampled = l.rec.Now()
+		r.window[0] = r.sampled - time.Second.Nanoseconds()
+		r.behind = s.behind(va)
+	}
+	start := time.Now()
+	ended := func() {
+		r.effect = time.Since(start)
+		r.window[1] = l.rec.Now()
+	}
+	switch f {
+	case fCutFromManagers:
+		for _, m := range s.mgrHosts {
+			s.lab.Cut(m, victim)
+		}
+		s.waitFor("the failover of "+va, 60*time.Second, failedOver)
+		ended()
+		s.lab.Heal(victim)
+		healAt = time.Now()
+	case fIsolateNode:
+		for _, h := range s.allHosts() {
+			if h != victim {
+				s.lab.Partition(h, victim)
+			}
+		}
+		s.waitFor("the failover of "+va, 60*time.Second, failedOver)
+		ended()
+		for _, h := range s.allHosts() {
+			s.lab.Heal(h)
+		}
+		healAt = time.Now()
+	case fPauseNode:
+		s.nodes[vi].Signal(syscall.SIGSTOP)
+		s.waitFor("the failover of "+va, 60*time.Second, failedOver)
+		ended()
+		s.nodes[vi].Signal(syscall.SIGCONT)
+		healAt = time.Now()
+	case fKillNode:
+		s.nodes[vi].Signal(syscall.SIGKILL)
+		<-s.nodes[vi].Done()
+		s.waitFor("the failover of "+va, 60*time.Second, failedOver)
+		ended()
+		healAt = time.Now()
+		s.startNode(vi)
+	case fRestartNode:
+		s.nodes[vi].Signal(syscall.SIGKILL)
+		<-s.nodes[vi].Done()
+		s.startNode(vi)
+		s.waitFor("the failover of restarted "+va, 60*time.Second, failedOver)
+		ended()
+		healAt = time.Now()
+	case fCutClientNode:
+		s.lab.Partition(s.client, victim)
+		time.Sleep(2 * time.Second) // the fault's duration, not a wait for a condition
+		r.effect = time.Since(start)
+		s.lab.Heal(victim)
+		s.lab.Heal(s.client)
+		healAt = time.Now()
+	case fCutManagerEtcd:
+		lead := s.leader()
+		for lead < 0 {
+			s.leaderStatus()
+			lead = s.leader()
+		}
+		lm := s.mgrHosts[lead]
+		r.victim = "manager" + fmt.Sprint(lead+1)
+		for _, m := range s.mgrHosts {
+			if m != lm {
+				s.lab.Partition(m, lm)
+			}
+		}
+		s.waitFor("another leader", 60*time.Second, func() bool {
+			for i := range s.mgrHosts {
+				if st, ok := s.status(i); ok && st.Leading && i != lead {
+					return true
+				}
+			}
+			return false
+		})
+		r.effect = time.Since(start)
+		for _, m := range s.mgrHosts {
+			s.lab.Heal(m)
+		}
+		healAt = time.Now()
+	case fKillLeaderMidReb:
+		// A rebalance that moves vbuckets: the fourth node joins, or
+		// leaves if it is a member.
+		spare := s.nodeHosts[3].Addr(11211)
+		if slices.Contains(members, 3) {
+			s.must("DELETE", "/nodes", url.Values{"node": {spare}})
+		} else {
+			s.must("POST", "/nodes", url.Values{"node": {spare}})
+		}
+		s.must("POST", "/rebalance", nil)
+		lead := -1
+		s.waitFor("the rebalance to move a vbucket", 30*time.Second, func() bool {
+			st := s.leaderStatus()
+			lead = s.leader()
+			return st.Rebalance != nil && st.Rebalance.Running && st.Rebalance.Done >= 1 && lead >= 0
+		})
+		r.victim = "manager" + fmt.Sprint(lead+1)
+		start = time.Now()
+		s.mgrs[lead].Signal(syscall.SIGKILL)
+		<-s.mgrs[lead].Done()
+		s.waitFor("a new leader", 60*time.Second, func() bool {
+			for i := range s.mgrHosts {
+				if st, ok := s.status(i); ok && st.Leading && i != lead {
+					return true
+				}
+			}
+			return false
+		})
+		r.effect = time.Since(start)
+		healAt = time.Now()
+		defer func() {
+			s.mgrs[lead] = s.mgrHosts[lead].Start(t, vbcacheBin, s.mgrArgs[lead]...)
+			s.mgrs[lead].WaitListening(t, s.client, s.mgrHosts[lead].Addr(11212), 60*time.Second)
+			s.waitFor("one leader", 60*time.Second, func() bool { return s.leader() >= 0 })
+		}()
+	default:
+		t.Fatalf("unknown fault %q", f)
+	}
+	ok := s.served(l, 30*time.Second)
+	r.recovery = time.Since(healAt)
+	s.waitFor("one leader", 60*time.Second, func() bool { return s.leader() >= 0 })
+	if !ok || r.recovery > schedRecover {
+		t.Errorf("%s on %s: every vbucket served %v after the heal (at most %v allowed; all served: %v)", f, r.victim, r.recovery, schedRecover, ok)
+	}
+	// Back to a steady cluster: a failed-over node joins again, and a
+	// rebalance gives it vbuckets or finishes an interrupted one.
+	// (A failover starts a rebalance that rebuilds replicas: it ends
+	// first.)
+	notRunning := func() bool {
+		st := s.leaderStatus()
+		return st.Rebalance == nil || !st.Rebalance.Running
+	}
+	s.waitFor("the rebalance to end", 2*time.Minute, notRunning)
+	st := s.leaderStatus()
+	for _, a := range st.FailedOver {
+		if a != va || f == fCutClientNode || f == fCutManagerEtcd || f == fKillLeaderMidReb {
+			t.Logf("%s: %s was failed over too", f, a)
+			r.spurious++
+		}
+		s.must("POST", "/nodes", url.Values{"node": {a}})
+	}
+	if len(st.FailedOver) > 0 || f == fKillLeaderMidReb || (st.Rebalance != nil && st.Rebalance.Err != "") {
+		s.rebalance(2 * time.Minute)
+	}
+	s.oneActiveEach()
+	if r.lossy {
+		for _, o := range l.rec.Operations() {
+			in := o.Input.(history.Input)
+			if in.Kind == history.Set && o.Output.(history.Output).Outcome == history.OK && o.Return > r.sampled && o.Return <= r.window[1] && r.vbs[vbmap.VBucketString(in.Key, vbuckets)] {
+				r.after++
+			}
+		}
+	}
+	return r
+}
+
+// behind is how many seqnos the streams from node addr are behind (the
+// sum of stats streams' producer seqno_behind).
+func (s *sched) behind(addr string) int {
+	s.t.Helper()
+	nc, err := s.client.Dial("tcp", addr, 2*time.Second)
+	if err != nil {
+		s.t.Fatalf("%s: %v", addr, err)
+	}
+	ac := admin.NewConn(nc, addr)
+	ac.Timeout = 2 * time.Second
+	defer ac.Close()
+	lines, err := ac.Stats("streams")
+	if err != nil {
+		s.t.Fatalf("stats streams on %s: %v", addr, err)
+	}
+	n := 0
+	for _, kv := range lines {
+		if strings.HasPrefix(kv[0], "producer:") && strings.HasSuffix(kv[0], ":seqno_behind") {
+			b, _ := strconv.Atoi(kv[1])
+			n += b
+		}
+	}
+	return n
+}
+
+func (s *sched) allHosts() []*netlab.Host {
+	return append(append([]*netlab.Host{s.client, s.proxyHost}, s.mgrHosts...), s.nodeHosts...)
+}
+
+// writeVisualisation writes porcupine's HTML of res and returns its path.
+func writeVisualisation(t *testing.T, res history.Result, name string) string {
+	path := filepath.Join(os.TempDir(), fmt.Sprintf("vbcache-%s-%d.html", name, time.Now().UnixNano()))
+	f, err := os.Create(path)
+	if err != nil {
+		t.Log(err)
+		return ""
+	}
+	defer f.Close()
+	res.Visualize(f)
+	t.Logf("porcupine's visualisation: %s", path)
+	return path
+}
