@@ -61,9 +61,10 @@ const (
 	fCutClientNode    = "cut-client-node"    // the client host and a node cut off from each other for 2 s
 	fCutManagerEtcd   = "cut-manager-etcd"   // the leading manager (and its etcd member) cut off from the other etcd members, until another leads
 	fKillLeaderMidReb = "kill-leader-mid-rb" // kill -9 of the leading manager while a rebalance moves vbuckets
+	fKillNodeMidReb   = "kill-node-mid-rb"   // kill -9 of a node while a rebalance moves vbuckets, then as kill-node
 )
 
-var allFaults = []string{fCutFromManagers, fIsolateNode, fPauseNode, fKillNode, fRestartNode, fCutClientNode, fCutManagerEtcd, fKillLeaderMidReb}
+var allFaults = []string{fCutFromManagers, fIsolateNode, fPauseNode, fKillNode, fRestartNode, fCutClientNode, fCutManagerEtcd, fKillLeaderMidReb, fKillNodeMidReb}
 
 // sched is the cluster a schedule runs on: three managers (each with an
 // embedded etcd member of one three-member cluster), four nodes (three
@@ -646,7 +647,7 @@ func (s *sched) runFault(l *load, rng *rand.Rand, f string) stepResult {
 	r.victim = va
 	failedOver := func() bool { return slices.Contains(s.leaderStatus().FailedOver, va) }
 	var healAt time.Time // when the fault ended: healed, or the killed node failed over
-	if s.async && (f == fCutFromManagers || f == fIsolateNode || f == fPauseNode || f == fKillNode || f == fRestartNode) {
+	if s.async && (f == fCutFromManagers || f == fIsolateNode || f == fPauseNode || f == fKillNode || f == fRestartNode || f == fKillNodeMidReb) {
 		r.lossy, r.vbs = true, map[int]bool{}
 		cfg := s.config()
 		for v, row := range cfg.VBucketServerMap.VBucketMap {
@@ -737,22 +738,17 @@ func (s *sched) runFault(l *load, rng *rand.Rand, f string) stepResult {
 			s.lab.Heal(m)
 		}
 		healAt = time.Now()
+	case fKillNodeMidReb:
+		s.movingRebalance(members)
+		start = time.Now()
+		s.nodes[vi].Signal(syscall.SIGKILL)
+		<-s.nodes[vi].Done()
+		s.waitFor("the failover of "+va, 60*time.Second, failedOver)
+		ended()
+		healAt = time.Now()
+		s.startNode(vi)
 	case fKillLeaderMidReb:
-		// A rebalance that moves vbuckets: the fourth node joins, or
-		// leaves if it is a member.
-		spare := s.nodeHosts[3].Addr(11211)
-		if slices.Contains(members, 3) {
-			s.must("DELETE", "/nodes", url.Values{"node": {spare}})
-		} else {
-			s.must("POST", "/nodes", url.Values{"node": {spare}})
-		}
-		s.must("POST", "/rebalance", nil)
-		lead := -1
-		s.waitFor("the rebalance to move a vbucket", 30*time.Second, func() bool {
-			st := s.leaderStatus()
-			lead = s.leader()
-			return st.Rebalance != nil && st.Rebalance.Running && st.Rebalance.Done >= 1 && lead >= 0
-		})
+		lead := s.movingRebalance(members)
 		r.victim = "manager" + fmt.Sprint(lead+1)
 		start = time.Now()
 		s.mgrs[lead].Signal(syscall.SIGKILL)
@@ -798,7 +794,7 @@ func (s *sched) runFault(l *load, rng *rand.Rand, f string) stepResult {
 		}
 		s.must("POST", "/nodes", url.Values{"node": {a}})
 	}
-	if len(st.FailedOver) > 0 || f == fKillLeaderMidReb || (st.Rebalance != nil && st.Rebalance.Err != "") {
+	if len(st.FailedOver) > 0 || f == fKillLeaderMidReb || f == fKillNodeMidReb || (st.Rebalance != nil && st.Rebalance.Err != "") {
 		s.rebalance(2 * time.Minute)
 	}
 	s.oneActiveEach()
@@ -836,6 +832,26 @@ func (s *sched) behind(addr string) int {
 		}
 	}
 	return n
+}
+
+// movingRebalance starts a rebalance that moves vbuckets (the fourth node
+// joins, or leaves if it is a member) and waits until it has moved one;
+// it returns the leader running it.
+func (s *sched) movingRebalance(members []int) int {
+	spare := s.nodeHosts[3].Addr(11211)
+	if slices.Contains(members, 3) {
+		s.must("DELETE", "/nodes", url.Values{"node": {spare}})
+	} else {
+		s.must("POST", "/nodes", url.Values{"node": {spare}})
+	}
+	s.must("POST", "/rebalance", nil)
+	lead := -1
+	s.waitFor("the rebalance to move a vbucket", 30*time.Second, func() bool {
+		st := s.leaderStatus()
+		lead = s.leader()
+		return st.Rebalance != nil && st.Rebalance.Running && st.Rebalance.Done >= 1 && lead >= 0
+	})
+	return lead
 }
 
 func (s *sched) allHosts() []*netlab.Host {
