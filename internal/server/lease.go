@@ -83,6 +83,19 @@ import (
 // left: the check and the store operation are microseconds apart (a
 // batch's last request, its batch's time), and the pause must fall
 // between them.
+//
+// # A build without fencing
+//
+// The build tag vbcache_nofence makes fencing (lease_fence.go,
+// lease_nofence.go) a false constant: such a node serves its active
+// vbuckets with or without a lease (never TMPFAIL for want of one) and
+// never turns them dead on its own from a newer map it learned from a peer
+// or a client; it still asks its peers and stores the maps it fetches, and
+// a manager's SET_VBUCKET still changes its states. The tag exists only to
+// prove that the fault tests can fail (test/faults, broken_test.go: a node
+// cut off from the manager keeps answering after its failover, and the
+// history checker must find the history not linearizable). In the normal
+// build the constant is true and the checks compile to what they were.
 
 // leaseBase is the origin of monoNow.
 var leaseBase = time.Now()
@@ -130,15 +143,23 @@ type nodeLease struct {
 	kick chan struct{} // (capacity 1) wakes the lease loop; sent without blocking
 }
 
-// serving reports whether active vbuckets may be served at now.
+// serving reports whether active vbuckets may be served at now (always,
+// in a vbcache_nofence build).
 func (l *nodeLease) serving(now int64) bool {
+	if !fencing {
+		return true
+	}
 	return !l.on.Load() || now < l.until.Load()
 }
 
 // managerLeased reports whether the node holds a manager's lease at now
 // (or was never granted one): only then does it keep active vbuckets
-// that a newer map gives to others (takeView).
+// that a newer map gives to others (takeView). A vbcache_nofence build
+// always keeps them.
 func (l *nodeLease) managerLeased(now int64) bool {
+	if !fencing {
+		return true
+	}
 	return !l.on.Load() || now < l.mgrUntil.Load()
 }
 
