@@ -83,7 +83,12 @@ var buildMu sync.Mutex
 
 // BuildVbcache builds ./cmd/vbcache into dir and returns the binary's path.
 // The output of a failed build is part of the error.
-func BuildVbcache(dir string) (string, error) {
+func BuildVbcache(dir string) (string, error) { return BuildVbcacheTags(dir) }
+
+// BuildVbcacheTags is BuildVbcache with build tags (go build -tags),
+// such as vbcache_nofence for a deliberately broken node
+// (internal/server, lease.go). With no tags it is BuildVbcache.
+func BuildVbcacheTags(dir string, tags ...string) (string, error) {
 	buildMu.Lock()
 	defer buildMu.Unlock()
 	root, err := ModuleRoot()
@@ -91,11 +96,15 @@ func BuildVbcache(dir string) (string, error) {
 		return "", err
 	}
 	bin := filepath.Join(dir, "vbcache")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/vbcache")
+	args := []string{"build", "-o", bin}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	cmd := exec.Command("go", append(args, "./cmd/vbcache")...)
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("go build ./cmd/vbcache: %v\n%s", err, out)
+		return "", fmt.Errorf("%s: %v\n%s", strings.Join(cmd.Args, " "), err, out)
 	}
 	return bin, nil
 }
