@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -24,7 +22,8 @@ import (
 // has failed it over, then healed; every operation is recorded and the
 // history checked with porcupine against the cache model
 // (test/history). There must be no violation. On one, porcupine's HTML
-// is written next to the test's temporary files and its path logged.
+// is written to $VBCACHE_ARTIFACTS (else the temporary directory) and its
+// path logged.
 func TestPartitionHistoryLinearizable(t *testing.T) {
 	historyUnderFault(t, "the manager's packets to it dropped", func(c *cluster) (inject, heal func()) {
 		return func() { c.lab.Cut(c.mgr, c.nodes[0]) }, func() { c.lab.Heal(c.nodes[0]) }
@@ -127,12 +126,7 @@ func historyUnderFault(t *testing.T, what string, fault func(*cluster) (inject, 
 	res := history.Check(h, 60*time.Second)
 	t.Logf("%d operations (%d without a definite answer) over the fault, the failover and the heal: linearizable %v", len(h), unsure, res.OK)
 	if !res.OK {
-		path := filepath.Join(os.TempDir(), fmt.Sprintf("vbcache-history-%d.html", time.Now().UnixNano()))
-		if f, err := os.Create(path); err == nil {
-			res.Visualize(f)
-			f.Close()
-			t.Logf("porcupine's visualisation: %s", path)
-		}
+		writeVisualisation(t, res, "history")
 		if res.TimedOut {
 			t.Fatalf("porcupine could not decide within 60 s")
 		}

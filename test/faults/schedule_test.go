@@ -10,8 +10,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -856,18 +854,4 @@ func (s *sched) movingRebalance(members []int) int {
 
 func (s *sched) allHosts() []*netlab.Host {
 	return append(append([]*netlab.Host{s.client, s.proxyHost}, s.mgrHosts...), s.nodeHosts...)
-}
-
-// writeVisualisation writes porcupine's HTML of res and returns its path.
-func writeVisualisation(t *testing.T, res history.Result, name string) string {
-	path := filepath.Join(os.TempDir(), fmt.Sprintf("vbcache-%s-%d.html", name, time.Now().UnixNano()))
-	f, err := os.Create(path)
-	if err != nil {
-		t.Log(err)
-		return ""
-	}
-	defer f.Close()
-	res.Visualize(f)
-	t.Logf("porcupine's visualisation: %s", path)
-	return path
 }
