@@ -1,6 +1,27 @@
-// Package faults runs a vbcache cluster on test hosts of its own
+// Package faults runs vbcache clusters on test hosts of their own
 // (test/netlab: network namespaces joined by a bridge) and injects real
-// network faults between them.
+// faults: partitions (nftables), pauses (SIGSTOP), kills (SIGKILL) and
+// restarts of real node, manager and etcd processes. Clients record every
+// operation and porcupine checks the history (test/history): issue 21's
+// fault harness.
+//
+//   - TestPartitionNodeFromManager, TestPartitionHistoryLinearizable and
+//     TestPauseHistoryLinearizable: one fault each, on one manager and
+//     three nodes.
+//   - TestSchedule and TestScheduleAsync (schedule_test.go): a seeded
+//     random schedule of every fault, on three managers and four nodes,
+//     under load through the vbucket client and the proxy. -seed N
+//     replays one exactly (the order of the faults, their victims and the
+//     load's keys and values; the processes' timing is the machine's),
+//     -faults N runs each fault N times, -only F,G picks faults, -long
+//     runs the long schedules.
+//   - TestCheckerCatchesUnfencedNode (broken_test.go): a build without
+//     fencing (-tags vbcache_nofence) must produce violations, or the
+//     checks above could not fail.
+//
+// A failing history's HTML goes to $VBCACHE_ARTIFACTS (test/run.sh sets
+// test-artifacts/) or the temporary directory. Without root, ip or nft
+// the tests skip (in CI they fail).
 package faults
 
 import (

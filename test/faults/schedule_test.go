@@ -32,8 +32,8 @@ import (
 
 var (
 	seedFlag = flag.Uint64("seed", 0, "TestSchedule: the schedule's seed (0: from the clock; the test logs it)")
-	longFlag = flag.Bool("long", false, "TestSchedule: the long schedule (each fault 10 times) instead of CI's short one")
-	perFault = flag.Int("faults", 0, "TestSchedule: how many times each fault runs (0: 2, or 10 with -long)")
+	longFlag = flag.Bool("long", false, "TestSchedule*: the long schedules (each fault 30 times, 10 with asynchronous replication)")
+	perFault = flag.Int("faults", 0, "TestSchedule*: how many times each fault runs (0: 10, 3 with asynchronous replication, 2 with -short)")
 	onlyFlag = flag.String("only", "", "TestSchedule: comma-separated faults to run (default all)")
 )
 
@@ -112,7 +112,7 @@ func startSched(t *testing.T, async bool) *sched {
 		s.mgrArgs = append(s.mgrArgs, []string{"manager", "--listen", h.Addr(11212), "--data-dir", t.TempDir() + "/etcd",
 			"--etcd-name", fmt.Sprintf("m%d", i+1), "--etcd-client-url", "http://" + h.Addr(2379), "--etcd-peer-url", "http://" + h.Addr(2380),
 			"--etcd-initial-cluster", strings.Join(initial, ","), "--etcd-initial-cluster-token", "vbcache-faults",
-			"--vbuckets", fmt.Sprint(vbuckets), "--replicas", "1", "--max-moves", "1",
+			"--vbuckets", fmt.Sprint(vbuckets), "--replicas", "1", "--max-moves", "2",
 			"--probe-interval", schedProbe.String(), "--lease", schedLease.String(), "--failover-after", schedFailover.String()})
 		s.mgrs = append(s.mgrs, h.Start(t, vbcacheBin, s.mgrArgs[i]...))
 	}
@@ -495,18 +495,19 @@ type stepResult struct {
 // the end that the history is linearizable under the no-loss cache model
 // (no eviction or expiry can happen here: an acknowledged write missing
 // is a lost write). -seed replays a schedule; -faults N runs each fault N
-// times (default 10); -short runs each twice.
-func TestSchedule(t *testing.T) { runSchedule(t, false, 10) }
+// times (default 10; -long 30; -short 2).
+func TestSchedule(t *testing.T) { runSchedule(t, false, 10, 30) }
 
 // TestScheduleAsync is TestSchedule with asynchronous replication: the
 // writes a failed node acknowledged around its failure may be lost; they
 // are counted, and each fault's losses must stay within what its streams
 // were behind just before it plus what it acknowledged after that. Any
 // other departure from the no-loss model is a violation. By default each
-// fault runs twice (-long: 10 times).
-func TestScheduleAsync(t *testing.T) { runSchedule(t, true, 2) }
+// fault runs 3 times (-long: 10 times).
+func TestScheduleAsync(t *testing.T) { runSchedule(t, true, 3, 10) }
 
-func runSchedule(t *testing.T, async bool, n int) {
+// runSchedule runs each fault n times, long times with -long.
+func runSchedule(t *testing.T, async bool, n, long int) {
 	seed := *seedFlag
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
@@ -515,7 +516,7 @@ func runSchedule(t *testing.T, async bool, n int) {
 	case *perFault > 0:
 		n = *perFault
 	case *longFlag:
-		n = max(n, 10) * 3
+		n = long
 	case testing.Short():
 		n = 2
 	}
