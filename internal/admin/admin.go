@@ -188,19 +188,43 @@ func (c *Conn) SetClusterConfig(json []byte, epoch, rev int64) error {
 	return err
 }
 
+// LeaseAnswer is a node's answer to a lease grant.
+type LeaseAnswer struct {
+	// Known: the node said what follows. An older node answers with no
+	// value; then both are zero.
+	Known bool
+	// Incarnation is random, nonzero and chosen at the node's start: a
+	// node restarted at the same address answers with another.
+	Incarnation uint64
+	// Held counts the vbuckets the node holds as active, replica or
+	// pending.
+	Held int
+}
+
 // Lease grants the node a lease of d to serve its active vbuckets, as
 // grant seq of the leadership epoch; acked is the latest grant of the
 // epoch whose answer came back (0: none), which the lease runs from.
 // self is the node's address as the manager names it and quorum the
-// members whose majority may extend it (internal/server, lease.go).
-func (c *Conn) Lease(d time.Duration, epoch, seq, acked uint64, self string, quorum []string) error {
+// members whose majority may extend it (internal/server, lease.go). It
+// returns what the node answered: its incarnation and the number of
+// vbuckets it holds (bytes 0-7 and 8-11 of the value; bytes past them,
+// which a later node may add, are ignored).
+func (c *Conn) Lease(d time.Duration, epoch, seq, acked uint64, self string, quorum []string) (LeaseAnswer, error) {
 	ex := make([]byte, 28)
 	binary.BigEndian.PutUint32(ex, uint32(d/time.Millisecond))
 	binary.BigEndian.PutUint64(ex[4:], epoch)
 	binary.BigEndian.PutUint64(ex[12:], seq)
 	binary.BigEndian.PutUint64(ex[20:], acked)
-	_, err := c.Do(protocol.OpLease, 0, ex, []byte(self), []byte(strings.Join(quorum, ",")))
-	return err
+	v, err := c.Do(protocol.OpLease, 0, ex, []byte(self), []byte(strings.Join(quorum, ",")))
+	switch {
+	case err != nil:
+		return LeaseAnswer{}, err
+	case len(v) == 0:
+		return LeaseAnswer{}, nil // an older node: nothing known
+	case len(v) < 12:
+		return LeaseAnswer{}, fmt.Errorf("LEASE: %d-byte answer", len(v))
+	}
+	return LeaseAnswer{Known: true, Incarnation: binary.BigEndian.Uint64(v[0:8]), Held: int(binary.BigEndian.Uint32(v[8:12]))}, nil
 }
 
 // LeaseInfo is a node's answer to LEASE_QUERY.

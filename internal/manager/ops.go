@@ -289,7 +289,7 @@ func (m *Manager) grant(ctx context.Context, addr string, quorum []string) error
 	return m.connIn(m.grantConns, gctx, addr, func(c *admin.Conn) error {
 		c.Timeout = time.Second
 		sent := m.cfg.Clock.Now()
-		if err := c.Lease(lp.L, epoch, seq, acked, addr, quorum); err != nil {
+		if _, err := c.Lease(lp.L, epoch, seq, acked, addr, quorum); err != nil {
 			return err
 		}
 		at := m.cfg.Clock.Now()

@@ -94,8 +94,11 @@ const (
 	// bucket name; Couchbase).
 	OpSelectBucket Opcode = 0x89
 	// OpLease grants a node a lease to serve its active vbuckets (vbcache;
-	// extras: 4-byte duration in ms, key: the node's address, value: the
-	// quorum set, comma-separated addresses). See internal/server/lease.go.
+	// extras: 4-byte duration in ms, 8-byte epoch, 8-byte grant number,
+	// 8-byte number of the grant it runs from; key: the node's address;
+	// value: the quorum set, comma-separated addresses; value of the
+	// answer: 8-byte incarnation, 4-byte count of vbuckets held, empty
+	// from older nodes). See internal/server/lease.go.
 	OpLease Opcode = 0xe8
 	// OpLeaseQuery asks a node whether it holds a manager's lease (vbcache;
 	// value of the answer: 4-byte ms left, 8-byte revEpoch, 8-byte rev).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"sync"
@@ -78,6 +79,11 @@ func (cc *clusterConfig) olderThan(epoch, rev int64) bool {
 type cluster struct {
 	vbs *vbucket.Table
 
+	// incarnation is random and nonzero, chosen when the cluster state
+	// is made (at process start), and sent in LEASE's answer: a node
+	// restarted at the same address answers with another (lease.go).
+	incarnation uint64
+
 	lease nodeLease // lease.go
 
 	cfgMu  sync.Mutex                    // serialises SET_CLUSTER_CONFIG's compare and store; the reply and Poke come after it
@@ -106,6 +112,9 @@ func newCluster(cfg *Config) *cluster {
 		ops: make([]atomic.Uint64, cfg.VBuckets), refused: make([]atomic.Uint64, cfg.VBuckets)}
 	cl.parkCtx, cl.parkStop = context.WithCancel(context.Background())
 	cl.lease.kick = make(chan struct{}, 1)
+	for cl.incarnation == 0 {
+		cl.incarnation = rand.Uint64()
+	}
 	return cl
 }
 

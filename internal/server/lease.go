@@ -58,6 +58,19 @@ import (
 // the only voters; here the manager is the only one who can fail a node
 // over, so it is the manager's contact that the majority speaks about.
 //
+// # What a grant's answer says
+//
+// A node answers a grant it accepts (a stale one too) with OK and a
+// 12-byte value: its incarnation, a random nonzero 64-bit number chosen
+// when its cluster state was made (at process start), then the number of
+// vbuckets it holds as active, replica or pending (32 bits), both
+// big-endian (leaseAnswer). A node that restarted answers at the same
+// address with a new incarnation, and, having lost everything, holds
+// nothing, which the manager can compare with its map. The count is
+// taken when answering, a load per vbucket, once per grant (grants come
+// each probe, not per request). An older node answered with no value;
+// the manager then knows nothing of its restarts.
+//
 // A node never granted a lease (one driven by hand with `vbcache ctl`,
 // or a test's) serves as before: lease mode starts with the first grant
 // and lasts for the process's life.
@@ -205,7 +218,8 @@ func (c *conn) noLease() admission {
 
 // grantLease handles LEASE from a manager: extras {duration ms (4),
 // epoch (8), seq (8), acked (8)}, key this node's address, value the
-// quorum set.
+// quorum set. It answers OK with leaseAnswer's value, or Invalid
+// arguments for a malformed grant.
 //
 // The lease runs from when this node handled grant number acked of the
 // same epoch (the latest grant whose answer the manager had when it sent
@@ -266,7 +280,32 @@ func (c *conn) grantLease(extras, key, value []byte) {
 		l.dur.Store(d)
 		l.wake() // the loop starts watching
 	}
-	c.binOK(0, nil, nil, nil)
+	var v [leaseAnswerLen]byte
+	c.binOK(0, nil, nil, c.s.cl.leaseAnswer(v[:0]))
+}
+
+// leaseAnswerLen is the length of LEASE's answer.
+const leaseAnswerLen = 12
+
+// leaseAnswer appends LEASE's answer to dst:
+//
+//	byte  0                               8               12
+//	      +-------------------------------+---------------+
+//	      | incarnation (8, big-endian)   | held (4, b-e) |
+//	      +-------------------------------+---------------+
+//
+// incarnation is the node's (cluster.incarnation); held counts the
+// vbuckets in a state other than dead: active, replica, pending.
+func (cl *cluster) leaseAnswer(dst []byte) []byte {
+	held := 0
+	for vb := range cl.vbs.Len() {
+		switch cl.vbs.Get(vb) {
+		case vbucket.Active, vbucket.Replica, vbucket.Pending:
+			held++
+		}
+	}
+	dst = binary.BigEndian.AppendUint64(dst, cl.incarnation)
+	return binary.BigEndian.AppendUint32(dst, uint32(held))
 }
 
 // queryLease answers LEASE_QUERY from a peer: the milliseconds left on

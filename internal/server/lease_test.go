@@ -1,9 +1,12 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -127,6 +130,83 @@ func TestLeaseGrants(t *testing.T) {
 	}
 }
 
+// TestLeaseAnswer: a grant's answer is the node's incarnation and the
+// number of vbuckets it holds as active, replica or pending (golden
+// bytes); a stale grant is answered alike, a malformed one with Invalid
+// arguments; admin.Conn.Lease reads it; a node restarted at the same
+// address answers with another incarnation, holding nothing.
+func TestLeaseAnswer(t *testing.T) {
+	s, stop, done := runServer(t, func(c *Config) { c.VBuckets = testVBuckets })
+	addr := s.Addrs()[0].String()
+	b := dialBin(t, addr)
+	inc := s.cl.incarnation
+	if inc == 0 {
+		t.Fatal("incarnation 0")
+	}
+	grant := func(seq, acked uint64) (protocol.Header, []byte) {
+		ex := make([]byte, 28)
+		binary.BigEndian.PutUint32(ex, 1000)
+		binary.BigEndian.PutUint64(ex[4:], 7)
+		binary.BigEndian.PutUint64(ex[12:], seq)
+		binary.BigEndian.PutUint64(ex[20:], acked)
+		h, body := b.do(protocol.OpLease, 0, ex, []byte(addr), []byte(addr))
+		return h, body[int(h.ExtLen)+int(h.KeyLen):]
+	}
+	want := func(held uint32) []byte {
+		return []byte{
+			byte(inc >> 56), byte(inc >> 48), byte(inc >> 40), byte(inc >> 32), // incarnation
+			byte(inc >> 24), byte(inc >> 16), byte(inc >> 8), byte(inc),
+			byte(held >> 24), byte(held >> 16), byte(held >> 8), byte(held), // vbuckets held
+		}
+	}
+	if h, v := grant(1, 0); h.Status != protocol.StatusOK || !bytes.Equal(v, want(0)) {
+		t.Fatalf("first grant: status %#x value % x, want % x", h.Status, v, want(0))
+	}
+	b.setState(1, vbucket.Active)
+	b.setState(2, vbucket.Replica)
+	b.setState(3, vbucket.Pending)
+	b.setState(4, vbucket.Dead)
+	b.setState(uint16(testVBuckets-1), vbucket.Active)
+	if h, v := grant(2, 1); h.Status != protocol.StatusOK || !bytes.Equal(v, want(4)) {
+		t.Fatalf("grant with 4 held: status %#x value % x, want % x", h.Status, v, want(4))
+	}
+	if h, v := grant(1, 0); h.Status != protocol.StatusOK || !bytes.Equal(v, want(4)) {
+		t.Fatalf("stale grant: status %#x value % x, want % x", h.Status, v, want(4))
+	}
+	if h, v := grant(3, 3); h.Status != protocol.StatusInvalid || string(v) != protocol.StatusInvalid.Text() {
+		t.Fatalf("malformed grant: status %#x value %q, want Invalid and its text", h.Status, v)
+	}
+	c, err := admin.Dial(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := c.Lease(time.Second, 7, 4, 2, addr, []string{addr})
+	c.Close()
+	if err != nil || a != (admin.LeaseAnswer{Known: true, Incarnation: inc, Held: 4}) {
+		t.Fatalf("admin Lease: %+v, %v", a, err)
+	}
+
+	// Restarted at the same address: another incarnation, nothing held.
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	s2, _ := startCluster(t, func(c *Config) { c.Port, _ = strconv.Atoi(port) })
+	if got := s2.Addrs()[0].String(); got != addr {
+		t.Fatalf("restarted at %s, not %s", got, addr)
+	}
+	c, err = admin.Dial(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	a, err = c.Lease(time.Second, 7, 5, 4, addr, []string{addr})
+	if err != nil || !a.Known || a.Held != 0 || a.Incarnation == 0 || a.Incarnation == inc {
+		t.Fatalf("admin Lease after the restart: %+v, %v (the first incarnation %#x)", a, err, inc)
+	}
+}
+
 // terseConfig is a config of servers with every vbucket active on the
 // first one.
 func terseConfig(t *testing.T, servers []string, rev int64) []byte {
@@ -235,7 +315,7 @@ func TestLeaseFromPeers(t *testing.T) {
 		defer close(done)
 		for seq := uint64(1); ; seq++ {
 			for i, c := range gcs {
-				if err := c.Lease(L, 2, seq, seq-1, addrs[i+1], addrs); err != nil {
+				if _, err := c.Lease(L, 2, seq, seq-1, addrs[i+1], addrs); err != nil {
 					t.Errorf("LEASE to %s: %v", addrs[i+1], err)
 					return
 				}
