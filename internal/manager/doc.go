@@ -35,7 +35,9 @@
 //     answered TMPFAIL meanwhile, and it takes the new map from its
 //     peers as soon as it runs again: internal/server, lease.go).
 //   - Membership: AddNode checks that the node answers in cluster mode with
-//     the cluster's vbucket count; RemoveNode takes it out of the members.
+//     the cluster's vbucket count (a node failed over before has every
+//     vbucket turned dead there first, and its grants, stopped by its
+//     failover, resume); RemoveNode takes it out of the members.
 //     Neither moves data: a rebalance does.
 //
 // # Rebalance

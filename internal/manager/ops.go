@@ -38,6 +38,18 @@ func (m *Manager) AddNode(ctx context.Context, addr string) error {
 	if err := m.checkNode(ctx, addr, s.NumVBuckets); err != nil {
 		return err
 	}
+	if slices.Contains(s.FailedOver, addr) {
+		// Failed over before: this leadership grants it nothing since
+		// (stopGrants), and it may be one that was paused through its
+		// failover and not told yet, still holding its old actives, which
+		// a manager's lease would let it serve again beside their new
+		// owners. So every vbucket turns dead there first, then the
+		// grants resume.
+		if err := m.turnDead(ctx, addr, s.NumVBuckets); err != nil {
+			return fmt.Errorf("node %s, failed over before: turning its vbuckets dead: %w", addr, err)
+		}
+		m.resumeGrants(addr)
+	}
 	// A first grant puts the node in lease mode before it can be given a
 	// vbucket: from then on it serves only while it holds a lease
 	// (fencing.go). It runs from no earlier grant, so it gives none yet;
@@ -354,26 +366,41 @@ func (m *Manager) tellFailedOver(ctx context.Context, s *State, addr string) {
 	if err != nil {
 		return
 	}
+	if m.turnDead(ctx, addr, s.NumVBuckets) != nil {
+		return // not reachable: the next probe tries again
+	}
 	tctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	err = m.conn(tctx, addr, func(c *admin.Conn) error {
 		c.Timeout = time.Second
 		defer func() { c.Timeout = 5 * time.Second }()
-		for vb := 0; vb < s.NumVBuckets; vb++ {
-			if err := c.SetVBucket(vb, vbucket.Dead); err != nil {
-				return err
-			}
-		}
 		if err := c.SetClusterConfig(data, s.RevEpoch, s.Rev); err != nil && !admin.IsStatus(err, protocol.StatusKeyExists) {
 			return err
 		}
 		return nil
 	})
 	if err != nil {
-		return // not reachable: the next probe tries again
+		return
 	}
 	m.mu.Lock()
 	m.told[addr] = true
 	m.mu.Unlock()
 	m.cfg.Logf("manager: %s, failed over, answered again: told it is out (its %d vbuckets dead, map rev %d)", addr, s.NumVBuckets, s.Rev)
+}
+
+// turnDead turns every one of the n vbuckets dead on addr, each request
+// within a second.
+func (m *Manager) turnDead(ctx context.Context, addr string, n int) error {
+	tctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	return m.conn(tctx, addr, func(c *admin.Conn) error {
+		c.Timeout = time.Second
+		defer func() { c.Timeout = 5 * time.Second }()
+		for vb := range n {
+			if err := c.SetVBucket(vb, vbucket.Dead); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
