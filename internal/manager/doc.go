@@ -24,6 +24,12 @@
 //     vbuckets and stays down FailoverAfter is failed over (when the
 //     cluster has replicas), on a goroutine of the probe loop's, since a
 //     failover may wait for the node's lease.
+//   - Notice restarts: each grant's answer names the node's incarnation
+//     and how many vbuckets it holds. A node that restarted faster than
+//     FailoverAfter comes back empty while the map still names it active;
+//     when two answers in a row say so (and no rebalance or failover
+//     runs), it is failed over at once, through the same path as a node
+//     that is down (restart.go).
 //   - Tell failed-over nodes they are out: each probe also tries the nodes
 //     in State.FailedOver that are not members again (on a goroutine of
 //     the probe loop's, so a paused one does not hold up the probes), and

@@ -148,6 +148,14 @@ func (m *Manager) sleepUntil(ctx context.Context, t time.Time) error {
 }
 
 func (m *Manager) failover(ctx context.Context, addr string, force bool) (rep FailoverReport, err error) {
+	m.mu.Lock()
+	m.failovers++
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.failovers--
+		m.mu.Unlock()
+	}()
 	m.opMu.Lock()
 	defer m.opMu.Unlock()
 	rep = FailoverReport{Node: addr}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -53,6 +54,17 @@ type NodeStatus struct {
 	Incoming int    `json:"incoming,omitempty"` // vbuckets the rebalance will give it
 	// Lease is what this leader's grants gave the node (fencing.go).
 	Lease *LeaseStatus `json:"lease,omitempty"`
+	// Incarnation and Holds are what the node's last answer to a grant
+	// said (restart.go): its incarnation, in hex, chosen at its start,
+	// and the vbuckets it holds as active, replica or pending. Absent
+	// when not known (no answer yet, or a node too old to say).
+	Incarnation string `json:"incarnation,omitempty"`
+	Holds       *int   `json:"holds,omitempty"`
+	// Restarted: the node answered, twice in a row, that it holds no
+	// vbuckets while the map gives it actives: it restarted and lost its
+	// data, and is failed over (or, with automatic failover off or no
+	// replicas, waits for an operator's).
+	Restarted bool `json:"restarted,omitempty"`
 }
 
 // LeaseStatus is the leader's view of a node's lease.
@@ -114,6 +126,11 @@ func (m *Manager) Status() Status {
 			ns.Probed, ns.Healthy, ns.LastErr = true, h.OK, h.Err
 			if !h.OK && !h.DownSince.IsZero() {
 				ns.DownFor = time.Since(h.DownSince).Round(time.Second).String()
+			}
+			if h.restart.known {
+				held := h.restart.held
+				ns.Incarnation, ns.Holds = fmt.Sprintf("%016x", h.restart.incarnation), &held
+				ns.Restarted = h.restart.lost()
 			}
 		}
 		m.mu.Unlock()

@@ -38,7 +38,9 @@ type Config struct {
 
 	// FailoverAfter is how long a node holding vbuckets may stop
 	// answering before it is failed over automatically (0: never; only
-	// when the cluster has replicas).
+	// when the cluster has replicas). A node that answers but restarted
+	// and lost its data is failed over without waiting for it, when it
+	// is not 0 (restart.go).
 	FailoverAfter time.Duration
 	ProbeInterval time.Duration // health probes, each a lease grant (default 1 s)
 	// Lease is the duration of the lease each probe grants a node: a node
@@ -138,6 +140,10 @@ type Manager struct {
 	told    map[string]bool
 	moving  map[int]bool    // vbuckets being moved now
 	leadCtx context.Context // the current leadership's context (nil when following)
+	// failovers counts the failovers running (failover): while one
+	// runs, its new actives may not be active yet, which the restart
+	// check must not take for a restart (restart.go).
+	failovers int
 	// The current leadership's leases (fencing.go): the grants' epoch,
 	// when the leadership began, what each node was granted. Reset when
 	// a leadership begins.
@@ -173,6 +179,8 @@ type nodeHealth struct {
 	LastOK    time.Time `json:"lastOK,omitzero"`
 	DownSince time.Time `json:"downSince,omitzero"`
 	Err       string    `json:"error,omitempty"`
+
+	restart restartWatch // what the grants' answers say (restart.go)
 }
 
 // nodeConn is a control connection to a node, used by one goroutine at a

@@ -61,7 +61,7 @@ func (m *Manager) AddNode(ctx context.Context, addr string) error {
 	// (stopGrants); joining again it gets them, numbered on from its
 	// last (opMu excludes a failover of it meanwhile).
 	m.resumeGrants(addr)
-	if err := m.grant(ctx, addr, q); err != nil {
+	if _, err := m.grant(ctx, addr, q); err != nil {
 		return fmt.Errorf("node %s: lease grant: %w", addr, err)
 	}
 	s, err := m.update(ctx, func(s *State) error {
@@ -132,7 +132,8 @@ func (m *Manager) RemoveNode(ctx context.Context, addr string) error {
 }
 
 // probeLoop probes every member each ProbeInterval, with a lease grant
-// (grant), and fails over nodes that stay down, until ctx ends.
+// (grant), and fails over nodes that stay down, or that restarted and
+// lost their data (restart.go), until ctx ends.
 //
 // Each member has a granter goroutine of its own (grantLoop), started and
 // stopped here as the members change, so that one paused node (whose
@@ -202,12 +203,32 @@ func (m *Manager) probeLoop(ctx context.Context) {
 			}
 		}
 		now := time.Now()
+		auto := m.cfg.FailoverAfter > 0 && s.Replicas > 0
 		for _, a := range quorumSet(s) {
 			m.mu.Lock()
 			h := m.health[a]
 			down := h != nil && !h.OK && !h.DownSince.IsZero() && now.Sub(h.DownSince) >= m.cfg.FailoverAfter
+			lost := h != nil && h.OK && h.restart.lost() && !rebalancing(s)
 			m.mu.Unlock()
-			if !down || m.cfg.FailoverAfter <= 0 || s.Replicas == 0 || !holdsVBuckets(s, a) || ctx.Err() != nil {
+			actives := 0
+			if lost {
+				actives = activesOf(s, a)
+				lost = actives > 0
+			}
+			if lost && !auto {
+				m.mu.Lock()
+				warn := !h.restart.warned
+				h.restart.warned = true
+				m.mu.Unlock()
+				if warn {
+					off := "automatic failover is off"
+					if s.Replicas == 0 {
+						off = "the cluster has no replicas"
+					}
+					m.cfg.Logf("manager: %s restarted (it holds no vbuckets, the map gives it %d actives): not failing it over (%s); its vbuckets answer NOT_MY_VBUCKET until it is failed over by hand (vbcache ctl failover)", a, actives, off)
+				}
+			}
+			if !(down || lost) || !auto || !holdsVBuckets(s, a) || ctx.Err() != nil {
 				continue
 			}
 			select {
@@ -215,11 +236,15 @@ func (m *Manager) probeLoop(ctx context.Context) {
 			default:
 				continue // one at a time; the next probe tries again
 			}
+			why := fmt.Sprintf("%s down since %v", a, m.healthOf(a).DownSince.Format(time.RFC3339))
+			if lost {
+				why = fmt.Sprintf("%s restarted (it holds no vbuckets, the map gives it %d actives)", a, actives)
+			}
 			workers.Add(1)
 			go func() { // owned by probeLoop, which waits for it
 				defer workers.Done()
 				defer func() { failing <- struct{}{} }()
-				m.cfg.Logf("manager: %s down since %v: failing it over", a, m.healthOf(a).DownSince.Format(time.RFC3339))
+				m.cfg.Logf("manager: %s: failing it over", why)
 				if err := m.Failover(ctx, a, FailoverOptions{Rebuild: true}); err != nil {
 					m.cfg.Logf("manager: automatic failover of %s: %v", a, err)
 				}
@@ -229,17 +254,35 @@ func (m *Manager) probeLoop(ctx context.Context) {
 }
 
 // grantLoop grants addr a lease each ProbeInterval, naming the current
-// quorum set, and records the outcome as its health, until ctx ends.
+// quorum set, and records the outcome as its health, and what the answer
+// says of a restart (restart.go), until ctx ends.
 func (m *Manager) grantLoop(ctx context.Context, addr string) {
 	t := time.NewTicker(m.cfg.ProbeInterval)
 	defer t.Stop()
+	m.mu.Lock()
+	if h := m.health[addr]; h != nil {
+		// A member again (or a new leadership): the answers count afresh.
+		h.restart.empty, h.restart.warned = 0, false
+	}
+	m.mu.Unlock()
 	for {
 		now := time.Now()
-		err := m.grant(ctx, addr, quorumSet(m.State()))
+		f0 := m.restartFacts("")
+		ans, err := m.grant(ctx, addr, quorumSet(m.State()))
 		if ctx.Err() != nil {
 			return
 		}
 		if !errors.Is(err, errNoGrant) {
+			var f restartFacts
+			if err == nil {
+				count := addr
+				if !ans.Known || ans.Held > 0 {
+					count = "" // the rule needs no count
+				}
+				f = m.restartFacts(count)
+				f.busy = f.busy || f0.busy || f.rev != f0.rev || f.epoch != f0.epoch
+			}
+			var seen restartSeen
 			m.mu.Lock()
 			h := m.health[addr]
 			if h == nil {
@@ -248,6 +291,7 @@ func (m *Manager) grantLoop(ctx context.Context, addr string) {
 			}
 			if err == nil {
 				h.OK, h.LastOK, h.DownSince, h.Err = true, now, time.Time{}, ""
+				seen = h.restart.answered(ans, f.actives, f.busy)
 			} else {
 				if h.OK || h.DownSince.IsZero() {
 					h.DownSince = now
@@ -255,6 +299,9 @@ func (m *Manager) grantLoop(ctx context.Context, addr string) {
 				h.OK, h.Err = false, err.Error()
 			}
 			m.mu.Unlock()
+			if seen.Was != 0 {
+				m.cfg.Logf("manager: %s restarted (incarnation %016x, was %016x): it holds %d vbuckets, the map gives it %d actives", addr, ans.Incarnation, seen.Was, ans.Held, activesOf(m.State(), addr))
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -278,9 +325,10 @@ func quorumSet(s *State) []string {
 // errNoGrant: the node is being failed over; it gets no grant.
 var errNoGrant = errors.New("no grant: being failed over")
 
-// grant sends addr a lease grant naming quorum, within a second, and
-// records the answer (fencing.go).
-func (m *Manager) grant(ctx context.Context, addr string, quorum []string) error {
+// grant sends addr a lease grant naming quorum, within a second, records
+// the answer (fencing.go) and returns what it says of the node
+// (restart.go).
+func (m *Manager) grant(ctx context.Context, addr string, quorum []string) (admin.LeaseAnswer, error) {
 	lp := newLeaseParams(m.cfg.Lease)
 	m.mu.Lock()
 	r := m.leases[addr]
@@ -290,7 +338,7 @@ func (m *Manager) grant(ctx context.Context, addr string, quorum []string) error
 	}
 	if r.stopped {
 		m.mu.Unlock()
-		return errNoGrant
+		return admin.LeaseAnswer{}, errNoGrant
 	}
 	epoch := m.epoch
 	seq, acked := r.sending(quorum)
@@ -298,10 +346,12 @@ func (m *Manager) grant(ctx context.Context, addr string, quorum []string) error
 	m.mu.Unlock()
 	gctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	return m.connIn(m.grantConns, gctx, addr, func(c *admin.Conn) error {
+	var ans admin.LeaseAnswer
+	err := m.connIn(m.grantConns, gctx, addr, func(c *admin.Conn) error {
 		c.Timeout = time.Second
 		sent := m.cfg.Clock.Now()
-		if _, err := c.Lease(lp.L, epoch, seq, acked, addr, quorum); err != nil {
+		var err error
+		if ans, err = c.Lease(lp.L, epoch, seq, acked, addr, quorum); err != nil {
 			return err
 		}
 		at := m.cfg.Clock.Now()
@@ -314,6 +364,7 @@ func (m *Manager) grant(ctx context.Context, addr string, quorum []string) error
 		m.mu.Unlock()
 		return nil
 	})
+	return ans, err
 }
 
 func (m *Manager) healthOf(a string) nodeHealth {

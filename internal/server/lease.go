@@ -66,7 +66,8 @@ import (
 // vbuckets it holds as active, replica or pending (32 bits), both
 // big-endian (leaseAnswer). A node that restarted answers at the same
 // address with a new incarnation, and, having lost everything, holds
-// nothing, which the manager can compare with its map. The count is
+// nothing while the manager's map still names it active: the manager
+// fails it over then (internal/manager, restart.go). The count is
 // taken when answering, a load per vbucket, once per grant (grants come
 // each probe, not per request). An older node answered with no value;
 // the manager then knows nothing of its restarts.

@@ -1,0 +1,129 @@
+package manager
+
+import (
+	"slices"
+
+	"github.com/vbcache/vbcache/internal/admin"
+)
+
+// Restarts: a node killed and started again at the same address before
+// FailoverAfter has passed answers its grants again, so the probes never
+// find it down; but a cache node keeps nothing across a restart, so it
+// comes back holding no vbucket, and the map still names it active for
+// its old ones, which it answers NOT_MY_VBUCKET for. Nothing else repairs
+// that (its replicas hold the data, and nobody promotes them), so the
+// leader fails it over, as it would a node that is down.
+//
+// Each grant's answer says what the node is (internal/server, lease.go):
+// its incarnation, chosen at its start, and how many vbuckets it holds
+// as active, replica or pending. The rule: a node that answers, twice in
+// a row, that it holds none while the map names it the active of at
+// least one vbucket, with no rebalance and no failover running when
+// either grant was sent or answered and the map unchanged across each,
+// has restarted and lost its data. It is failed over at once (probeLoop,
+// the automatic failover's path, one at a time, Rebuild on) when
+// automatic failover is on (FailoverAfter > 0) and the cluster has
+// replicas; otherwise a warning is logged once.
+//
+// The guards are for the moments when a node rightly holds less than
+// the map says, which are short: a move commits its new active only once
+// the target is active (DESIGN.md §3), but the answer is counted when it
+// reached the manager and the map read after it, so one answer may
+// predate a commit it is compared with; and a failover commits and
+// pushes its map before it activates the new actives, which may take
+// longer than a probe when a node is slow to take the push. The second
+// answer in a row, and the running operations' resetting the count,
+// cover those. A node that the map gives replicas only is not caught:
+// it serves nothing, so nothing is unavailable, but its copies are gone
+// and the map still names them until the node is failed over or the
+// vbuckets move.
+//
+// An incarnation that differs from the previous answer's is a restart
+// too, even when the node holds vbuckets again by then (something set
+// them); it is logged, and it fails nothing over by itself.
+
+// restartAnswers is how many answers in a row must hold nothing, while
+// the map gives the node actives, before the node counts as restarted.
+const restartAnswers = 2
+
+// restartWatch is what the grants' answers told of one node, in its
+// nodeHealth (under mu).
+type restartWatch struct {
+	known       bool   // the last answer said what follows (an older node's does not)
+	incarnation uint64 // the last answer's
+	held        int    // the vbuckets it held, as the last answer said
+	empty       int    // answers in a row holding nothing while the map gave it actives, nothing running
+	warned      bool   // the warning that it is not failed over was logged (for this run of empty answers)
+}
+
+// restartSeen is what one answer told of a restart.
+type restartSeen struct {
+	// Was is the previous answer's incarnation when the answer's
+	// differs from it (0: no change, or none known before).
+	Was uint64
+}
+
+// answered records an answer a, read while the map gave the node actives
+// actives; busy says a rebalance or a failover ran, or the map changed,
+// between the grant's sending and the map's reading.
+func (w *restartWatch) answered(a admin.LeaseAnswer, actives int, busy bool) restartSeen {
+	var seen restartSeen
+	if !a.Known {
+		*w = restartWatch{}
+		return seen
+	}
+	if w.known && w.incarnation != a.Incarnation {
+		seen.Was = w.incarnation
+	}
+	w.known, w.incarnation, w.held = true, a.Incarnation, a.Held
+	if a.Held == 0 && actives > 0 && !busy {
+		w.empty++
+	} else {
+		w.empty, w.warned = 0, false
+	}
+	return seen
+}
+
+// lost reports whether the node restarted and lost its data: the rule
+// above held on restartAnswers answers in a row.
+func (w *restartWatch) lost() bool { return w.empty >= restartAnswers }
+
+// activesOf counts the vbuckets s's map gives addr as active.
+func activesOf(s *State, addr string) int {
+	i := slices.Index(s.Servers, addr)
+	if i < 0 {
+		return 0
+	}
+	n := 0
+	for _, row := range s.Map {
+		if len(row) > 0 && row[0] == i {
+			n++
+		}
+	}
+	return n
+}
+
+// rebalancing reports whether s has a rebalance running.
+func rebalancing(s *State) bool { return s != nil && s.Rebalance != nil && s.Rebalance.Running }
+
+// restartFacts is what an answer is compared with: the current map's.
+type restartFacts struct {
+	epoch, rev int64
+	busy       bool // a rebalance or a failover runs
+	actives    int  // the vbuckets the map gives the node as active
+}
+
+// restartFacts reads, without copying the state, what the restart check
+// compares addr's answer with (addr "": the actives are not counted).
+func (m *Manager) restartFacts(addr string) restartFacts {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := restartFacts{busy: m.failovers > 0 || rebalancing(m.st)}
+	if m.st != nil {
+		f.epoch, f.rev = m.st.RevEpoch, m.st.Rev
+		if addr != "" {
+			f.actives = activesOf(m.st, addr)
+		}
+	}
+	return f
+}
