@@ -261,11 +261,38 @@ func startNoCleanup(kind Kind, vbcacheBin string, env, flags []string) (*Node, e
 	if len(env) > 0 {
 		n.cmd.Env = append(os.Environ(), env...)
 	}
+	if err := n.launch(); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// Restart starts n's command line again, at n's address, once n's
+// process has exited (killed by the test), and waits until the new
+// process accepts connections. The new Node is stopped by t.Cleanup.
+func (n *Node) Restart(tb testing.TB) *Node {
+	tb.Helper()
+	if !n.WaitExit(10 * time.Second) {
+		tb.Fatalf("restart of %s: its process %d did not exit within 10s", n.Addr, n.Pid())
+	}
+	r := &Node{Kind: n.Kind, Port: n.Port, Addr: n.Addr, Args: n.Args, stderr: new(bytes.Buffer), done: make(chan struct{})}
+	r.cmd = exec.Command(n.cmd.Path, n.Args...)
+	r.cmd.Env = n.cmd.Env
+	if err := r.launch(); err != nil {
+		tb.Fatalf("restart of %s: %v", n.Addr, err)
+	}
+	tb.Cleanup(r.Stop)
+	return r
+}
+
+// launch starts n.cmd and waits until n.Addr accepts (10 s at most).
+func (n *Node) launch() error {
+	prog, args := n.cmd.Path, n.Args
 	n.cmd.Stdout = lockedWriter{&n.mu, n.stderr}
 	n.cmd.Stderr = lockedWriter{&n.mu, n.stderr}
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := n.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("%s: %w", prog, err)
+		return fmt.Errorf("%s: %w", prog, err)
 	}
 	go func() {
 		err := n.cmd.Wait()
@@ -279,14 +306,14 @@ func startNoCleanup(kind Kind, vbcacheBin string, env, flags []string) (*Node, e
 		c, err := net.DialTimeout("tcp", n.Addr, 200*time.Millisecond)
 		if err == nil {
 			c.Close()
-			return n, nil
+			return nil
 		}
 		if n.Exited() {
-			return nil, fmt.Errorf("%s %s exited before accepting: %v\n%s", prog, strings.Join(args, " "), n.err, n.Stderr())
+			return fmt.Errorf("%s %s exited before accepting: %v\n%s", prog, strings.Join(args, " "), n.ExitErr(), n.Stderr())
 		}
 		if time.Now().After(deadline) {
 			n.Stop()
-			return nil, fmt.Errorf("%s did not accept on %s within 10s\n%s", prog, n.Addr, n.Stderr())
+			return fmt.Errorf("%s did not accept on %s within 10s\n%s", prog, n.Addr, n.Stderr())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
