@@ -79,11 +79,28 @@ func TestRestartedNodeIsFailedOver(t *testing.T) {
 	victim = victim.Restart(t)
 	restarted := time.Now()
 	t.Logf("%s killed and restarted in %v; the map gave it %d actives", victim.Addr, restarted.Sub(killed).Round(time.Millisecond), owned)
+	// When /status showed each step (every 5 ms): the grant on the old
+	// connection failing, the new incarnation's first answer, the second
+	// empty answer.
+	var seenDown, seenInc, seenRestarted time.Duration
 	waitFor(t, bound, fmt.Sprintf("the manager to fail the restarted %s over (within %v)", victim.Addr, bound), func() bool {
-		return slices.Contains(m.status().FailedOver, victim.Addr)
+		st := m.status()
+		if n, ok := nodeOf(st, victim.Addr); ok {
+			if n.Incarnation != inc && seenInc == 0 {
+				seenInc = time.Since(restarted)
+			}
+			if n.Restarted && seenRestarted == 0 {
+				seenRestarted = time.Since(restarted)
+			}
+			if !n.Healthy && seenDown == 0 {
+				seenDown = time.Since(restarted)
+			}
+		}
+		return slices.Contains(st.FailedOver, victim.Addr)
 	})
 	detected := time.Since(restarted)
-	t.Logf("failed over %v after the restart (--failover-after %v)", detected.Round(time.Millisecond), failoverAfter)
+	t.Logf("after the restart: a grant failed %v, the new incarnation answered %v, restarted %v, failed over %v (--failover-after %v)",
+		seenDown.Round(time.Millisecond), seenInc.Round(time.Millisecond), seenRestarted.Round(time.Millisecond), detected.Round(time.Millisecond), failoverAfter)
 	want := fmt.Sprintf("manager: %s restarted (it holds no vbuckets, the map gives it %d actives): failing it over", victim.Addr, owned)
 	if !strings.Contains(mp.Stderr(), want) {
 		t.Errorf("the manager's log lacks %q", want)
