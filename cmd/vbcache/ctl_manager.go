@@ -201,6 +201,9 @@ func ctlStatus(args []string, stdout, stderr io.Writer) int {
 		if n.Incoming > 0 {
 			note = fmt.Sprintf("+%d active after rebalance", n.Incoming)
 		}
+		if n.Restarted {
+			note = "restarted: holds none of its vbuckets"
+		}
 		if n.LastErr != "" && !n.Healthy {
 			note = n.LastErr
 		}
