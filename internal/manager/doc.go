@@ -173,8 +173,10 @@
 // nothing those calls wait for takes it:
 // a move takes opMu only around its commits (commitActive, the row's
 // commit) and pushes after letting go, never holds it around move.Move or
-// move.Recover, and failover lets go of it before it waits for the
-// rebalance goroutine. commitMu is held across update's etcd
+// move.Recover, failover lets go of it before it waits for the
+// rebalance goroutine, and the tell of a failed-over node that AddNode
+// waits for (tellFailedOver) takes only mu and a nodeConn's mu.
+// commitMu is held across update's etcd
 // transaction, mu never across an etcd call or a node request. The
 // rebalance goroutine's own errMu (runRebalance) is a leaf too.
 package manager

@@ -136,8 +136,11 @@ type Manager struct {
 	rebDone chan struct{}
 	conns   map[string]*nodeConn
 	// told holds the failed-over nodes this leader has told they are out
-	// (tellFailedOver); a failover of a node clears its entry.
+	// (tellFailedOver), or that AddNode takes back; a failover of a node
+	// clears its entry. telling has a channel per tell in flight, closed
+	// when it ends.
 	told    map[string]bool
+	telling map[string]chan struct{}
 	moving  map[int]bool    // vbuckets being moved now
 	leadCtx context.Context // the current leadership's context (nil when following)
 	// failovers counts the failovers running (failover): while one
@@ -214,7 +217,7 @@ func New(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("manager: %d replicas: want 0 to 3", cfg.Replicas)
 	}
 	m := &Manager{cfg: cfg, cli: cfg.Etcd, health: map[string]*nodeHealth{}, subs: map[chan struct{}]struct{}{},
-		conns: map[string]*nodeConn{}, moving: map[int]bool{}, told: map[string]bool{},
+		conns: map[string]*nodeConn{}, moving: map[int]bool{}, told: map[string]bool{}, telling: map[string]chan struct{}{},
 		leases: map[string]*leaseRec{}, grantConns: map[string]*nodeConn{}}
 	m.pubCond = sync.NewCond(&m.pubMu)
 	return m, nil

@@ -44,12 +44,37 @@ func (m *Manager) AddNode(ctx context.Context, addr string) error {
 		// failover and not told yet, still holding its old actives, which
 		// a manager's lease would let it serve again beside their new
 		// owners. So every vbucket turns dead there first, then the
-		// grants resume.
+		// grants resume. The probes' tells stop first (told), and one in
+		// flight is waited for: a tell that turned its vbuckets dead
+		// after the rebalance gave it some would leave them without an
+		// active.
+		m.mu.Lock()
+		wasTold := m.told[addr]
+		m.told[addr] = true
+		telling := m.telling[addr]
+		m.mu.Unlock()
+		if telling != nil {
+			select {
+			case <-telling:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
 		if err := m.turnDead(ctx, addr, s.NumVBuckets); err != nil {
+			m.mu.Lock()
+			m.told[addr] = wasTold
+			m.mu.Unlock()
 			return fmt.Errorf("node %s, failed over before: turning its vbuckets dead: %w", addr, err)
 		}
 		m.resumeGrants(addr)
 	}
+	// What the probes learned of an earlier membership (down since, a
+	// restart's empty answers) is not this one's: the first grant of its
+	// granter (probeLoop) records its health afresh. The probe loop may
+	// look at the health before that grant's answer comes.
+	m.mu.Lock()
+	delete(m.health, addr)
+	m.mu.Unlock()
 	// A first grant puts the node in lease mode before it can be given a
 	// vbucket: from then on it serves only while it holds a lease
 	// (fencing.go). It runs from no earlier grant, so it gives none yet;
@@ -406,13 +431,27 @@ func holdsVBuckets(s *State, a string) bool {
 // never probed or sent a map again. It is told once per leader (a
 // restarted node holds nothing, and rejoins through AddNode). The window
 // between such a node's return and the next probe is not closed here.
+//
+// s is the probe's state; the current one must still have addr failed
+// over and not a member, and the tell is registered in telling, under
+// mu, so that AddNode, which marks addr told, either stops it here or
+// waits for it to end.
 func (m *Manager) tellFailedOver(ctx context.Context, s *State, addr string) {
 	m.mu.Lock()
-	told := m.told[addr]
-	m.mu.Unlock()
-	if told || len(s.Servers) == 0 {
+	out := m.st != nil && slices.Contains(m.st.FailedOver, addr) && !slices.Contains(m.st.Nodes, addr)
+	if m.told[addr] || !out || m.telling[addr] != nil || len(s.Servers) == 0 {
+		m.mu.Unlock()
 		return
 	}
+	done := make(chan struct{})
+	m.telling[addr] = done
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.telling, addr)
+		m.mu.Unlock()
+		close(done)
+	}()
 	data, err := json.Marshal(s.Config(m.cfg.MgmtPort))
 	if err != nil {
 		return
@@ -440,18 +479,22 @@ func (m *Manager) tellFailedOver(ctx context.Context, s *State, addr string) {
 }
 
 // turnDead turns every one of the n vbuckets dead on addr, each request
-// within a second.
+// within a second, on a connection of its own: the pooled one (conn) may
+// still be the one to a process that has since been restarted, which
+// fails once before it is dropped.
 func (m *Manager) turnDead(ctx context.Context, addr string, n int) error {
 	tctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	return m.conn(tctx, addr, func(c *admin.Conn) error {
-		c.Timeout = time.Second
-		defer func() { c.Timeout = 5 * time.Second }()
-		for vb := range n {
-			if err := c.SetVBucket(vb, vbucket.Dead); err != nil {
-				return err
-			}
+	c, err := admin.Dial(tctx, addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.Timeout = time.Second
+	for vb := range n {
+		if err := c.SetVBucket(vb, vbucket.Dead); err != nil {
+			return err
 		}
-		return nil
-	})
+	}
+	return nil
 }
