@@ -451,6 +451,10 @@ func (m *Manager) lead(ctx context.Context) {
 	m.mu.Lock()
 	m.leadCtx = ctx
 	m.epoch, m.leadSince, m.leases = rand.Uint64()|1, m.cfg.Clock.Now(), map[string]*leaseRec{}
+	for _, h := range m.health {
+		// The restart rule counts this leadership's answers (restart.go).
+		h.restart.empty, h.restart.warned = 0, false
+	}
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()

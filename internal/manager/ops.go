@@ -284,12 +284,6 @@ func (m *Manager) probeLoop(ctx context.Context) {
 func (m *Manager) grantLoop(ctx context.Context, addr string) {
 	t := time.NewTicker(m.cfg.ProbeInterval)
 	defer t.Stop()
-	m.mu.Lock()
-	if h := m.health[addr]; h != nil {
-		// A member again (or a new leadership): the answers count afresh.
-		h.restart.empty, h.restart.warned = 0, false
-	}
-	m.mu.Unlock()
 	for {
 		now := time.Now()
 		f0 := m.restartFacts("")

@@ -38,6 +38,10 @@ import (
 // and the map still names them until the node is failed over or the
 // vbuckets move.
 //
+// The count starts afresh with each leadership (lead) and each
+// membership (AddNode drops the node's health): answers counted before
+// a node was failed over and added back must not fail it over again.
+//
 // An incarnation that differs from the previous answer's is a restart
 // too, even when the node holds vbuckets again by then (something set
 // them); it is logged, and it fails nothing over by itself.

@@ -1,9 +1,19 @@
 package manager
 
 import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/vbcache/vbcache/internal/admin"
+	"github.com/vbcache/vbcache/internal/server"
+	"github.com/vbcache/vbcache/internal/vbucket"
 )
 
 // TestRestartWatch pins restart.go's rule, answer by answer: two answers
@@ -74,6 +84,156 @@ func TestRestartWatch(t *testing.T) {
 					t.Fatalf("answer %d %+v (map: %d actives, busy %v): incarnation change from %#x (want %#x), lost %v (want %v)",
 						i, ans, a.actives, a.busy, seen.Was, a.changed, w.lost(), a.lost)
 				}
+			}
+		})
+	}
+}
+
+// TestRestartedNodeInProcess restarts an in-process node at its address
+// (the old server stopped, a new one on the same port, empty) while the
+// map names it active, with probes every 50 ms and failover after 1 h
+// down, so only restart.go's rule can act. With automatic failover on,
+// the manager fails it over, logging why, and the node, added back and
+// rebalanced, holds vbuckets again. With it off, the manager warns once,
+// /status reports the node restarted, and nothing is failed over until an
+// operator's failover.
+func TestRestartedNodeInProcess(t *testing.T) {
+	for _, auto := range []bool{true, false} {
+		t.Run(map[bool]string{true: "auto", false: "off"}[auto], func(t *testing.T) {
+			cli := startTestEtcd(t)
+			nodes := []*testNode{startNode(t, ""), startNode(t, ""), startNode(t, "")}
+			var logMu sync.Mutex
+			var logs []string
+			countLogs := func(sub string) int {
+				logMu.Lock()
+				defer logMu.Unlock()
+				n := 0
+				for _, l := range logs {
+					if strings.Contains(l, sub) {
+						n++
+					}
+				}
+				return n
+			}
+			after := time.Hour
+			if !auto {
+				after = 0
+			}
+			m, err := New(Config{Etcd: cli, Advertise: "http://restart-test", NumVBuckets: testVBuckets, Replicas: 1,
+				SessionTTL: 1, ProbeInterval: 50 * time.Millisecond, FailoverAfter: after,
+				Logf: func(format string, args ...any) {
+					line := fmt.Sprintf(format, args...)
+					logMu.Lock()
+					logs = append(logs, line)
+					logMu.Unlock()
+					t.Log("manager: " + line)
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tm := &testManager{m: m, ran: make(chan struct{})}
+			tm.start(t)
+			ctx := context.Background()
+			for _, n := range nodes {
+				if err := m.AddNode(ctx, n.addr); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := m.StartRebalance(ctx); err != nil {
+				t.Fatal(err)
+			}
+			s := waitRebalanced(t, m)
+			a := nodes[0].addr
+			actives := activesOf(s, a)
+			if actives == 0 {
+				t.Fatalf("the map gives %s no active: %v", a, s.Map)
+			}
+			nodeStatus := func() NodeStatus {
+				for _, n := range m.Status().Nodes {
+					if n.Addr == a {
+						return n
+					}
+				}
+				return NodeStatus{}
+			}
+			waitFor(t, 10*time.Second, "the node's incarnation in /status", func() bool {
+				n := nodeStatus()
+				return n.Incarnation != "" && n.Holds != nil && *n.Holds > 0
+			})
+			inc := nodeStatus().Incarnation
+
+			nodes[0].stop()
+			_, port, _ := net.SplitHostPort(a)
+			restarted := startNodeWith(t, "", func(c *server.Config) { c.Port, _ = strconv.Atoi(port) })
+			if restarted.addr != a {
+				t.Fatalf("restarted at %s, not %s", restarted.addr, a)
+			}
+			since := time.Now()
+			want := fmt.Sprintf("manager: %s restarted (it holds no vbuckets, the map gives it %d actives): failing it over", a, actives)
+			if !auto {
+				want = fmt.Sprintf("manager: %s restarted (it holds no vbuckets, the map gives it %d actives): not failing it over (automatic failover is off)", a, actives)
+			}
+			waitFor(t, 10*time.Second, "the log line "+want, func() bool { return countLogs(want) > 0 })
+			t.Logf("%v after the restart: %s", time.Since(since).Round(time.Millisecond), want)
+			if countLogs(fmt.Sprintf("manager: %s restarted (incarnation ", a)) != 1 {
+				t.Errorf("the incarnation change was not logged once")
+			}
+			if !auto {
+				n := nodeStatus()
+				if !n.Restarted || n.Holds == nil || *n.Holds != 0 || n.Incarnation == inc {
+					t.Errorf("/status of the restarted node: %+v (incarnation before %s)", n, inc)
+				}
+				// Ten more answers: warned once, not failed over.
+				answered := n.Lease.Answered
+				waitFor(t, 10*time.Second, "ten more grants answered", func() bool {
+					n := nodeStatus()
+					return n.Lease != nil && n.Lease.Answered >= answered+10
+				})
+				if c := countLogs(want); c != 1 {
+					t.Errorf("warned %d times, want once", c)
+				}
+				if fo := m.State().FailedOver; len(fo) > 0 {
+					t.Fatalf("failed over %v with automatic failover off", fo)
+				}
+				if err := m.Failover(ctx, a, FailoverOptions{Rebuild: true}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Failed over, and the replicas rebuilt by the rebalance the
+			// failover starts.
+			waitFor(t, 10*time.Second, a+" failed over and its replicas rebuilt", func() bool {
+				s := m.State()
+				return slices.Contains(s.FailedOver, a) && s.Rebalance != nil && s.Rebalance.Started.After(since) && !s.Rebalance.Running
+			})
+			s = m.State()
+			for vb, row := range s.Map {
+				if s.server(row[0]) == a || row[0] < 0 {
+					t.Fatalf("vbucket %d after the failover: %v (servers %v)", vb, row, s.Servers)
+				}
+			}
+			// Back in.
+			if err := m.AddNode(ctx, a); err != nil {
+				t.Fatalf("adding %s back: %v", a, err)
+			}
+			if err := m.StartRebalance(ctx); err != nil {
+				t.Fatal(err)
+			}
+			s = waitRebalanced(t, m)
+			if activesOf(s, a) == 0 {
+				t.Fatalf("%s holds no active after it was added back and the rebalance", a)
+			}
+			c := testDial(t, a)
+			held := 0
+			for vb := range testVBuckets {
+				if st, err := c.GetVBucket(vb); err == nil && st == vbucket.Active {
+					held++
+				}
+			}
+			if held != activesOf(s, a) {
+				t.Errorf("%s is active for %d vbuckets, the map gives it %d", a, held, activesOf(s, a))
+			}
+			if n := nodeStatus(); n.Restarted {
+				t.Errorf("%s still reported restarted: %+v, holds %d, lease %+v", a, n, *n.Holds, *n.Lease)
 			}
 		})
 	}
