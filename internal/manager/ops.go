@@ -78,7 +78,9 @@ func (m *Manager) AddNode(ctx context.Context, addr string) error {
 	// A first grant puts the node in lease mode before it can be given a
 	// vbucket: from then on it serves only while it holds a lease
 	// (fencing.go). It runs from no earlier grant, so it gives none yet;
-	// the probes do.
+	// the probes do. (A node added back may be named one answered before
+	// its failover, whose lease may not be over yet; it serves nothing
+	// with it, its vbuckets being dead.)
 	q := quorumSet(s)
 	q = append(q, addr)
 	slices.Sort(q)
