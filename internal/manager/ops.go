@@ -43,8 +43,8 @@ func (m *Manager) AddNode(ctx context.Context, addr string) error {
 		// (stopGrants), and it may be one that was paused through its
 		// failover and not told yet, still holding its old actives, which
 		// a manager's lease would let it serve again beside their new
-		// owners. So every vbucket turns dead there first, then the
-		// grants resume. The probes' tells stop first (told), and one in
+		// owners. So every vbucket turns dead there first; its grants
+		// resume below. The probes' tells stop first (told), and one in
 		// flight is waited for: a tell that turned its vbuckets dead
 		// after the rebalance gave it some would leave them without an
 		// active.
@@ -66,7 +66,6 @@ func (m *Manager) AddNode(ctx context.Context, addr string) error {
 			m.mu.Unlock()
 			return fmt.Errorf("node %s, failed over before: turning its vbuckets dead: %w", addr, err)
 		}
-		m.resumeGrants(addr)
 	}
 	// What the probes learned of an earlier membership (down since, a
 	// restart's empty answers) is not this one's: the first grant of its
