@@ -200,6 +200,10 @@ const (
 	StatusUnknown       Status = 0x0081
 	StatusNoMemory      Status = 0x0082
 	StatusTmpFail       Status = 0x0086
+	// StatusSyncWriteAmbiguous is Couchbase's: a write that must be
+	// replicated before it is answered was stored, but its replication
+	// was not confirmed in time; it may or may not survive a failover.
+	StatusSyncWriteAmbiguous Status = 0x00a3
 )
 
 // Text is the error body memcached sends with a status (write_bin_error).
@@ -225,6 +229,8 @@ func (s Status) Text() string {
 		return "Auth failure."
 	case StatusTmpFail:
 		return "Temporary failure"
+	case StatusSyncWriteAmbiguous:
+		return "Sync write ambiguous: its replication timed out"
 	}
 	return ""
 }

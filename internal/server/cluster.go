@@ -176,6 +176,7 @@ func (c *conn) admit(vb int) admission {
 		}
 		c.entered = vb + 1
 		c.mutsAtAdmit = c.tx.Mutations()
+		c.outAtAdmit = len(c.out)
 		cl.ops[vb].Add(1)
 		// Items this request stores belong to vb (the store keeps each
 		// vbucket's items on a list, for DEL_VBUCKET).
@@ -191,7 +192,8 @@ func (c *conn) admit(vb int) admission {
 // leaveVB ends the vbucket admission of the command that just finished.
 // With synchronous replication, a command that changed its vbucket then
 // waits until the vbucket's streams have acknowledged the change (its
-// reply is in c.out, not yet written), at most the park timeout: a
+// reply is in c.out, not yet written), at most the park timeout, and is
+// answered with an error when they did not (syncWriteAmbiguous): a
 // failover that promotes a replica then keeps every write a client saw
 // acknowledged. The wait comes after Leave, so a takeover fencing writes
 // does not wait for it.
@@ -222,9 +224,29 @@ func (c *conn) leaveVB() {
 	ctx, cancel := context.WithTimeout(cl.parkCtx, d)
 	if !cl.streams.WaitReplicated(ctx, vb, seq, want) {
 		cl.syncTimeouts.Add(1)
+		c.syncWriteAmbiguous()
 	}
 	cancel()
 	c.leaseRead = false // time has passed: the next check reads the clock again
+}
+
+// syncWriteAmbiguous replaces the reply of a write whose replication was
+// not confirmed within the park timeout: it is stored here, but a
+// failover could lose it, so it is not acknowledged (Couchbase's
+// SyncWriteAmbiguous; text: SERVER_ERROR). A quiet binary request gets
+// the error too; a text command with noreply gets nothing, as memcached
+// silences its errors.
+func (c *conn) syncWriteAmbiguous() {
+	if c.outAtAdmit > len(c.out) {
+		return // not this command's reply (cannot happen: c.out only grows within a command)
+	}
+	c.out = c.out[:c.outAtAdmit]
+	switch {
+	case c.mode == modeBinary:
+		c.binError(protocol.StatusSyncWriteAmbiguous)
+	case !c.noreply:
+		c.out = append(c.out, "SERVER_ERROR sync replication timed out; the write may not survive a failover\r\n"...)
+	}
 }
 
 // replicasWanted is how many streams must copy a write to vbucket vb

@@ -86,7 +86,9 @@ type Config struct {
 	// vbucket only once every stream copying the vbucket (its replicas',
 	// a move's) has acknowledged it, and at least one stream does when
 	// the stored cluster map gives the vbucket a replica, waiting at most
-	// VBucketParkTimeout; a vbucket the map gives no replica is answered
+	// VBucketParkTimeout, after which the write is answered with an error
+	// (StatusSyncWriteAmbiguous; text SERVER_ERROR), not acknowledged;
+	// a vbucket the map gives no replica is answered
 	// once its open streams (if any) have the write. Replication is
 	// otherwise asynchronous (internal/stream, "Durability").
 	SyncReplication bool

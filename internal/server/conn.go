@@ -99,6 +99,7 @@ type conn struct {
 	producerName string
 	entered      int    // 1 + the vbucket the current command was admitted to (cluster mode), or 0
 	mutsAtAdmit  uint64 // c.tx.Mutations() when it was admitted (leaveVB)
+	outAtAdmit   int    // len(c.out) when it was admitted: where its reply starts (leaveVB)
 	// leaseNow is the monotonic clock as the lease check reads it
 	// (leaseClock), once per processInput call: requests that arrived
 	// in one read are checked against one reading, taken after they

@@ -1,13 +1,16 @@
 package streams
 
 import (
+	"bufio"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/vbucket"
 )
@@ -384,5 +387,44 @@ func TestSyncReplicationWantsTheMapsReplica(t *testing.T) {
 	}
 	if n := a.stats("vbucket")["sync_replication_timeouts"]; n != "0" {
 		t.Errorf("sync_replication_timeouts = %s, want 0", n)
+	}
+}
+
+// TestSyncReplicationTimeoutIsNoAck: with --sync-replication, a write
+// whose replication is not confirmed within --pending-timeout (the map
+// gives its vbucket a replica, and no stream copies it) is answered with
+// an error, binary SyncWriteAmbiguous and text SERVER_ERROR, never
+// acknowledged: a failover could lose it. A quiet binary set gets the
+// error too; a text set with noreply gets nothing.
+func TestSyncReplicationTimeoutIsNoAck(t *testing.T) {
+	nodes := startNodes(t, 2, "--sync-replication", "--pending-timeout", "300ms")
+	a := dialCtl(t, nodes[0].Addr)
+	rows := make([]string, numVBuckets)
+	for i := range rows {
+		rows[i] = "[0,1]"
+	}
+	a.must(a.SetClusterConfig(fmt.Appendf(nil, `{"rev":1,"name":"default","nodeLocator":"vbucket","vBucketServerMap":{"hashAlgorithm":"CRC","numReplicas":1,"serverList":[%q,%q],"vBucketMap":[%s]}}`,
+		nodes[0].Addr, nodes[1].Addr, strings.Join(rows, ",")), 0, 1), "SET_CLUSTER_CONFIG")
+	const vb = 3
+	a.setState(vb, vbucket.Active)
+	key := keysFor("ambiguous", vb, 1)[0]
+	if _, err := a.Do(protocol.OpSet, vb, make([]byte, 8), []byte(key), []byte("v")); !admin.IsStatus(err, protocol.StatusSyncWriteAmbiguous) {
+		t.Errorf("binary set with no stream to confirm it: %v, want status SyncWriteAmbiguous", err)
+	}
+	// The text protocol (a node without a vbucket in the request maps the
+	// key itself: the text set lands in the key's vbucket, vb).
+	nc, err := net.Dial("tcp", nodes[0].Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(nc, "set %s 0 0 1 noreply\r\nx\r\nset %s 0 0 1\r\ny\r\n", key, key)
+	line, err := bufio.NewReader(nc).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "SERVER_ERROR sync replication timed out") {
+		t.Errorf("text set with no stream to confirm it: %q, %v; want SERVER_ERROR sync replication timed out… (and nothing for the noreply set)", line, err)
+	}
+	if n, _ := strconv.Atoi(a.stats("vbucket")["sync_replication_timeouts"]); n != 3 {
+		t.Errorf("sync_replication_timeouts = %d, want 3", n)
 	}
 }
