@@ -575,8 +575,14 @@ func (m *Manager) vbBytes(ctx context.Context, addr string, vb int) uint64 {
 	return n
 }
 
+// errRebalanceStopping: a wait of a move gave up because the rebalance is
+// being stopped (by hand, or by a failover, which waits for it).
+var errRebalanceStopping = errors.New("the rebalance is stopping")
+
 // waitCaughtUp waits until replica r's stream of vb from the active has
-// reached the active's last sequence number as it was when the wait began.
+// reached the active's last sequence number as it was when the wait began,
+// or the rebalance is stopping: a failover of r (or of the active) stops
+// the rebalance and waits for it, and must not wait out this deadline.
 func (m *Manager) waitCaughtUp(ctx context.Context, vb int, active, r string) error {
 	high, err := m.vbStat(ctx, active, vb, "high_seqno")
 	if err != nil {
@@ -605,6 +611,9 @@ func (m *Manager) waitCaughtUp(ctx context.Context, vb int, active, r string) er
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("replica %s of vbucket %d did not catch up (at %d of %d)", r, vb, got, high)
+		}
+		if s := m.State(); s.Rebalance != nil && s.Rebalance.Stopping {
+			return fmt.Errorf("replica %s of vbucket %d, at %d of %d: %w", r, vb, got, high, errRebalanceStopping)
 		}
 		sleep(ctx, 5*time.Millisecond)
 		if ctx.Err() != nil {
