@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -86,6 +89,8 @@ type sched struct {
 	proxy     *netlab.Proc
 
 	async bool // the nodes replicate asynchronously
+
+	past []string // the logs of processes that were replaced, each headed by its name
 }
 
 func startSched(t *testing.T, async bool) *sched {
@@ -135,6 +140,9 @@ func startSched(t *testing.T, async bool) *sched {
 }
 
 func (s *sched) startNode(i int) {
+	if p := s.nodes[i]; p != nil {
+		s.past = append(s.past, fmt.Sprintf("node%d, until %s:\n%s", i+1, time.Now().Format("15:04:05.000"), p.Output()))
+	}
 	h := s.nodeHosts[i]
 	s.nodes[i] = h.Start(s.t, vbcacheBin, append([]string{"server", "-l", h.IP, "-p", "11211"}, s.nodeArgs...)...)
 	s.nodes[i].WaitListening(s.t, s.client, h.Addr(11211), 10*time.Second)
@@ -144,8 +152,60 @@ func (s *sched) waitFor(what string, d time.Duration, cond func() bool) {
 	s.t.Helper()
 	for deadline := time.Now().Add(d); !cond(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
+			s.dump()
 			s.t.Fatalf("waited %v for %s", d, what)
 		}
+	}
+}
+
+// dumpAll writes every process's whole log to the artifacts directory.
+func (s *sched) dumpAll() {
+	for i, p := range s.mgrs {
+		s.save(fmt.Sprintf("manager%d", i+1), p.Output())
+	}
+	for i, p := range s.nodes {
+		s.save(fmt.Sprintf("node%d", i+1), p.Output())
+	}
+	s.save("proxy", s.proxy.Output())
+	s.save("replaced-processes", strings.Join(s.past, "\n\n"))
+}
+
+func (s *sched) save(name, out string) {
+	path := filepath.Join(artifactsDir(), fmt.Sprintf("vbcache-%s-%d.log", name, time.Now().UnixNano()))
+	if err := os.WriteFile(path, []byte(out), 0o644); err == nil {
+		s.t.Logf("%s's log: %s", name, path)
+	}
+}
+
+// dump logs what the managers say and the end of every process's log.
+func (s *sched) dump() {
+	for i := range s.mgrHosts {
+		b, err := s.call(i, "GET", "/status", nil)
+		s.t.Logf("manager%d's status (%v):\n%s", i+1, err, b)
+	}
+	tail := func(name, out string) {
+		lines := strings.Split(out, "\n")
+		s.t.Logf("the end of %s's log:\n%s", name, strings.Join(lines[max(0, len(lines)-80):], "\n"))
+	}
+	for i, p := range s.mgrs {
+		tail(fmt.Sprintf("manager%d", i+1), p.Output())
+	}
+	// The leader's goroutines (SIGQUIT makes a Go process print them and
+	// exit), in full to a file: where a stuck step waits.
+	if l := s.leader(); l >= 0 {
+		p := s.mgrs[l]
+		p.Signal(syscall.SIGQUIT)
+		select {
+		case <-p.Done():
+		case <-time.After(5 * time.Second):
+		}
+		path := filepath.Join(artifactsDir(), fmt.Sprintf("vbcache-manager%d-%d.log", l+1, time.Now().UnixNano()))
+		if err := os.WriteFile(path, []byte(p.Output()), 0o644); err == nil {
+			s.t.Logf("manager%d's log and goroutines: %s", l+1, path)
+		}
+	}
+	for i, p := range s.nodes {
+		tail(fmt.Sprintf("node%d", i+1), p.Output())
 	}
 }
 
@@ -347,6 +407,7 @@ const (
 
 func (s *sched) startLoad(seed uint64) *load {
 	l := &load{rec: history.NewRecorder()}
+	s.t.Logf("the history's clock starts at %s", time.Now().Format("15:04:05.000"))
 	var seeds []string
 	for _, h := range s.nodeHosts {
 		seeds = append(seeds, h.Addr(11211))
@@ -389,10 +450,27 @@ func (l *load) set(cl int, mc *memcache.Client, key, v string) {
 	end := l.rec.Begin(cl, history.Input{Kind: history.Set, Key: key, Value: v})
 	if err := mc.Set(&memcache.Item{Key: key, Value: []byte(v)}); err != nil {
 		l.errs.Add(1)
-		end(history.Output{Outcome: history.Unknown})
+		end(history.Output{Outcome: outcomeOf(cl, err)})
+		time.Sleep(20 * time.Millisecond) // a client backs off after an error
 		return
 	}
 	end(history.Output{Outcome: history.OK})
+}
+
+// outcomeOf is what a failed write of client cl did. The vbucket client
+// (clients 0 and 1) sends a request again only after an answer that did
+// nothing (NOT_MY_VBUCKET, TMPFAIL before admission) or a dial that
+// failed, and gives up with the last of them: then nothing happened. Any
+// other error, and any through the proxy, may have taken effect.
+func outcomeOf(cl int, err error) history.Outcome {
+	if cl >= 2 {
+		return history.Unknown
+	}
+	var op *net.OpError
+	if errors.Is(err, memcache.ErrNotMyVBucket) || errors.Is(err, memcache.ErrTemporaryFailure) || (errors.As(err, &op) && op.Op == "dial") {
+		return history.Failed
+	}
+	return history.Unknown
 }
 
 func (l *load) get(cl int, mc *memcache.Client, key string) error {
@@ -405,6 +483,7 @@ func (l *load) get(cl int, mc *memcache.Client, key string) error {
 	case err != nil:
 		l.errs.Add(1)
 		end(history.Output{Outcome: history.Unknown})
+		time.Sleep(20 * time.Millisecond) // a client backs off after an error
 		return err
 	}
 	end(history.Output{Outcome: history.OK, Hit: true, Value: string(it.Value)})
@@ -610,6 +689,14 @@ func runSchedule(t *testing.T, async bool, n, long int) {
 		seed, len(results), elapsed.Round(time.Second), len(h), unsure, time.Since(checkStart).Round(time.Millisecond), map[bool]string{true: " but those counted", false: ""}[async], res.OK)
 	summarize(t, results)
 	if !res.OK {
+		for k, ops := range history.Violations(history.NoLossModel, h, time.Minute) {
+			var lines []string
+			for _, o := range ops {
+				lines = append(lines, history.Describe(o))
+			}
+			t.Logf("key %s (vbucket %d) is not linearizable:\n%s", k, vbmap.VBucketString(k, vbuckets), strings.Join(lines[:min(len(lines), 80)], "\n"))
+		}
+		s.dumpAll()
 		path := writeVisualisation(t, res, fmt.Sprintf("schedule-%d", seed))
 		if res.TimedOut {
 			t.Fatalf("porcupine could not decide within 5 minutes (%s)", path)
@@ -644,6 +731,7 @@ func (s *sched) runFault(l *load, rng *rand.Rand, f string) stepResult {
 	victim := s.nodeHosts[vi]
 	va := victim.Addr(11211)
 	r.victim = va
+	s.t.Logf("%s: %s on %s", time.Now().Format("15:04:05.000"), f, va)
 	failedOver := func() bool { return slices.Contains(s.leaderStatus().FailedOver, va) }
 	var healAt time.Time // when the fault ended: healed, or the killed node failed over
 	if s.async && (f == fCutFromManagers || f == fIsolateNode || f == fPauseNode || f == fKillNode || f == fRestartNode || f == fKillNodeMidReb) {
@@ -763,6 +851,7 @@ func (s *sched) runFault(l *load, rng *rand.Rand, f string) stepResult {
 		r.effect = time.Since(start)
 		healAt = time.Now()
 		defer func() {
+			s.past = append(s.past, fmt.Sprintf("manager%d, until %s:\n%s", lead+1, time.Now().Format("15:04:05.000"), s.mgrs[lead].Output()))
 			s.mgrs[lead] = s.mgrHosts[lead].Start(t, vbcacheBin, s.mgrArgs[lead]...)
 			s.mgrs[lead].WaitListening(t, s.client, s.mgrHosts[lead].Addr(11212), 60*time.Second)
 			s.waitFor("one leader", 60*time.Second, func() bool { return s.leader() >= 0 })

@@ -302,3 +302,34 @@ func Losses(model porcupine.NondeterministicModel, ops []porcupine.Operation, ca
 	}
 	return res, lost
 }
+
+// Violations checks each key on its own and returns the keys whose
+// history is not linearizable under model, each with its operations in
+// the order they were invoked: what a reader of a failed check wants
+// first.
+func Violations(model porcupine.NondeterministicModel, ops []porcupine.Operation, timeout time.Duration) map[string][]porcupine.Operation {
+	byKey := map[string][]porcupine.Operation{}
+	for _, o := range ops {
+		k := o.Input.(Input).Key
+		byKey[k] = append(byKey[k], o)
+	}
+	out := map[string][]porcupine.Operation{}
+	for k, h := range byKey {
+		if !CheckModel(model, h, timeout).OK {
+			sort.Slice(h, func(i, j int) bool { return h[i].Call < h[j].Call })
+			out[k] = h
+		}
+	}
+	return out
+}
+
+// Describe is one operation as a line: its client, its times in seconds
+// from the history's start (∞ for a write that may land at any time) and
+// what it did.
+func Describe(o porcupine.Operation) string {
+	ret := "∞"
+	if o.Return != math.MaxInt64 {
+		ret = fmt.Sprintf("%.6f", float64(o.Return)/1e9)
+	}
+	return fmt.Sprintf("client %d [%.6f, %s] %s", o.ClientId, float64(o.Call)/1e9, ret, Model.DescribeOperation(o.Input, o.Output))
+}
