@@ -162,7 +162,6 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 		it := &c.item // the client encodes it during the call: reused
 		c.p.ctr.cmdSet.Add(1)
 		u := c.p.acquire()
-		once := op == protocol.OpAdd || r.CAS != 0 && (op == protocol.OpReplace || op == protocol.OpSet)
 		verb := "set"
 		switch {
 		case op == protocol.OpAdd:
@@ -173,7 +172,7 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 			verb = "replace"
 		}
 		var cas uint64 // the new CAS: a binary upstream's answer has it, a text one's not
-		err := u.callOnce(&c.rc, key, once, func(ctx context.Context) (err error) {
+		err := u.callOnce(&c.rc, key, true, func(ctx context.Context) (err error) {
 			cas, err = u.mc.StoreContext(ctx, verb, it)
 			return err
 		})
@@ -208,7 +207,7 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 			break
 		}
 		u := c.p.acquire()
-		err := u.call(&c.rc, key, func(ctx context.Context) error { return u.mc.DeleteContext(ctx, key) })
+		err := u.callOnce(&c.rc, key, true, func(ctx context.Context) error { return u.mc.DeleteContext(ctx, key) })
 		if err == nil {
 			c.p.ctr.deleteHits.Add(1)
 		} else if errors.Is(err, memcache.ErrCacheMiss) {

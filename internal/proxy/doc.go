@@ -71,13 +71,14 @@
 // hook to take a config from elsewhere). In cluster mode a request that
 // fails (a node down, a failover in progress) is retried after a map
 // refresh with a short backoff for up to ClusterConfig.RetryTimeout, so
-// the client sees latency, not an error. incr, decr, append, prepend,
-// add and cas are the exception (applied twice, the first four corrupt the
-// value and the last two answer as if they had failed), so after a
-// failure that may have reached a node (a timeout, a connection lost
+// the client sees latency, not an error. Writes are the exception: after
+// a failure that may have reached a node (a timeout, a connection lost
 // mid-request) they are answered with SERVER_ERROR, and retried only
 // after failures that prove they were not applied (a refusal, a failed
-// connect; upstream.callOnce).
+// connect; upstream.callOnce). Applied twice, incr, decr, append and
+// prepend corrupt the value, add and cas answer as if they had failed,
+// and a set or delete sent again can land after other clients' newer
+// writes and undo them.
 //
 // # Errors
 //

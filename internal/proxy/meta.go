@@ -264,8 +264,7 @@ func (c *conn) metaSet(rest []byte) (used, more int) {
 	it := &c.item // the client encodes it during the call: reused
 	u := c.p.acquire()
 	defer u.release()
-	mode := f.Mode | 0x20
-	err := u.callOnce(&c.rc, it.Key, f.HasCAS || mode == 'e' || mode == 'a' || mode == 'p', func(ctx context.Context) error {
+	err := u.callOnce(&c.rc, it.Key, true, func(ctx context.Context) error {
 		if f.HasCAS {
 			return u.mc.CompareAndSwapContext(ctx, it)
 		}
@@ -313,7 +312,7 @@ func (c *conn) metaDelete() {
 	k := string(key)
 	u := c.p.acquire()
 	defer u.release()
-	err := u.call(&c.rc, k, func(ctx context.Context) error { return u.mc.DeleteContext(ctx, k) })
+	err := u.callOnce(&c.rc, k, true, func(ctx context.Context) error { return u.mc.DeleteContext(ctx, k) })
 	code := "HD"
 	switch {
 	case err == nil:

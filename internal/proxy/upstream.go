@@ -388,9 +388,12 @@ func (u *upstream) call(rc *reqCtx, key string, fn func(ctx context.Context) err
 }
 
 // callOnce is call for a request that must not be sent twice when once
-// is set: incr, decr, append and prepend (applied twice, they corrupt the
-// value), add and cas (sent again after they took effect, they answer
-// NOT_STORED or EXISTS for a write that happened). A failure after the
+// is set: every write. incr, decr, append and prepend applied twice
+// corrupt the value; add and cas sent again after they took effect answer
+// NOT_STORED or EXISTS for a write that happened; and a set or delete sent
+// again after a timeout can land after other clients' later writes and
+// undo them (issue 21's schedule caught the proxy doing that: porcupine
+// saw a set's value come back over two newer acknowledged ones). A failure after the
 // request may have reached a node (a timeout, a connection lost
 // mid-request) could have been applied by that node before it died, so
 // such a request is retried only after failures that guarantee it was not
