@@ -156,9 +156,19 @@ func (c *cluster) config() *vbmap.Config {
 
 func (c *cluster) waitFor(what string, d time.Duration, cond func() bool) {
 	c.t.Helper()
+	waitFor(c.t, what, d, cond, nil)
+}
+
+// waitFor polls cond until it holds, for at most d; then it calls
+// onTimeout (if set, to log what it can) and fails t.
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool, onTimeout func()) {
+	t.Helper()
 	for deadline := time.Now().Add(d); !cond(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			c.t.Fatalf("waited %v for %s", d, what)
+			if onTimeout != nil {
+				onTimeout()
+			}
+			t.Fatalf("waited %v for %s", d, what)
 		}
 	}
 }

@@ -158,12 +158,7 @@ func (s *sched) startNode(i int) {
 
 func (s *sched) waitFor(what string, d time.Duration, cond func() bool) {
 	s.t.Helper()
-	for deadline := time.Now().Add(d); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			s.dump()
-			s.t.Fatalf("waited %v for %s", d, what)
-		}
-	}
+	waitFor(s.t, what, d, cond, s.dump)
 }
 
 // dumpAll writes every process's whole log to the artifacts directory.
