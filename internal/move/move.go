@@ -64,10 +64,13 @@
 //   - R3 the source is active → aborted cleanly: the source never told the
 //     target to go active (or the target refused), so the target cannot be
 //     active. The target's partial copy (replica) is dropped with
-//     DEL_VBUCKET when the target is reachable and settled.
+//     DEL_VBUCKET when the target is reachable and settled; a target
+//     that was the vbucket's replica at preflight keeps its copy (the
+//     takeover kept it, internal/stream Node.Takeover) and is set to
+//     replicate from the source again (REPLICATE), as before the move.
 //   - R4 the source is dead (reachable, same process) and the target is
 //     settled and not active, or lost → set the source active again and
-//     drop the target's copy. Justification: the target is not active and
+//     drop the target's copy (or feed it again, as R3). Justification: the target is not active and
 //     no stream can make it so (settled, or its process is gone), and the
 //     source's dead copy holds every write it ever acknowledged (a dead
 //     vbucket keeps its items until DEL_VBUCKET). This deliberately does
@@ -76,10 +79,13 @@
 //     connection broke after the last mutations were written, the target
 //     may lack some of them, while the source certainly has them.
 //   - R5 the source is lost and the target is settled as a replica → the
-//     handover had begun (a target that fails before it turns pending
-//     drops its copy and goes dead, internal/stream Node.Takeover), so the
-//     target holds every write the source acknowledged before the
-//     handover began, and the source can answer nothing: promote the
+//     handover had begun, or the target was the vbucket's replica, fed
+//     from the source, before the move (a target that fails before it
+//     turns pending drops its copy and goes dead unless it was that
+//     replica, internal/stream Node.Takeover), so the target holds every
+//     write the source acknowledged before the handover began (or, as
+//     that replica, what a failover would promote: every write under
+//     --sync-replication), and the source can answer nothing: promote the
 //     target (SET_VBUCKET active) and publish the map. The old copy is not
 //     deleted (its node is gone). Writes the source acknowledged between
 //     the drain and its turning dead, and the tail it had not yet sent,
@@ -275,6 +281,10 @@ type Result struct {
 	// TargetCopyDropped is true when an aborted move dropped the target's
 	// partial copy.
 	TargetCopyDropped bool
+	// TargetRefed is true when an aborted move's target, the vbucket's
+	// replica before the move, was set to replicate from the source
+	// again instead (its copy kept).
+	TargetRefed bool
 	// Fenced is true for Promote: the source was fenced, not asked, and
 	// the caller had published the map.
 	Fenced bool
@@ -310,6 +320,9 @@ func (r *Result) String() string {
 	}
 	if r.TargetCopyDropped {
 		b.WriteString("; target's partial copy dropped")
+	}
+	if r.TargetRefed {
+		b.WriteString("; target a replica fed from the source again")
 	}
 	return b.String()
 }
@@ -356,6 +369,7 @@ func Move(ctx context.Context, vb int, from, to string, opt Options) (res Result
 		return res, fmt.Errorf("%w: target %s already holds vbucket %d active", ErrPreflight, to, vb)
 	}
 	m.fromPID, m.toPID = fv.pid, tv.pid
+	m.toWasReplica = tv.state == vbucket.Replica
 	opt.logf("preflight: %s holds vbucket %d active (pid %s); %s holds it %s (pid %s)", from, vb, fv.pid, to, tv.state, tv.pid)
 
 	// 2. TAKEOVER on the target.
@@ -543,6 +557,7 @@ type mover struct {
 	from, to       string
 	fromPID, toPID string
 	fenced         bool // Promote: the source is fenced and never asked
+	toWasReplica   bool // Move: the target held the vbucket as a replica at preflight
 	opt            Options
 }
 

@@ -493,25 +493,7 @@ func TestPromote(t *testing.T) {
 	if err := b.Replicate(vb, na.Addr); err != nil {
 		t.Fatal(err)
 	}
-	// Wait until the replica has every item (no clock to advance: the
-	// nodes are real processes).
-	q := "consumer:" + na.Addr + ":vb_" + strconv.Itoa(vb) + ":items_received"
-	deadline := time.Now().Add(10 * time.Second)
-	for caughtUp := false; !caughtUp; {
-		lines, err := b.Stats("streams " + strconv.Itoa(vb))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, kv := range lines {
-			if kv[0] == q && kv[1] == strconv.Itoa(len(keys)) {
-				caughtUp = true
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the replica on %s never caught up: %v", nb.Addr, lines)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitStat(t, b, vb, "consumer:"+na.Addr+":vb_"+strconv.Itoa(vb)+":items_received", strconv.Itoa(len(keys)))
 	if err := na.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -554,4 +536,139 @@ func TestPromote(t *testing.T) {
 	if !errors.Is(err, ErrUnresolved) || res.Rule != "source-and-copy-lost" || res.Duration > settle/2 {
 		t.Fatalf("Promote of a target gone: %v (%s) in %v: %v", res.Outcome, res.Rule, res.Duration, err)
 	}
+}
+
+// waitStat polls (no clock to advance: the nodes are real processes)
+// until c's "stats streams vb" has a line key with value val, for at most
+// 10 s.
+func waitStat(t *testing.T, c *admin.Conn, vb int, key, val string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		lines, err := c.Stats("streams " + strconv.Itoa(vb))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kv := range lines {
+			if kv[0] == key && kv[1] == val {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never showed %s %s: %v", c.Addr, key, val, lines)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestMoveSourceKilledBeforeHandover kills the source of a move once its
+// takeover stream is drained, before the target turned pending (the
+// kill-node-mid-rb fault of test/faults). A target that was the
+// vbucket's replica keeps its copy and is promoted with every write; a
+// target that held nothing before the move is left dead, and the move is
+// unresolved (nothing can be promoted).
+func TestMoveSourceKilledBeforeHandover(t *testing.T) {
+	for _, wasReplica := range []bool{true, false} {
+		t.Run(fmt.Sprintf("replica=%v", wasReplica), func(t *testing.T) {
+			na, nb := startNode(t, "VBCACHE_FAILPOINT_DRAINED_PAUSE=20s"), startNode(t)
+			a, b := dial(t, na.Addr), dial(t, nb.Addr)
+			const vb = 5
+			if err := a.SetVBucket(vb, vbucket.Active); err != nil {
+				t.Fatal(err)
+			}
+			keys := keysFor(vb, 500)
+			setKeys(t, a, vb, keys)
+			if wasReplica {
+				if err := b.Replicate(vb, na.Addr); err != nil {
+					t.Fatal(err)
+				}
+				waitStat(t, b, vb, "consumer:"+na.Addr+":vb_"+strconv.Itoa(vb)+":items_received", strconv.Itoa(len(keys)))
+			}
+			type out struct {
+				res Result
+				err error
+			}
+			done := make(chan out, 1)
+			go func() {
+				res, err := Move(context.Background(), vb, na.Addr, nb.Addr, Options{Settle: 3 * time.Second, Logf: t.Logf})
+				done <- out{res, err}
+			}()
+			// The producer is named by the target's own name, its address.
+			waitStat(t, a, vb, "producer:"+nb.Addr+":vb_"+strconv.Itoa(vb)+":phase", "handover")
+			if st := state(t, b, vb); st != vbucket.Replica {
+				t.Fatalf("target %s before the handover", st)
+			}
+			if err := na.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			o := <-done
+			t.Logf("%s\n%s\n%s", o.res.String(), o.res.Detail, o.res.Timings())
+			if !wasReplica {
+				if !errors.Is(o.err, ErrUnresolved) || o.res.Rule != "source-and-copy-lost" {
+					t.Fatalf("Move: %v (%s), %v", o.res.Outcome, o.res.Rule, o.err)
+				}
+				if st := state(t, b, vb); st != vbucket.Dead {
+					t.Fatalf("target: %s, want its partial copy dropped", st)
+				}
+				return
+			}
+			if o.err != nil || o.res.Outcome != Promoted || o.res.Rule != "R5" {
+				t.Fatalf("Move: %v (%s), %v", o.res.Outcome, o.res.Rule, o.err)
+			}
+			if st := state(t, b, vb); st != vbucket.Active {
+				t.Fatalf("target: %s", st)
+			}
+			checkKeys(t, b, vb, keys)
+		})
+	}
+}
+
+// TestMoveAbortedKeepsReplica aborts a move into the vbucket's replica
+// before the handover (an operator's SET_VBUCKET on the target stops its
+// takeover): the source stays active (R3), and the target, instead of
+// losing its copy, is the vbucket's replica again, fed from the source.
+func TestMoveAbortedKeepsReplica(t *testing.T) {
+	na, nb := startNode(t, "VBCACHE_FAILPOINT_DRAINED_PAUSE=20s"), startNode(t)
+	a, b := dial(t, na.Addr), dial(t, nb.Addr)
+	const vb = 3
+	if err := a.SetVBucket(vb, vbucket.Active); err != nil {
+		t.Fatal(err)
+	}
+	keys := keysFor(vb, 300)
+	setKeys(t, a, vb, keys[:200])
+	if err := b.Replicate(vb, na.Addr); err != nil {
+		t.Fatal(err)
+	}
+	waitStat(t, b, vb, "consumer:"+na.Addr+":vb_"+strconv.Itoa(vb)+":items_received", "200")
+	type out struct {
+		res Result
+		err error
+	}
+	done := make(chan out, 1)
+	go func() {
+		res, err := Move(context.Background(), vb, na.Addr, nb.Addr, Options{Settle: 3 * time.Second, Logf: t.Logf})
+		done <- out{res, err}
+	}()
+	waitStat(t, a, vb, "producer:"+nb.Addr+":vb_"+strconv.Itoa(vb)+":phase", "handover")
+	if err := b.SetVBucket(vb, vbucket.Replica); err != nil {
+		t.Fatal(err)
+	}
+	o := <-done
+	t.Logf("%s\n%s", o.res.String(), o.res.Detail)
+	if !errors.Is(o.err, ErrAborted) || o.res.Rule != "R3" || !o.res.TargetRefed || o.res.TargetCopyDropped {
+		t.Fatalf("Move: %v (%s) refed %v dropped %v: %v", o.res.Outcome, o.res.Rule, o.res.TargetRefed, o.res.TargetCopyDropped, o.err)
+	}
+	if st := state(t, a, vb); st != vbucket.Active {
+		t.Fatalf("source: %s", st)
+	}
+	if st := state(t, b, vb); st != vbucket.Replica {
+		t.Fatalf("target: %s", st)
+	}
+	// Fed again from where it was: once the replica is at the source's
+	// sequence number, the new stream has carried only the writes made
+	// after it opened, not the whole vbucket again.
+	setKeys(t, a, vb, keys[200:])
+	q := "consumer:" + na.Addr + ":vb_" + strconv.Itoa(vb) + ":"
+	waitStat(t, b, vb, q+"seqno", "300")
+	waitStat(t, b, vb, q+"items_received", "100")
 }

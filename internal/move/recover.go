@@ -179,7 +179,8 @@ func decide(f, t view) (a action, rule string) {
 	}
 	// R5. The source is gone. A target that kept the vbucket as a replica
 	// had turned pending, so the handover had begun and it holds what
-	// the source acknowledged before: promote it. A fenced source
+	// the source acknowledged before, or it was the vbucket's replica
+	// before the move and holds what a replica holds: promote it. A fenced source
 	// (Promote, a failover) serves nothing either, and the target is a
 	// replica of it.
 	if f.lost() {
@@ -290,9 +291,19 @@ func (m *mover) recover(res *Result) error {
 
 // dropTarget deletes the target's partial copy after an abort, when the
 // target answered, is settled and holds one (a replica; a pending target
-// is never settled).
+// is never settled). A target that was the vbucket's replica at
+// preflight is the vbucket's replica again instead, fed from the source,
+// which is active.
 func (m *mover) dropTarget(ctx context.Context, res *Result, t view) {
 	if t.reach != reachOK || t.state != vbucket.Replica || t.streaming {
+		return
+	}
+	if m.toWasReplica {
+		err := m.withConn(ctx, m.to, func(c *admin.Conn) error { return c.Replicate(m.vb, m.from) })
+		res.TargetRefed = err == nil
+		if err != nil {
+			m.opt.logf("could not feed the replica on %s from %s again: %v", m.to, m.from, err)
+		}
 		return
 	}
 	err := m.withConn(ctx, m.to, func(c *admin.Conn) error { return c.DelVBucket(m.vb) })

@@ -68,7 +68,10 @@
 // turns itself back active (the consumer was never told to serve). If the
 // consumer breaks off after step 1 it keeps its copy as a replica; if no
 // answer to step 4 arrives the source stays dead. internal/move's rules
-// resolve those two cases.
+// resolve those two cases. A consumer that breaks off before step 1
+// drops its copy, unless it was the vbucket's replica fed from the
+// source when the takeover began: that copy stays, a replica no longer
+// fed, since it may be the only one left if the source is gone.
 //
 // # Packets
 //
@@ -115,8 +118,10 @@
 // so a write to a new active whose replica stream is not open yet (after
 // a move, while a replica is rebuilt) waits for it; a vbucket the map
 // gives no replica is answered once its open streams have it. A wait that
-// runs out answers the write anyway and counts it
-// (sync_replication_timeouts). No write survives the loss of every node
+// runs out answers the write with an error that says it may or may not
+// have been stored (binary SyncWriteAmbiguous 0xa3, text SERVER_ERROR;
+// internal/server) and counts it (sync_replication_timeouts). No write
+// survives the loss of every node
 // that holds it: this is a cache.
 //
 // # Not implemented

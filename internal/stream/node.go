@@ -33,6 +33,11 @@ type Node struct {
 	// VBCACHE_FAILPOINT_HANDOVER_PAUSE, a Go duration): a producer waits
 	// this long after turning a vbucket dead in a takeover.
 	handoverPause time.Duration
+	// drainedPause is a failpoint for tests (environment variable
+	// VBCACHE_FAILPOINT_DRAINED_PAUSE): a producer waits this long once
+	// a takeover stream is drained, before it asks the consumer to turn
+	// pending (the consumer still a replica, this node still active).
+	drainedPause time.Duration
 
 	ctx    context.Context // ends at Close: replication goroutines stop
 	cancel context.CancelFunc
@@ -83,6 +88,9 @@ func NewNode(st *store.Store, states *vbucket.Table, maxRing int) *Node {
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	if d, err := time.ParseDuration(os.Getenv("VBCACHE_FAILPOINT_HANDOVER_PAUSE")); err == nil {
 		n.handoverPause = d
+	}
+	if d, err := time.ParseDuration(os.Getenv("VBCACHE_FAILPOINT_DRAINED_PAUSE")); err == nil {
+		n.drainedPause = d
 	}
 	return n
 }
@@ -232,10 +240,17 @@ func (n *Node) Forget(vb int) {
 // Takeover moves vbucket vb here from the node at src and returns when it
 // is active here (nil) or the move failed (DESIGN.md §3). The vbucket is a
 // replica here while it is copied and pending for the handover. If the
-// move fails before the source asked this node to turn pending, the copy
-// is dropped and the vbucket is dead here again; if it fails after, the
+// move fails after the source asked this node to turn pending, the
 // vbucket stays here as a replica with everything that arrived, for the
-// manager to promote or drop (see doc.go).
+// manager to promote or drop (see doc.go). If it fails before, a vbucket
+// that was a replica fed from src when the takeover began stays a
+// replica with its copy (no longer fed: the caller decides whether to
+// feed it again or promote it), as long as that copy is whole: it holds
+// what a replica of src holds, every write src acknowledged under
+// --sync-replication, and dropping it would lose the vbucket if src is
+// gone. Any other copy (a partial one from this takeover, a replica fed
+// from elsewhere, one caught mid-way through a reset backfill) is
+// dropped and the vbucket is dead here again.
 func (n *Node) Takeover(ctx context.Context, vb int, src string) error {
 	if vb < 0 || vb >= n.States.Len() {
 		return ErrBadVBucket
@@ -256,11 +271,17 @@ func (n *Node) Takeover(ctx context.Context, vb int, src string) error {
 		n.mu.Unlock()
 		close(run.done)
 	}()
+	// fedFromSrc: vb is a replica here streamed from src, the node it is
+	// taken over from; its copy is kept if the takeover fails early.
+	fedFromSrc := false
 	switch n.States.Get(vb) {
 	case vbucket.Active:
 		return ErrActiveHere
 	case vbucket.Replica:
 		// A replica fed by replication continues from where it is.
+		n.mu.Lock()
+		fedFromSrc = n.repOf[uint16(vb)] == src
+		n.mu.Unlock()
 		n.StopReplication(vb)
 	default:
 		n.Store.DropVBucket(vb)
@@ -283,6 +304,13 @@ func (n *Node) Takeover(ctx context.Context, vb int, src string) error {
 		// The source may already be dead for vb: keep what arrived.
 		n.States.CompareAndSet(vb, vbucket.Pending, vbucket.Replica)
 		return fmt.Errorf("takeover of vbucket %d from %s failed after the handover began (vbucket kept here as replica): %w", vb, src, err)
+	case vbucket.Replica:
+		// A reset backfill drops the copy when it begins; cut off
+		// before its snapshot closed, what is here is part of it.
+		s := c.streams[uint16(vb)]
+		if fedFromSrc && (s == nil || !s.inSnap || s.snapFlags&SnapReset == 0) {
+			return fmt.Errorf("takeover of vbucket %d from %s failed before the handover began (vbucket kept here as the replica it was, no longer fed): %w", vb, src, err)
+		}
 	}
 	n.Store.DropVBucket(vb)
 	n.Forget(vb)

@@ -480,6 +480,22 @@ func (p *producer) sendCurrent(s *pstream, e Entry) {
 	p.removal(s, op, e.Seq, e.Key)
 }
 
+// failpoint (tests only) holds a handover for d (0: not at all), or
+// until the connection ends, so that a test can kill a node at that
+// moment: drained (this node active, the consumer a replica) or dead
+// here and pending there.
+func (p *producer) failpoint(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-p.done:
+	}
+}
+
 // handover ends a drained takeover stream (DESIGN.md §3): the consumer
 // turns pending; this node turns the vbucket dead, fencing every write in
 // flight; the last mutations go out; the consumer is told to turn active;
@@ -489,6 +505,7 @@ func (p *producer) sendCurrent(s *pstream, e Entry) {
 func (p *producer) handover(s *pstream) error {
 	vb := int(s.vb)
 	s.phase.Store(phaseHandover)
+	p.failpoint(p.n.drainedPause)
 	if st := p.setState(s, vbucket.Pending); st != protocol.StatusOK {
 		p.n.logf("takeover of vbucket %d to %s: consumer answered %#x to pending; aborted", vb, p.name, st)
 		p.end(s, EndAborted)
@@ -499,17 +516,7 @@ func (p *producer) handover(s *pstream) error {
 		return p.flush()
 	}
 	s.deadByUs = true
-	if d := p.n.handoverPause; d > 0 {
-		// Failpoint (tests only): hold the handover here, dead on this
-		// node and pending on the consumer, so a test can kill a node at
-		// this moment.
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-p.done:
-			t.Stop()
-		}
-	}
+	p.failpoint(p.n.handoverPause)
 	// Nothing new can be logged for vb now: send what is left.
 	for {
 		ents, _, ok := p.n.Log.Read(vb, s.sent.Load(), s.gen, p.ents[:0:logBatch], p.kbuf)
