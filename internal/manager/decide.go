@@ -79,6 +79,12 @@ type step struct {
 	Kind      stepKind
 	Node, Src string
 	Why       string // stepStuck, stepRecover: the reason
+	// Build (stepMove): forward replicas to build from Src before the
+	// takeover, one for each replica slot the new row would otherwise
+	// leave empty (the target was the row's replica): committed with the
+	// new active, they keep the vbucket a replica holding every
+	// acknowledged write at every moment of the move.
+	Build []string
 }
 
 func (s step) String() string {
@@ -90,6 +96,9 @@ func (s step) String() string {
 	case stepCommitActive:
 		return "commit-active " + s.Node
 	case stepMove:
+		if len(s.Build) > 0 {
+			return "move " + s.Src + " -> " + s.Node + " (replicas built first: " + strings.Join(s.Build, ",") + ")"
+		}
 		return "move " + s.Src + " -> " + s.Node
 	case stepRecover:
 		return "recover " + s.Src + " -> " + s.Node + " (" + s.Why + ")"
@@ -134,8 +143,9 @@ func (s step) String() string {
 //     it replaces has run out);
 //   - a active with a takeover stream of the vbucket open: recover (R2
 //     waits for the takeover a previous leader began);
-//   - a active, b answers: move (a move not begun, or aborted cleanly: R3);
-//     b not answering: stuck;
+//   - a active, b answers: move (a move not begun, or aborted cleanly: R3),
+//     building first the forward replicas the new row would lack
+//     (buildFirst); b not answering: stuck;
 //   - a answering and not active (dead: the handover, or an aborted one
 //     not yet reverted): recover (R2 while a stream is open, then R1, R3
 //     or R4, which sets a active again).
@@ -153,7 +163,11 @@ func planVB(f vbFacts) []step {
 		return []step{{Kind: stepStuck, Why: "the forward row has no active"}}
 	}
 	if cur != to {
-		return []step{activeStep(cur, to, f.From, f.To)}
+		st := activeStep(cur, to, f.From, f.To)
+		if st.Kind == stepMove {
+			st.Build = buildFirst(f.Row, f.Forward)
+		}
+		return []step{st}
 	}
 	if slices.Equal(f.Row, f.Forward) && f.MovedFrom == "" {
 		return []step{{Kind: stepDone}}
@@ -212,6 +226,33 @@ func activeStep(cur, to string, from, tgt move.Observation) step {
 		return step{Kind: stepMove, Src: cur, Node: to}
 	}
 	return step{Kind: stepRecover, Src: cur, Node: to, Why: "source " + obsString(from)}
+}
+
+// buildFirst is stepMove's Build: the forward replicas (in order) that
+// the row does not hold, as many as the new row's empty replica slots
+// (commitActive keeps the row's replicas other than the old and the new
+// active, and fills the slots left with these). Without them a move into
+// the row's replica leaves the vbucket with no replica from the commit
+// until a new one has caught up, and a write the new active acknowledged
+// then, even under --sync-replication, dies with it.
+func buildFirst(row, fw []string) []string {
+	cur, to := at(row, 0), at(fw, 0)
+	kept := 0
+	for _, x := range row[1:] {
+		if x != "" && x != cur && x != to {
+			kept++
+		}
+	}
+	var b []string
+	for _, r := range fw[1:] {
+		if len(b) >= len(row)-1-kept {
+			break
+		}
+		if r != "" && r != cur && r != to && !slices.Contains(row, r) {
+			b = append(b, r)
+		}
+	}
+	return b
 }
 
 // replicaSource is where forward replica j streams from: the active, or

@@ -66,6 +66,11 @@
 //  1. the active: while the row's active differs from the forward row's,
 //     one step, then a new look: a move not begun goes through move.Move
 //     (TAKEOVER on the new owner, internal/stream; DESIGN.md §3), a move
+//     into the row's replica first building the forward row's new
+//     replica from the active (caught up, it is committed with the new
+//     active, so the vbucket never has no replica; without it a write
+//     the new owner acknowledged before its new replica caught up died
+//     with it, under --sync-replication too), a move
 //     found in flight or done but not committed through move.Recover
 //     (internal/move's rules R1-R5), a vbucket nobody holds is activated.
 //     Both publish through the manager (commitActive, as

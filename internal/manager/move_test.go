@@ -545,3 +545,73 @@ func TestMoveInterrupted(t *testing.T) {
 		})
 	}
 }
+
+// TestMoveIntoReplicaKeepsAReplica removes a node: each vbucket it was
+// active for moves to its replica, whose row would have no replica left
+// at the commit. The new replica is built before the takeover and
+// committed with the new active, so at every commit (the "published"
+// hook) the row still names a replica; and no key is lost.
+func TestMoveIntoReplicaKeepsAReplica(t *testing.T) {
+	cli := startTestEtcd(t)
+	nodes := []*testNode{startNode(t, ""), startNode(t, ""), startNode(t, "")}
+	tm := newTestManager(t, cli, "m1")
+	var mu sync.Mutex // protects bad, intoReplica and before
+	var bad []string
+	intoReplica := 0
+	var before *State // the map before the removal; set before it starts
+	tm.m.hook = func(step string, vb int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if step != "published" || before == nil {
+			return
+		}
+		s := tm.m.State()
+		row := s.Map[vb]
+		if s.server(row[0]) == before.server(before.Map[vb][1]) {
+			intoReplica++
+		}
+		if row[1] < 0 {
+			bad = append(bad, fmt.Sprintf("vbucket %d committed as %v (servers %v): no replica", vb, row, s.Servers))
+		}
+	}
+	tm.start(t)
+	ctx := context.Background()
+	for _, n := range nodes {
+		if err := tm.m.AddNode(ctx, n.addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tm.m.StartRebalance(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := waitRebalanced(t, tm.m)
+	keys := testKeys()
+	writeKeys(t, s, keys)
+	mu.Lock()
+	before = s
+	mu.Unlock()
+	if err := tm.m.RemoveNode(ctx, nodes[0].addr); err != nil {
+		t.Fatal(err)
+	}
+	if err := tm.m.StartRebalance(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s = waitRebalanced(t, tm.m)
+	mu.Lock()
+	defer mu.Unlock()
+	if intoReplica == 0 {
+		t.Fatalf("no vbucket moved into its replica: the test shows nothing")
+	}
+	for _, b := range bad {
+		t.Error(b)
+	}
+	t.Logf("%d moves into the replica", intoReplica)
+	for vb, ks := range keys {
+		c := testDial(t, s.server(s.Map[vb][0]))
+		for _, k := range ks {
+			if v, err := c.Do(protocol.OpGet, uint16(vb), nil, []byte(k), nil); err != nil || string(v) != "v-"+k {
+				t.Errorf("vbucket %d: get %s on %s: %q, %v", vb, k, c.Addr, v, err)
+			}
+		}
+	}
+}

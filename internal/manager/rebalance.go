@@ -386,6 +386,12 @@ func (m *Manager) moveVBucket(ctx context.Context, vb int) error {
 			var err error
 			t0 := time.Now()
 			if st.Kind == stepMove {
+				if err := m.buildReplicas(ctx, vb, st.Src, st.Build); err != nil {
+					return err
+				}
+				opt.Publish = func(_ context.Context, vb int, to string) (int64, error) {
+					return m.commitActive(ctx, vb, st.Src, to, st.Build...)
+				}
 				bytes = m.vbBytes(ctx, st.Src, vb)
 				m.runHook("move", vb)
 				res, err = move.Move(ctx, vb, st.Src, st.Node, opt)
@@ -447,11 +453,30 @@ func (m *Manager) moveOptions(ctx context.Context, from string) move.Options {
 	}
 }
 
+// buildReplicas makes each of nodes a replica of vb fed from src, the
+// active, and waits until each has caught up: stepMove's Build, before
+// the takeover.
+func (m *Manager) buildReplicas(ctx context.Context, vb int, src string, nodes []string) error {
+	for _, r := range nodes {
+		if err := m.conn(ctx, r, func(c *admin.Conn) error { return c.Replicate(vb, src) }); err != nil {
+			return fmt.Errorf("building replica %s of vbucket %d before its move: %w", r, vb, err)
+		}
+	}
+	for _, r := range nodes {
+		if err := m.waitCaughtUp(ctx, vb, src, r); err != nil {
+			return fmt.Errorf("building replica %s of vbucket %d before its move: %w", r, vb, err)
+		}
+	}
+	return nil
+}
+
 // commitActive commits to as vb's active (rev+1; to leaves the replicas,
 // and so does the old active, which Rebalance.Moving names until the move
-// is finished) and pushes the map to every node. It is the publish step
-// of the manager's moves: the old copy is deleted only after it returned.
-func (m *Manager) commitActive(ctx context.Context, vb int, from, to string) (int64, error) {
+// is finished; the replica slots this leaves empty take built, replicas
+// the move built and caught up first) and pushes the map to every node.
+// It is the publish step of the manager's moves: the old copy is deleted
+// only after it returned.
+func (m *Manager) commitActive(ctx context.Context, vb int, from, to string, built ...string) (int64, error) {
 	m.runHook("commit-active", vb)
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -465,8 +490,13 @@ func (m *Manager) commitActive(ctx context.Context, vb int, from, to string) (in
 		ti := s.serverIndex(to)
 		nr := []int{ti}
 		for _, x := range row[1:] {
-			if x != ti && x != row[0] {
+			if x >= 0 && x != ti && x != row[0] {
 				nr = append(nr, x)
+			}
+		}
+		for _, b := range built {
+			if bi := s.serverIndex(b); len(nr) < len(row) && !slices.Contains(nr, bi) {
+				nr = append(nr, bi)
 			}
 		}
 		for len(nr) < len(row) {

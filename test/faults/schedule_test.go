@@ -697,11 +697,13 @@ func runSchedule(t *testing.T, async bool, n, long int) {
 	summarize(t, results)
 	if !res.OK {
 		for k, ops := range history.Violations(history.NoLossModel, h, time.Minute) {
+			n := history.FirstFailure(history.NoLossModel, ops, time.Minute)
 			var lines []string
-			for _, o := range ops {
+			for _, o := range ops[max(0, n-60):min(len(ops), n+10)] {
 				lines = append(lines, history.Describe(o))
 			}
-			t.Logf("key %s (vbucket %d) is not linearizable:\n%s", k, vbmap.VBucketString(k, vbuckets), strings.Join(lines[:min(len(lines), 80)], "\n"))
+			t.Logf("key %s (vbucket %d) is not linearizable; its first %d operations are not (operations %d to %d shown):\n%s",
+				k, vbmap.VBucketString(k, vbuckets), n, max(0, n-60)+1, min(len(ops), n+10), strings.Join(lines, "\n"))
 		}
 		s.dumpAll()
 		path := writeVisualisation(t, res, fmt.Sprintf("schedule-%d", seed))

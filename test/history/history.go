@@ -323,6 +323,29 @@ func Violations(model porcupine.NondeterministicModel, ops []porcupine.Operation
 	return out
 }
 
+// FirstFailure returns the smallest n for which the first n operations
+// of h, in order of invocation (as Violations sorts them), are not
+// linearizable under model: the n-1th is where the history first goes
+// wrong, to show a failure's neighbourhood rather than its key's whole
+// history. It returns len(h) if only the whole history fails, and 0 if
+// it passes. A read cut off from a write invoked after it (while it ran)
+// may fail a prefix early: the neighbourhood includes that write.
+func FirstFailure(model porcupine.NondeterministicModel, h []porcupine.Operation, timeout time.Duration) int {
+	if CheckModel(model, h, timeout).OK {
+		return 0
+	}
+	lo, hi := 0, len(h) // h[:lo] passes (or is empty), h[:hi] fails
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if CheckModel(model, h[:mid], timeout).OK {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return hi
+}
+
 // Describe is one operation as a line: its client, its times in seconds
 // from the history's start (∞ for a write that may land at any time) and
 // what it did.

@@ -138,3 +138,19 @@ func TestLosses(t *testing.T) {
 		t.Error("a lost write outside the candidates checked")
 	}
 }
+
+// TestFirstFailure: the prefix that first fails ends at the stale read,
+// not at the end of the history; a linearizable history gives 0.
+func TestFirstFailure(t *testing.T) {
+	h := []porcupine.Operation{
+		op(0, set("a", "1"), 0, 1, ok), op(1, get("a"), 2, 3, hit("1")),
+		op(0, set("a", "2"), 4, 5, ok), op(1, get("a"), 6, 7, hit("1")), // stale: the 4th
+		op(0, set("a", "3"), 8, 9, ok), op(1, get("a"), 10, 11, hit("3")),
+	}
+	if n := FirstFailure(NoLossModel, h, time.Second); n != 4 {
+		t.Errorf("FirstFailure = %d, want 4", n)
+	}
+	if n := FirstFailure(NoLossModel, h[:3], time.Second); n != 0 {
+		t.Errorf("FirstFailure of a linearizable history = %d, want 0", n)
+	}
+}
