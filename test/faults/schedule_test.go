@@ -35,8 +35,8 @@ import (
 
 var (
 	seedFlag = flag.Uint64("seed", 0, "TestSchedule: the schedule's seed (0: from the clock; the test logs it)")
-	longFlag = flag.Bool("long", false, "TestSchedule*: the long schedules (each fault 30 times, 10 with asynchronous replication)")
-	perFault = flag.Int("faults", 0, "TestSchedule*: how many times each fault runs (0: 10, 3 with asynchronous replication, 2 with -short)")
+	longFlag = flag.Bool("long", false, "TestSchedule*: the long schedules (each fault 30 times)")
+	perFault = flag.Int("faults", 0, "TestSchedule*: how many times each fault runs (0: 10, 2 with -short)")
 	onlyFlag = flag.String("only", "", "TestSchedule: comma-separated faults to run (default all)")
 )
 
@@ -66,14 +66,6 @@ const (
 )
 
 var allFaults = []string{fCutFromManagers, fIsolateNode, fPauseNode, fKillNode, fRestartNode, fCutClientNode, fCutManagerEtcd, fKillLeaderMidReb, fKillNodeMidReb}
-
-// knownBroken are faults the cluster does not survive yet; a schedule
-// runs them only when -only names them. kill-node-mid-rb: when the killed
-// node is the source of a move whose target is the vbucket's replica,
-// the failover finds the target's copy dead (mid-handover) and activates
-// the vbucket empty ("source-and-copy-lost"): every acknowledged write
-// of that vbucket is lost (3 of 10 runs in one CI schedule; issue 21).
-var knownBroken = []string{fKillNodeMidReb}
 
 // sched is the cluster a schedule runs on: three managers (each with an
 // embedded etcd member of one three-member cluster), four nodes (three
@@ -585,8 +577,8 @@ func TestSchedule(t *testing.T) { runSchedule(t, false, 10, 30) }
 // are counted, and each fault's losses must stay within what its streams
 // were behind just before it plus what it acknowledged after that. Any
 // other departure from the no-loss model is a violation. By default each
-// fault runs 3 times (-long: 10 times).
-func TestScheduleAsync(t *testing.T) { runSchedule(t, true, 3, 10) }
+// fault runs 10 times (-long: 30 times).
+func TestScheduleAsync(t *testing.T) { runSchedule(t, true, 10, 30) }
 
 // runSchedule runs each fault n times, long times with -long.
 func runSchedule(t *testing.T, async bool, n, long int) {
@@ -607,10 +599,6 @@ func runSchedule(t *testing.T, async bool, n, long int) {
 	var plan []string
 	for _, f := range allFaults {
 		if *onlyFlag != "" && !slices.Contains(strings.Split(*onlyFlag, ","), f) {
-			continue
-		}
-		if *onlyFlag == "" && slices.Contains(knownBroken, f) {
-			t.Logf("not running %s, which the cluster does not survive yet (knownBroken; -only %s runs it)", f, f)
 			continue
 		}
 		for range n {
