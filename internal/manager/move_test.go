@@ -615,3 +615,80 @@ func TestMoveIntoReplicaKeepsAReplica(t *testing.T) {
 		}
 	}
 }
+
+// TestMoveNotDoneDropsBuiltReplica: a move into the replica whose target
+// is gone by the time of the takeover (stopped at the "move" hook, after
+// the new replica was built) does not happen, and the replica built for
+// it, in no row, is dropped rather than fed for ever.
+func TestMoveNotDoneDropsBuiltReplica(t *testing.T) {
+	cli := startTestEtcd(t)
+	nodes := []*testNode{startNode(t, ""), startNode(t, ""), startNode(t, "")}
+	byAddr := map[string]*testNode{}
+	for _, n := range nodes {
+		byAddr[n.addr] = n
+	}
+	tm := newTestManager(t, cli, "m1")
+	var mu sync.Mutex // protects the fields below
+	var removing bool
+	built := map[int]string{} // vbucket → the replica built for its move, seen replica at the hook
+	var stopped *testNode
+	tm.m.hook = func(step string, vb int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if step != "move" || !removing || stopped != nil {
+			return
+		}
+		s := tm.m.State()
+		row, fw := s.rowServers(s.Map[vb]), s.rowServers(s.Forward[vb])
+		b := buildFirst(row, fw)
+		if len(b) != 1 {
+			return
+		}
+		c, err := admin.Dial(context.Background(), b[0])
+		if err != nil {
+			t.Errorf("dial %s: %v", b[0], err)
+			return
+		}
+		st, err := c.GetVBucket(vb)
+		c.Close()
+		if err != nil || st != vbucket.Replica {
+			t.Errorf("vbucket %d on %s at the move: %v, %v; want the replica built first", vb, b[0], st, err)
+			return
+		}
+		built[vb] = b[0]
+		stopped = byAddr[fw[0]]
+		stopped.stop() // the target: the move's preflight fails
+	}
+	tm.start(t)
+	ctx := context.Background()
+	for _, n := range nodes {
+		if err := tm.m.AddNode(ctx, n.addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tm.m.StartRebalance(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitRebalanced(t, tm.m)
+	mu.Lock()
+	removing = true
+	mu.Unlock()
+	if err := tm.m.RemoveNode(ctx, nodes[0].addr); err != nil {
+		t.Fatal(err)
+	}
+	if err := tm.m.StartRebalance(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitRebalanced(t, tm.m)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(built) == 0 {
+		t.Fatal("no move into a replica was stopped at its takeover: the test shows nothing")
+	}
+	for vb, r := range built {
+		st, err := testDial(t, r).GetVBucket(vb)
+		if err != nil || st != vbucket.Dead {
+			t.Errorf("vbucket %d on %s, built for a move that did not happen: %v, %v; want it dropped (dead)", vb, r, st, err)
+		}
+	}
+}

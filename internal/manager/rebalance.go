@@ -387,6 +387,7 @@ func (m *Manager) moveVBucket(ctx context.Context, vb int) error {
 			t0 := time.Now()
 			if st.Kind == stepMove {
 				if err := m.buildReplicas(ctx, vb, st.Src, st.Build); err != nil {
+					m.dropBuilt(ctx, vb, st.Build)
 					return err
 				}
 				opt.Publish = func(_ context.Context, vb int, to string) (int64, error) {
@@ -395,6 +396,12 @@ func (m *Manager) moveVBucket(ctx context.Context, vb int) error {
 				bytes = m.vbBytes(ctx, st.Src, vb)
 				m.runHook("move", vb)
 				res, err = move.Move(ctx, vb, st.Src, st.Node, opt)
+				if err != nil && (res.Outcome == move.Aborted || res.Outcome == move.NotStarted) {
+					// The vbucket stays on the source: what was built
+					// for the new row is in no row (the next try
+					// builds it again).
+					m.dropBuilt(ctx, vb, st.Build)
+				}
 			} else {
 				m.cfg.Logf("manager: vbucket %d: %s", vb, st)
 				res, err = move.Recover(vb, st.Src, st.Node, opt)
@@ -468,6 +475,17 @@ func (m *Manager) buildReplicas(ctx context.Context, vb int, src string, nodes [
 		}
 	}
 	return nil
+}
+
+// dropBuilt deletes the replicas buildReplicas made for a move that did
+// not happen: in no row, they would be fed (and, under
+// --sync-replication, waited for) for ever.
+func (m *Manager) dropBuilt(ctx context.Context, vb int, nodes []string) {
+	for _, r := range nodes {
+		if err := m.conn(ctx, r, func(c *admin.Conn) error { return c.DelVBucket(vb) }); err != nil {
+			m.cfg.Logf("manager: dropping replica %s of vbucket %d, built for a move that did not happen: %v", r, vb, err)
+		}
+	}
 }
 
 // commitActive commits to as vb's active (rev+1; to leaves the replicas,
