@@ -85,6 +85,11 @@ type step struct {
 	// new active, they keep the vbucket a replica holding every
 	// acknowledged write at every moment of the move.
 	Build []string
+	// Keep (stepMove): the source is a forward replica (a swap): its
+	// dead copy is kept (move.Options.KeepOld) and committed as a
+	// replica with the new active, and then resumes as one from where
+	// the handover left it, instead of being deleted and copied again.
+	Keep bool
 }
 
 func (s step) String() string {
@@ -96,10 +101,14 @@ func (s step) String() string {
 	case stepCommitActive:
 		return "commit-active " + s.Node
 	case stepMove:
+		out := "move " + s.Src + " -> " + s.Node
 		if len(s.Build) > 0 {
-			return "move " + s.Src + " -> " + s.Node + " (replicas built first: " + strings.Join(s.Build, ",") + ")"
+			out += " (replicas built first: " + strings.Join(s.Build, ",") + ")"
 		}
-		return "move " + s.Src + " -> " + s.Node
+		if s.Keep {
+			out += " (old copy kept as a replica)"
+		}
+		return out
 	case stepRecover:
 		return "recover " + s.Src + " -> " + s.Node + " (" + s.Why + ")"
 	case stepStuck:
@@ -166,6 +175,7 @@ func planVB(f vbFacts) []step {
 		st := activeStep(cur, to, f.From, f.To)
 		if st.Kind == stepMove {
 			st.Build = buildFirst(f.Row, f.Forward)
+			st.Keep = slices.Contains(f.Forward[1:], cur)
 		}
 		return []step{st}
 	}

@@ -70,7 +70,9 @@
 //     replica from the active (caught up, it is committed with the new
 //     active, so the vbucket never has no replica; without it a write
 //     the new owner acknowledged before its new replica caught up died
-//     with it, under --sync-replication too), a move
+//     with it, under --sync-replication too), a swap ([a, b] to [b, a])
+//     keeping a's dead copy, committed as the replica, to resume
+//     streaming from b instead of being copied again, a move
 //     found in flight or done but not committed through move.Recover
 //     (internal/move's rules R1-R5), a vbucket nobody holds is activated.
 //     Both publish through the manager (commitActive, as
@@ -125,7 +127,10 @@
 // pending (a handover into it in flight), so the promotion waits, up to
 // promoteSettle; a replica that holds no copy (dead there: its node
 // restarted, or the copy was dropped) is activated empty there, as a
-// cache loses data, never availability (counted as lost); anything else
+// cache loses data, never availability (counted as lost), unless it is
+// the dead copy a swap kept on its old active, the row's only replica
+// and not yet streaming: that copy is activated as it is (failover.go
+// says why it holds every acknowledged write); anything else
 // (it does not answer within promoteSettle, refuses connections) is
 // unresolved: nothing is touched, the log names the rule, and
 // FailoverReport.Unactivated counts it. There is no publish step (the map

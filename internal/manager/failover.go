@@ -225,6 +225,11 @@ func (m *Manager) failover(ctx context.Context, addr string, force bool) (rep Fa
 	}
 	lost := map[int]bool{}    // vbuckets made active, empty, elsewhere
 	changed := map[int]bool{} // vbuckets whose active changes
+	// keptOld: vbuckets whose promoted replica is the old active of a
+	// swap (Rebalance.Moving), its dead copy kept as the row's only
+	// replica (commitActive); activate promotes that copy if it has not
+	// resumed streaming yet.
+	keptOld := map[int]bool{}
 	newMap := make([][]int, len(s.Map))
 	for vb, row := range s.Map {
 		nr := append([]int(nil), row...)
@@ -262,6 +267,10 @@ func (m *Manager) failover(ctx context.Context, addr string, force bool) (rep Fa
 			} else {
 				rep.Promoted++
 				nr = []int{promoted}
+				if s.Rebalance != nil && s.Rebalance.Moving[vb] == s.server(promoted) &&
+					!slices.ContainsFunc(row[1:], func(r int) bool { return r >= 0 && r != promoted }) {
+					keptOld[vb] = true
+				}
 			}
 			for _, r := range row[1:] {
 				if r != promoted && r >= 0 && r != idx {
@@ -331,7 +340,7 @@ func (m *Manager) failover(ctx context.Context, addr string, force bool) (rep Fa
 	}
 	// Promote.
 	var emptied int
-	rep.Unactivated, emptied = m.activate(ctx, addr, ns, changed, lost)
+	rep.Unactivated, emptied = m.activate(ctx, addr, ns, changed, lost, keptOld)
 	rep.Promoted -= emptied
 	rep.Lost += emptied
 	// Surviving replicas follow the new actives.
@@ -364,13 +373,18 @@ const promoteSettle = 5 * time.Second
 // promotes it, R1 finds it active, R2 waits for a handover into it;
 // anything else is unresolved and logged with the rule; a replica that
 // holds no copy, "source-and-copy-lost", is activated empty there, as a
-// cache loses data, never availability, and counted in emptiedN). A
-// vbucket of lost had no replica: it is not a move, and it is activated,
-// empty, as it is (its old copy there, if any, deleted first).
+// cache loses data, never availability, and counted in emptiedN), except
+// for a vbucket of keptOld: its replica is the dead copy a swap kept on
+// its old active (commitActive), not yet streaming, which holds every
+// write the failed node acknowledged under --sync-replication (with the
+// row naming a replica and no stream open, it acknowledged none after
+// the handover), so that copy is activated as it is. A vbucket of lost
+// had no replica: it is not a move, and it is activated, empty, as it is
+// (its old copy there, if any, deleted first).
 //
 // The new actives are worked on at once, one goroutine each, every
 // vbucket of one in turn; activate returns when all are done.
-func (m *Manager) activate(ctx context.Context, addr string, ns *State, changed, lost map[int]bool) (unactivated, emptiedN int) {
+func (m *Manager) activate(ctx context.Context, addr string, ns *State, changed, lost, keptOld map[int]bool) (unactivated, emptiedN int) {
 	byNode := map[string][]int{}
 	for vb := range changed {
 		a := ns.server(ns.Map[vb][0])
@@ -404,6 +418,13 @@ func (m *Manager) activate(ctx context.Context, addr string, ns *State, changed,
 				}
 				res, err := move.Promote(ctx, vb, addr, a, opt)
 				switch {
+				case err != nil && res.Rule == "source-and-copy-lost" && keptOld[vb]:
+					m.cfg.Logf("manager: failover of %s: vbucket %d on %s is the dead copy its swap kept (%s): activating it as it is", addr, vb, a, res.Detail)
+					err := m.conn(ctx, a, func(c *admin.Conn) error { return c.SetVBucket(vb, vbucket.Active) })
+					if err != nil {
+						m.cfg.Logf("manager: failover of %s: activating vbucket %d on %s: %v", addr, vb, a, err)
+						failed.Add(1)
+					}
 				case err != nil && res.Rule == "source-and-copy-lost":
 					// The replica holds no copy (its node restarted, or it
 					// was dropped): a cache loses data, never availability,

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/vbcache/vbcache/internal/admin"
+	"github.com/vbcache/vbcache/internal/move"
 	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/server"
 	"github.com/vbcache/vbcache/internal/vbmap"
@@ -689,6 +690,172 @@ func TestMoveNotDoneDropsBuiltReplica(t *testing.T) {
 		st, err := testDial(t, r).GetVBucket(vb)
 		if err != nil || st != vbucket.Dead {
 			t.Errorf("vbucket %d on %s, built for a move that did not happen: %v, %v; want it dropped (dead)", vb, r, st, err)
+		}
+	}
+}
+
+// startSwap makes vbucket vb's forward row its row with the active and
+// the first replica swapped, and runs the rebalance (as StartRebalance
+// does, the plan crafted: the planner makes swaps when it balances
+// actives, not on demand).
+func startSwap(t *testing.T, m *Manager, vb int) {
+	t.Helper()
+	ctx := context.Background()
+	m.opMu.Lock()
+	_, err := m.update(ctx, func(s *State) error {
+		fw := make([][]int, len(s.Map))
+		for v, row := range s.Map {
+			fw[v] = slices.Clone(row)
+		}
+		fw[vb][0], fw[vb][1] = fw[vb][1], fw[vb][0]
+		s.Forward = fw
+		s.Rev++
+		s.Rebalance = &Rebalance{Running: true, Target: slices.Clone(s.Nodes), Total: 1, Started: time.Now()}
+		return nil
+	})
+	m.opMu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.launchRebalance(m.leaderContext())
+}
+
+// TestSwapKeepsOldCopy swaps a vbucket's active a and replica b: the
+// commit names a, its dead copy kept, as b's replica (the row never
+// lacks one), and a then resumes streaming from b where the handover
+// left it: not one item copied again.
+func TestSwapKeepsOldCopy(t *testing.T) {
+	cli := startTestEtcd(t)
+	nodes := []*testNode{startNode(t, ""), startNode(t, "")}
+	tm := newTestManager(t, cli, "m1")
+	var mu sync.Mutex // protects committed
+	var committed []int
+	const vb = 3
+	tm.m.hook = func(step string, v int) {
+		if step == "published" && v == vb {
+			mu.Lock()
+			committed = slices.Clone(tm.m.State().Map[vb])
+			mu.Unlock()
+		}
+	}
+	tm.start(t)
+	ctx := context.Background()
+	for _, n := range nodes {
+		if err := tm.m.AddNode(ctx, n.addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tm.m.StartRebalance(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := waitRebalanced(t, tm.m)
+	keys := testKeys()
+	writeKeys(t, s, keys)
+	before := slices.Clone(s.Map[vb])
+	a, b := s.server(before[0]), s.server(before[1])
+	startSwap(t, tm.m, vb)
+	s = waitRebalanced(t, tm.m)
+	if s.Rebalance.Err != "" || !slices.Equal(s.Map[vb], []int{before[1], before[0]}) {
+		t.Fatalf("after the swap: row %v (was %v), rebalance %+v", s.Map[vb], before, s.Rebalance)
+	}
+	mu.Lock()
+	if !slices.Equal(committed, []int{before[1], before[0]}) {
+		t.Errorf("the swap committed %v, want %v: the old active kept as the replica", committed, []int{before[1], before[0]})
+	}
+	mu.Unlock()
+	for _, k := range keys[vb] {
+		if v, err := testDial(t, b).Do(protocol.OpGet, uint16(vb), nil, []byte(k), nil); err != nil || string(v) != "v-"+k {
+			t.Errorf("get %s on %s: %q, %v", k, b, v, err)
+		}
+	}
+	// a follows b from where it was: once at b's sequence number, its
+	// stream has received nothing (every item was already there).
+	high, err := tm.m.vbStat(ctx, b, vb, "high_seqno")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := "consumer:" + b + ":vb_" + strconv.Itoa(vb) + ":"
+	ac := testDial(t, a)
+	waitFor(t, 10*time.Second, "the old active to follow the new one", func() bool {
+		lines, err := ac.Stats("streams " + strconv.Itoa(vb))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seq uint64
+		for _, kv := range lines {
+			if kv[0] == q+"seqno" {
+				seq, _ = strconv.ParseUint(kv[1], 10, 64)
+			}
+		}
+		return seq >= high
+	})
+	lines, err := ac.Stats("streams " + strconv.Itoa(vb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range lines {
+		if kv[0] == q+"items_received" && kv[1] != "0" {
+			t.Errorf("the old active's stream from %s received %s items, want 0 (a resumed stream)", b, kv[1])
+		}
+	}
+}
+
+// TestFailoverAfterSwapKeepsOldCopy: the new active of a swap is killed
+// right after the commit, before its kept replica (the old active, dead)
+// follows it. The failover activates that dead copy as it is, every key
+// there, instead of activating the vbucket empty.
+func TestFailoverAfterSwapKeepsOldCopy(t *testing.T) {
+	cli := startTestEtcd(t)
+	nodes := []*testNode{startNode(t, ""), startNode(t, ""), startNode(t, "")}
+	tm := newTestManager(t, cli, "m1")
+	tm.start(t)
+	ctx := context.Background()
+	for _, n := range nodes {
+		if err := tm.m.AddNode(ctx, n.addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tm.m.StartRebalance(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := waitRebalanced(t, tm.m)
+	keys := testKeys()
+	writeKeys(t, s, keys)
+	const vb = 5
+	a, b := s.server(s.Map[vb][0]), s.server(s.Map[vb][1])
+	// The swap's move and commit as moveVBucket makes them, without the
+	// rest of the rebalance (which would make a follow b at once).
+	if _, err := tm.m.update(ctx, func(s *State) error {
+		s.Rebalance = &Rebalance{}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := move.Move(ctx, vb, a, b, move.Options{KeepOld: true, Logf: t.Logf,
+		Publish: func(_ context.Context, vb int, to string) (int64, error) { return tm.m.commitActive(ctx, vb, a, to, a) }})
+	if err != nil || res.Outcome != move.Moved || res.OldCopyDeleted {
+		t.Fatalf("the swap's move: %s, %v", res.String(), err)
+	}
+	if st := tm.m.State(); st.server(st.Map[vb][0]) != b || st.server(st.Map[vb][1]) != a || st.Rebalance.Moving[vb] != a {
+		t.Fatalf("after the swap's commit: row %v, moving %v", st.rowServers(st.Map[vb]), st.Rebalance.Moving)
+	}
+	for _, n := range nodes {
+		if n.addr == b {
+			n.stop()
+		}
+	}
+	rep, err := tm.m.failover(ctx, b, true /* force: it is gone */)
+	if err != nil {
+		t.Fatalf("failover: %v", err)
+	}
+	t.Logf("%+v", rep)
+	c := testDial(t, a)
+	if st, err := c.GetVBucket(vb); err != nil || st != vbucket.Active {
+		t.Fatalf("vbucket %d on %s after the failover: %v, %v", vb, a, st, err)
+	}
+	for _, k := range keys[vb] {
+		if v, err := c.Do(protocol.OpGet, uint16(vb), nil, []byte(k), nil); err != nil || string(v) != "v-"+k {
+			t.Errorf("get %s on %s: %q, %v", k, a, v, err)
 		}
 	}
 }

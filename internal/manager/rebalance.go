@@ -390,9 +390,14 @@ func (m *Manager) moveVBucket(ctx context.Context, vb int) error {
 					m.dropBuilt(ctx, vb, st.Build)
 					return err
 				}
-				opt.Publish = func(_ context.Context, vb int, to string) (int64, error) {
-					return m.commitActive(ctx, vb, st.Src, to, st.Build...)
+				built := st.Build
+				if st.Keep {
+					built = append(slices.Clone(built), st.Src)
 				}
+				opt.Publish = func(_ context.Context, vb int, to string) (int64, error) {
+					return m.commitActive(ctx, vb, st.Src, to, built...)
+				}
+				opt.KeepOld = st.Keep
 				bytes = m.vbBytes(ctx, st.Src, vb)
 				m.runHook("move", vb)
 				res, err = move.Move(ctx, vb, st.Src, st.Node, opt)
@@ -490,8 +495,10 @@ func (m *Manager) dropBuilt(ctx context.Context, vb int, nodes []string) {
 
 // commitActive commits to as vb's active (rev+1; to leaves the replicas,
 // and so does the old active, which Rebalance.Moving names until the move
-// is finished; the replica slots this leaves empty take built, replicas
-// the move built and caught up first) and pushes the map to every node.
+// is finished; the replica slots this leaves empty take built, in order:
+// replicas the move built and caught up first, and the old active itself
+// when its copy is kept as a replica, a swap) and pushes the map to every
+// node.
 // It is the publish step of the manager's moves: the old copy is deleted
 // only after it returned.
 func (m *Manager) commitActive(ctx context.Context, vb int, from, to string, built ...string) (int64, error) {

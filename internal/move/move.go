@@ -32,8 +32,9 @@
 //     Options.Publish, the caller's function does this step instead.
 //  4. Only once both ends of the move hold the new map (or there is no map;
 //     or Options.Publish returned nil) is the old copy deleted
-//     (DEL_VBUCKET on the source). Until then the dead copy is the
-//     fallback if the target is lost.
+//     (DEL_VBUCKET on the source), unless Options.KeepOld says the caller
+//     will make it a replica. Until then the dead copy is the fallback if
+//     the target is lost.
 //
 // # Recovery rules
 //
@@ -153,6 +154,12 @@ type Options struct {
 	// old copy is kept and Move returns ErrNotPublished. Options.Nodes
 	// is then unused, and Result.PublishedTo stays empty.
 	Publish func(ctx context.Context, vb int, to string) (rev int64, err error)
+	// KeepOld keeps the source's dead copy after the publish instead of
+	// deleting it (step 4): the caller makes it the new active's replica,
+	// which resumes from where the handover left it (internal/stream:
+	// the source notes its position) instead of copying the vbucket
+	// again. The cluster manager's swaps ([a, b] to [b, a]) set it.
+	KeepOld bool
 	// Halt, if set, is asked after the TAKEOVER request before each
 	// change Move makes: before the action a recovery rule decides on
 	// (setting a state, then dropping the target's copy), before the
@@ -620,6 +627,10 @@ func (m *mover) finish(res *Result, deleteOld bool) error {
 		m.opt.logf("no node holds a cluster map: nothing published")
 	}
 	if !deleteOld {
+		return nil
+	}
+	if m.opt.KeepOld {
+		m.opt.logf("old copy on %s kept, for the caller to make it a replica", m.from)
 		return nil
 	}
 	if err := m.opt.halted(); err != nil {
