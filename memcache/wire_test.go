@@ -185,3 +185,54 @@ func FuzzParseBinary(f *testing.F) {
 		}
 	})
 }
+
+// TestBinaryAllocs: encoding a binary request and parsing the replies that
+// carry no new value (a store's, a miss, a multi-get's hits into a reused
+// arena) allocate nothing.
+func TestBinaryAllocs(t *testing.T) {
+	it := &Item{Key: "key", Value: []byte("value"), Flags: 1, Expiration: 60, CasID: 2}
+	buf := make([]byte, 0, 4096)
+	for _, o := range []*op{
+		{kind: opGet, key: "key", vb: 3},
+		{kind: opGat, key: "key", delta: 60},
+		{kind: opMulti, keys: []string{"a", "bc", "def"}, vbs: []uint16{1, 2, 3}},
+		{kind: opStore, verb: verbSet, item: it, vb: 3},
+		{kind: opStore, verb: verbCAS, item: it},
+		{kind: opStore, verb: verbAppend, item: it},
+		{kind: opDelete, key: "key"},
+		{kind: opTouch, key: "key", delta: 60},
+		{kind: opIncr, key: "key", delta: 1},
+		{kind: opFlush},
+		{kind: opVersion},
+		{kind: opConfig, haveRev: true, rev: [2]int64{1, 2}},
+	} {
+		if n := testing.AllocsPerRun(100, func() { buf = o.appendBinary(buf[:0]) }); n != 0 {
+			t.Errorf("appendBinary kind %d: %.1f allocations", o.kind, n)
+		}
+	}
+
+	stored := []byte{0x81, 0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9}
+	miss := []byte{0x81, 0x00, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	multi := []byte{
+		0x81, 0x0d, 0, 1, 4, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 7, 'a', 'x', 'y',
+		0x81, 0x0a, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0,
+	}
+	for name, c := range map[string]struct {
+		o  *op
+		in []byte
+	}{
+		"store": {&op{kind: opStore, verb: verbSet, item: it}, stored},
+		"miss":  {&op{kind: opGet, key: "key"}, miss},
+		"multi": {&op{kind: opMulti, keys: []string{"a"}, arena: make([]byte, 0, 64), items: make([]Item, 0, 1)}, multi},
+	} {
+		o := c.o
+		if n := testing.AllocsPerRun(100, func() {
+			o.items, o.arena, o.err = o.items[:0], o.arena[:0], nil
+			if n, done, err := o.parseBinary(c.in); n != len(c.in) || !done || err != nil {
+				t.Fatalf("%s: parseBinary %d %v %v", name, n, done, err)
+			}
+		}); n != 0 {
+			t.Errorf("parseBinary %s: %.1f allocations", name, n)
+		}
+	}
+}
