@@ -3,92 +3,62 @@ package memcache
 import (
 	"encoding/binary"
 	"strconv"
+
+	"github.com/vbcache/vbcache/internal/protocol"
 )
 
-// Binary protocol (memcached doc/protocol-binary.txt). Every packet starts
-// with a 24-byte header:
-//
-//	Byte/     0       |       1       |       2       |       3       |
-//	   +---------------+---------------+---------------+---------------+
-//	  0| magic         | opcode        | key length                    |
-//	  4| extras length | data type     | vbucket id (req) / status (res)|
-//	  8| total body length (extras + key + value)                      |
-//	 12| opaque (echoed back)                                          |
-//	 16| cas                                                           |
-//	 20|                                                               |
-//	   +---------------+---------------+---------------+---------------+
-//
-// followed by extras, key and value. All integers are big-endian.
-const (
-	binHeaderLen = 24
-	magicReq     = 0x80
-	magicRes     = 0x81
+// The binary protocol's header layout, opcodes, statuses and header codec
+// are internal/protocol's (binary.go); the client speaks its request side
+// and parses its response side.
 
-	cmdGet     = 0x00
-	cmdSet     = 0x01
-	cmdAdd     = 0x02
-	cmdReplace = 0x03
-	cmdDelete  = 0x04
-	cmdIncr    = 0x05
-	cmdDecr    = 0x06
-	cmdFlush   = 0x08
-	cmdNoop    = 0x0a
-	cmdVersion = 0x0b
-	cmdGetKQ   = 0x0d
-	cmdAppend  = 0x0e
-	cmdPrepend = 0x0f
-	cmdTouch   = 0x1c
-	cmdGAT     = 0x1d
+// noopOpaque marks the NOOP that ends a GetMulti batch.
+const noopOpaque = 0xffffffff
 
-	cmdGetClusterConfig = 0xb5
+var storeOpcodes = [...]protocol.Opcode{verbSet: protocol.OpSet, verbAdd: protocol.OpAdd,
+	verbReplace: protocol.OpReplace, verbAppend: protocol.OpAppend, verbPrepend: protocol.OpPrepend,
+	verbCAS: protocol.OpSet}
 
-	statusOK        = 0x00
-	statusNotFound  = 0x01
-	statusExists    = 0x02
-	statusNotStored = 0x05
-	statusNotMyVB   = 0x07
-
-	noopOpaque = 0xffffffff // marks the NOOP that ends a GetMulti batch
-)
-
-var storeOpcodes = [...]byte{verbSet: cmdSet, verbAdd: cmdAdd, verbReplace: cmdReplace,
-	verbAppend: cmdAppend, verbPrepend: cmdPrepend, verbCAS: cmdSet}
-
-// appendHeader appends a request header.
-func appendHeader(b []byte, opcode byte, keyLen, extrasLen, valueLen int, vb uint16, opaque uint32, cas uint64) []byte {
-	var h [binHeaderLen]byte
-	h[0] = magicReq
-	h[1] = opcode
-	binary.BigEndian.PutUint16(h[2:], uint16(keyLen))
-	h[4] = byte(extrasLen)
-	binary.BigEndian.PutUint16(h[6:], vb)
-	binary.BigEndian.PutUint32(h[8:], uint32(extrasLen+keyLen+valueLen))
-	binary.BigEndian.PutUint32(h[12:], opaque)
-	binary.BigEndian.PutUint64(h[16:], cas)
-	return append(b, h[:]...)
+// appendRequestHeader appends the header of a request whose body is
+// extrasLen, keyLen and valueLen bytes long.
+func appendRequestHeader(b []byte, opcode protocol.Opcode, keyLen, extrasLen, valueLen int, vb uint16, opaque uint32, cas uint64) []byte {
+	h := protocol.Header{
+		Magic:   protocol.MagicRequest,
+		Opcode:  opcode,
+		KeyLen:  uint16(keyLen),
+		ExtLen:  uint8(extrasLen),
+		VBucket: vb,
+		BodyLen: uint32(extrasLen + keyLen + valueLen),
+		Opaque:  opaque,
+		CAS:     cas,
+	}
+	return protocol.AppendHeader(b, &h)
 }
 
 func (o *op) appendBinary(b []byte) []byte {
 	switch o.kind {
 	case opGet:
-		b = appendHeader(b, cmdGet, len(o.key), 0, 0, o.vb, 0, 0)
+		b = appendRequestHeader(b, protocol.OpGet, len(o.key), 0, 0, o.vb, 0, 0)
 		b = append(b, o.key...)
 	case opGat:
-		b = appendHeader(b, cmdGAT, len(o.key), 4, 0, o.vb, 0, 0)
+		b = appendRequestHeader(b, protocol.OpGAT, len(o.key), 4, 0, o.vb, 0, 0)
 		b = binary.BigEndian.AppendUint32(b, binExpiry(int32(o.delta)))
 		b = append(b, o.key...)
 	case opMulti:
 		// One quiet GETKQ per key (opaque = its index; misses stay
 		// silent), then a NOOP whose answer ends the batch.
+		// One header updated per key: appendRequestHeader is not
+		// inlined, and a second call per key would cost the batch.
+		h := protocol.Header{Magic: protocol.MagicRequest, Opcode: protocol.OpGetKQ}
 		for i, k := range o.keys {
-			var vb uint16
+			h.VBucket = 0
 			if o.vbs != nil {
-				vb = o.vbs[i]
+				h.VBucket = o.vbs[i]
 			}
-			b = appendHeader(b, cmdGetKQ, len(k), 0, 0, vb, uint32(i), 0)
+			h.KeyLen, h.BodyLen, h.Opaque = uint16(len(k)), uint32(len(k)), uint32(i)
+			b = protocol.AppendHeader(b, &h)
 			b = append(b, k...)
 		}
-		b = appendHeader(b, cmdNoop, 0, 0, 0, 0, noopOpaque, 0)
+		b = appendRequestHeader(b, protocol.OpNoop, 0, 0, 0, 0, noopOpaque, 0)
 	case opStore:
 		it := o.item
 		var cas uint64
@@ -96,59 +66,59 @@ func (o *op) appendBinary(b []byte) []byte {
 			cas = it.CasID
 		}
 		if o.verb == verbAppend || o.verb == verbPrepend {
-			b = appendHeader(b, storeOpcodes[o.verb], len(it.Key), 0, len(it.Value), o.vb, 0, cas)
+			b = appendRequestHeader(b, storeOpcodes[o.verb], len(it.Key), 0, len(it.Value), o.vb, 0, cas)
 		} else {
 			// extras: flags(4) expiration(4)
-			b = appendHeader(b, storeOpcodes[o.verb], len(it.Key), 8, len(it.Value), o.vb, 0, cas)
+			b = appendRequestHeader(b, storeOpcodes[o.verb], len(it.Key), 8, len(it.Value), o.vb, 0, cas)
 			b = binary.BigEndian.AppendUint32(b, it.Flags)
 			b = binary.BigEndian.AppendUint32(b, binExpiry(it.Expiration))
 		}
 		b = append(b, it.Key...)
 		b = append(b, it.Value...)
 	case opDelete:
-		b = appendHeader(b, cmdDelete, len(o.key), 0, 0, o.vb, 0, 0)
+		b = appendRequestHeader(b, protocol.OpDelete, len(o.key), 0, 0, o.vb, 0, 0)
 		b = append(b, o.key...)
 	case opTouch:
-		b = appendHeader(b, cmdTouch, len(o.key), 4, 0, o.vb, 0, 0)
+		b = appendRequestHeader(b, protocol.OpTouch, len(o.key), 4, 0, o.vb, 0, 0)
 		b = binary.BigEndian.AppendUint32(b, binExpiry(int32(o.delta)))
 		b = append(b, o.key...)
 	case opIncr, opDecr:
-		opc := byte(cmdIncr)
+		opc := protocol.OpIncrement
 		if o.kind == opDecr {
-			opc = cmdDecr
+			opc = protocol.OpDecrement
 		}
 		// extras: delta(8) initial(8) expiration(4); expiration
 		// 0xffffffff means "do not create", so a missing key is a miss as
 		// in the text protocol.
-		b = appendHeader(b, opc, len(o.key), 20, 0, o.vb, 0, 0)
+		b = appendRequestHeader(b, opc, len(o.key), 20, 0, o.vb, 0, 0)
 		b = binary.BigEndian.AppendUint64(b, o.delta)
 		b = binary.BigEndian.AppendUint64(b, 0)
 		b = binary.BigEndian.AppendUint32(b, 0xffffffff)
 		b = append(b, o.key...)
 	case opFlush:
-		b = appendHeader(b, cmdFlush, 0, 0, 0, 0, 0, 0)
+		b = appendRequestHeader(b, protocol.OpFlush, 0, 0, 0, 0, 0, 0)
 	case opVersion:
-		b = appendHeader(b, cmdVersion, 0, 0, 0, 0, 0, 0)
+		b = appendRequestHeader(b, protocol.OpVersion, 0, 0, 0, 0, 0, 0)
 	case opConfig:
 		if o.haveRev {
-			b = appendHeader(b, cmdGetClusterConfig, 0, 16, 0, 0, 0, 0)
+			b = appendRequestHeader(b, protocol.OpGetClusterConfig, 0, 16, 0, 0, 0, 0)
 			b = binary.BigEndian.AppendUint64(b, uint64(o.rev[0]))
 			b = binary.BigEndian.AppendUint64(b, uint64(o.rev[1]))
 		} else {
-			b = appendHeader(b, cmdGetClusterConfig, 0, 0, 0, 0, 0, 0)
+			b = appendRequestHeader(b, protocol.OpGetClusterConfig, 0, 0, 0, 0, 0, 0)
 		}
 	}
 	return b
 }
 
 // binStatusError maps a status that is not special to the command.
-func binStatusError(status uint16, body []byte) error {
+func binStatusError(status protocol.Status, body []byte) error {
 	switch status {
-	case statusNotFound:
+	case protocol.StatusKeyNotFound:
 		return ErrCacheMiss
-	case statusNotStored:
+	case protocol.StatusNotStored:
 		return ErrNotStored
-	case statusTmpFail:
+	case protocol.StatusTmpFail:
 		return errTemporaryFailureAnswer
 	}
 	msg := "status 0x" + strconv.FormatUint(uint64(status), 16)
@@ -157,44 +127,40 @@ func binStatusError(status uint16, body []byte) error {
 	}
 	// 0x82 out of memory, 0x84/0x85/0x86 internal errors and busy:
 	// server errors; the rest are the client's mistakes.
-	return &serverError{msg: msg, isServer: status >= 0x82}
+	return &serverError{msg: msg, isServer: status >= protocol.StatusNoMemory}
 }
 
 func (o *op) parseBinary(b []byte) (int, bool, error) {
 	consumed := 0
+	var h protocol.Header
 	for {
 		rest := b[consumed:]
-		if len(rest) < binHeaderLen {
-			return consumed, false, nil
+		if protocol.ParseHeader(rest, &h) != nil {
+			return consumed, false, nil // not a whole header yet
 		}
-		if rest[0] != magicRes {
-			return 0, false, badResponse("binary magic", rest[:binHeaderLen])
+		if h.Magic != protocol.MagicResponse {
+			return 0, false, badResponse("binary magic", rest[:protocol.HeaderLen])
 		}
-		opcode := rest[1]
-		keyLen := int(binary.BigEndian.Uint16(rest[2:]))
-		extLen := int(rest[4])
-		status := binary.BigEndian.Uint16(rest[6:])
-		bodyLen := int(binary.BigEndian.Uint32(rest[8:]))
-		opaque := binary.BigEndian.Uint32(rest[12:])
-		cas := binary.BigEndian.Uint64(rest[16:])
+		opcode, status, opaque, cas := h.Opcode, h.Status, h.Opaque, h.CAS
+		keyLen, extLen, bodyLen := int(h.KeyLen), int(h.ExtLen), int(h.BodyLen)
 		if extLen+keyLen > bodyLen || bodyLen > 1<<30 {
-			return 0, false, badResponse("binary lengths", rest[:binHeaderLen])
+			return 0, false, badResponse("binary lengths", rest[:protocol.HeaderLen])
 		}
-		if len(rest) < binHeaderLen+bodyLen {
+		if len(rest) < protocol.HeaderLen+bodyLen {
 			return consumed, false, nil
 		}
-		body := rest[binHeaderLen : binHeaderLen+bodyLen]
+		body := rest[protocol.HeaderLen : protocol.HeaderLen+bodyLen]
 		extras, key, value := body[:extLen], body[extLen:extLen+keyLen], body[extLen+keyLen:]
-		consumed += binHeaderLen + bodyLen
+		consumed += protocol.HeaderLen + bodyLen
 
 		if o.kind == opMulti {
-			if opcode == cmdNoop && opaque == noopOpaque {
+			if opcode == protocol.OpNoop && opaque == noopOpaque {
 				return consumed, true, nil
 			}
-			if opcode != cmdGetKQ || int(opaque) >= len(o.keys) {
-				return 0, false, badResponse("binary reply in a multi-get", rest[:binHeaderLen])
+			if opcode != protocol.OpGetKQ || int(opaque) >= len(o.keys) {
+				return 0, false, badResponse("binary reply in a multi-get", rest[:protocol.HeaderLen])
 			}
-			if status == statusNotMyVB {
+			if status == protocol.StatusNotMyVBucket {
 				// Not this server's key: no value, the caller retries
 				// the key (cluster) or reports ErrNotMyVBucket.
 				o.refused = append(o.refused, int(opaque))
@@ -203,14 +169,14 @@ func (o *op) parseBinary(b []byte) (int, bool, error) {
 				}
 				continue
 			}
-			if status != statusOK {
-				if o.err == nil && status != statusNotFound {
+			if status != protocol.StatusOK {
+				if o.err == nil && status != protocol.StatusKeyNotFound {
 					o.err = binStatusError(status, value)
 				}
 				continue
 			}
 			if len(extras) < 4 || string(key) != o.keys[opaque] {
-				return 0, false, badResponse("GETKQ reply", rest[:binHeaderLen])
+				return 0, false, badResponse("GETKQ reply", rest[:protocol.HeaderLen])
 			}
 			if o.items == nil {
 				o.items = make([]Item, 0, len(o.keys))
@@ -225,23 +191,23 @@ func (o *op) parseBinary(b []byte) (int, bool, error) {
 
 // binaryAnswer fills o from a single-response command's reply. It returns
 // an error only for a garbled reply.
-func (o *op) binaryAnswer(status uint16, extras, value []byte, cas uint64) error {
-	if status != statusOK {
+func (o *op) binaryAnswer(status protocol.Status, extras, value []byte, cas uint64) error {
+	if status != protocol.StatusOK {
 		switch {
-		case status == statusNotMyVB:
+		case status == protocol.StatusNotMyVBucket:
 			// The answer carries no value; its body is the node's
 			// config, which a cluster client learns from.
 			o.err = errNotMyVBucketAnswer
 			if len(value) > 0 {
 				o.body = append([]byte(nil), value...)
 			}
-		case o.kind == opStore && status == statusExists:
+		case o.kind == opStore && status == protocol.StatusKeyExists:
 			if o.verb == verbCAS {
 				o.err = ErrCASConflict
 			} else {
 				o.err = ErrNotStored // add of an existing key
 			}
-		case o.kind == opStore && status == statusNotFound && o.verb != verbCAS:
+		case o.kind == opStore && status == protocol.StatusKeyNotFound && o.verb != verbCAS:
 			o.err = ErrNotStored // replace/append/prepend of a missing key
 		default:
 			o.err = binStatusError(status, value)

@@ -2,11 +2,6 @@ package memcache
 
 import "errors"
 
-// statusTmpFail is the binary status TMPFAIL, "Temporary failure": a
-// cluster-mode vbcache node answers it to a key request that waited on a
-// pending vbucket for longer than the node's park timeout.
-const statusTmpFail = 0x86
-
 var (
 	// ErrTemporaryFailure means a server answered TMPFAIL (binary status
 	// 0x86): it could not serve the request now but may soon, as a vbcache

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/vbmap"
 )
 
@@ -27,7 +28,7 @@ func keyIn(t *testing.T, vb int) string {
 // 0x86 to ErrTemporaryFailure (binStatusError in binary.go).
 func needTmpFailMapping(t *testing.T) {
 	t.Helper()
-	if !errors.Is(binStatusError(statusTmpFail, nil), ErrTemporaryFailure) {
+	if !errors.Is(binStatusError(protocol.StatusTmpFail, nil), ErrTemporaryFailure) {
 		t.Skip("binStatusError does not map status 0x86 to errTemporaryFailureAnswer yet (memcache/binary.go)")
 	}
 }

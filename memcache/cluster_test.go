@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vbcache/vbcache/internal/clock"
+	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/server"
 	"github.com/vbcache/vbcache/internal/vbmap"
 )
@@ -82,12 +83,12 @@ func (a *admin) do(opcode byte, vb uint16, extras, value []byte) (uint16, []byte
 // try is do for any goroutine: it returns I/O errors instead of failing
 // the test.
 func (a *admin) try(opcode byte, vb uint16, extras, value []byte) (uint16, []byte, error) {
-	req := appendHeader(nil, opcode, 0, len(extras), len(value), vb, 0, 0)
+	req := appendRequestHeader(nil, protocol.Opcode(opcode), 0, len(extras), len(value), vb, 0, 0)
 	req = append(append(req, extras...), value...)
 	if _, err := a.nc.Write(req); err != nil {
 		return 0, nil, err
 	}
-	var h [binHeaderLen]byte
+	var h [protocol.HeaderLen]byte
 	if _, err := io.ReadFull(a.nc, h[:]); err != nil {
 		return 0, nil, err
 	}
@@ -127,12 +128,12 @@ func (a *admin) pushConfig(cfg *vbmap.Config) {
 	if err != nil {
 		a.tb.Fatal(err)
 	}
-	req := appendHeader(nil, 0xb4, len("default"), 0, len(js), 0, 0, 0)
+	req := appendRequestHeader(nil, 0xb4, len("default"), 0, len(js), 0, 0, 0)
 	req = append(append(req, "default"...), js...)
 	if _, err := a.nc.Write(req); err != nil {
 		a.tb.Fatal(err)
 	}
-	var h [binHeaderLen]byte
+	var h [protocol.HeaderLen]byte
 	if _, err := io.ReadFull(a.nc, h[:]); err != nil {
 		a.tb.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/vbcache/vbcache/internal/protocol"
 )
 
 // Golden request bytes, one comment per field (STYLE.md habit 6).
@@ -57,8 +59,8 @@ func TestEncodeBinary(t *testing.T) {
 	}
 	m := &op{kind: opMulti, keys: []string{"a", "bc"}}
 	got := m.appendBinary(nil)
-	if len(got) != 3*24+3 || got[1] != cmdGetKQ || got[15] != 0 || got[24+1+1] != cmdGetKQ || got[24+1+15] != 1 ||
-		got[2*24+3+1] != cmdNoop || !bytes.Equal(got[2*24+3+12:2*24+3+16], []byte{0xff, 0xff, 0xff, 0xff}) {
+	if len(got) != 3*24+3 || got[1] != byte(protocol.OpGetKQ) || got[15] != 0 || got[24+1+1] != byte(protocol.OpGetKQ) || got[24+1+15] != 1 ||
+		got[2*24+3+1] != byte(protocol.OpNoop) || !bytes.Equal(got[2*24+3+12:2*24+3+16], []byte{0xff, 0xff, 0xff, 0xff}) {
 		t.Fatalf("multi-get: % x", got)
 	}
 }
