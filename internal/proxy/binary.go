@@ -172,7 +172,7 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 			verb = "replace"
 		}
 		var cas uint64 // the new CAS: a binary upstream's answer has it, a text one's not
-		err := u.callOnce(&c.rc, key, true, func(ctx context.Context) (err error) {
+		err := u.callOnce(&c.rc, key, func(ctx context.Context) (err error) {
 			cas, err = u.mc.StoreContext(ctx, verb, it)
 			return err
 		})
@@ -193,7 +193,7 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 			verb = "append"
 		}
 		var cas uint64
-		err := u.callOnce(&c.rc, key, true, func(ctx context.Context) (err error) {
+		err := u.callOnce(&c.rc, key, func(ctx context.Context) (err error) {
 			cas, err = u.mc.StoreContext(ctx, verb, it)
 			return err
 		})
@@ -207,7 +207,7 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 			break
 		}
 		u := c.p.acquire()
-		err := u.callOnce(&c.rc, key, true, func(ctx context.Context) error { return u.mc.DeleteContext(ctx, key) })
+		err := u.callOnce(&c.rc, key, func(ctx context.Context) error { return u.mc.DeleteContext(ctx, key) })
 		if err == nil {
 			c.p.ctr.deleteHits.Add(1)
 		} else if errors.Is(err, memcache.ErrCacheMiss) {
@@ -227,7 +227,7 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 		exp := binary.BigEndian.Uint32(r.Extras[16:])
 		u := c.p.acquire()
 		var v, cas uint64
-		err := u.callOnce(&c.rc, key, true, func(ctx context.Context) (err error) {
+		err := u.callOnce(&c.rc, key, func(ctx context.Context) (err error) {
 			for range 2 {
 				v, cas, err = u.mc.IncrDecrContext(ctx, key, op == protocol.OpIncrement, delta)
 				if !errors.Is(err, memcache.ErrCacheMiss) || exp == 0xffffffff {

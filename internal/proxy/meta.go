@@ -264,7 +264,7 @@ func (c *conn) metaSet(rest []byte) (used, more int) {
 	it := &c.item // the client encodes it during the call: reused
 	u := c.p.acquire()
 	defer u.release()
-	err := u.callOnce(&c.rc, it.Key, true, func(ctx context.Context) error {
+	err := u.callOnce(&c.rc, it.Key, func(ctx context.Context) error {
 		if f.HasCAS {
 			return u.mc.CompareAndSwapContext(ctx, it)
 		}
@@ -312,7 +312,7 @@ func (c *conn) metaDelete() {
 	k := string(key)
 	u := c.p.acquire()
 	defer u.release()
-	err := u.callOnce(&c.rc, k, true, func(ctx context.Context) error { return u.mc.DeleteContext(ctx, k) })
+	err := u.callOnce(&c.rc, k, func(ctx context.Context) error { return u.mc.DeleteContext(ctx, k) })
 	code := "HD"
 	switch {
 	case err == nil:
@@ -352,7 +352,7 @@ func (c *conn) metaArithmetic() {
 	u := c.p.acquire()
 	defer u.release()
 	var v uint64
-	err := u.callOnce(&c.rc, k, true, func(ctx context.Context) (err error) {
+	err := u.callOnce(&c.rc, k, func(ctx context.Context) (err error) {
 		v, _, err = u.mc.IncrDecrContext(ctx, k, incr, f.Delta)
 		return err
 	})

@@ -407,7 +407,7 @@ func (c *conn) update(verb string, rest []byte) (used, more int) {
 	it := &c.item // the client encodes it during the call: reused
 	u := c.p.acquire()
 	defer u.release()
-	err := u.callOnce(&c.rc, it.Key, true, func(ctx context.Context) error {
+	err := u.callOnce(&c.rc, it.Key, func(ctx context.Context) error {
 		switch verb {
 		case "set":
 			return u.mc.SetContext(ctx, it)
@@ -458,7 +458,7 @@ func (c *conn) arithmetic(incr bool) {
 	u := c.p.acquire()
 	defer u.release()
 	var v uint64
-	err := u.callOnce(&c.rc, k, true, func(ctx context.Context) (err error) {
+	err := u.callOnce(&c.rc, k, func(ctx context.Context) (err error) {
 		v, _, err = u.mc.IncrDecrContext(ctx, k, incr, delta)
 		return err
 	})
@@ -499,7 +499,7 @@ func (c *conn) delete() {
 	k := string(key)
 	u := c.p.acquire()
 	defer u.release()
-	err := u.callOnce(&c.rc, k, true, func(ctx context.Context) error { return u.mc.DeleteContext(ctx, k) })
+	err := u.callOnce(&c.rc, k, func(ctx context.Context) error { return u.mc.DeleteContext(ctx, k) })
 	switch {
 	case err == nil:
 		c.p.ctr.deleteHits.Add(1)

@@ -384,24 +384,25 @@ func (u *upstream) servers() []string {
 // after a map refresh and a backoff, until the cluster retry timeout: a
 // node being failed over looks to the client like added latency.
 func (u *upstream) call(rc *reqCtx, key string, fn func(ctx context.Context) error) error {
-	return u.callOnce(rc, key, false, fn)
+	s := [1]*srvStat{u.statOf(key)}
+	return u.run(rc, s[:], false, fn)
 }
 
-// callOnce is call for a request that must not be sent twice when once
-// is set: every write. incr, decr, append and prepend applied twice
-// corrupt the value; add and cas sent again after they took effect answer
-// NOT_STORED or EXISTS for a write that happened; and a set or delete sent
-// again after a timeout can land after other clients' later writes and
-// undo them (issue 21's schedule caught the proxy doing that: porcupine
-// saw a set's value come back over two newer acknowledged ones). A failure after the
+// callOnce is call for a request that must not be sent twice: every
+// write. incr, decr, append and prepend applied twice corrupt the value;
+// add and cas sent again after they took effect answer NOT_STORED or
+// EXISTS for a write that happened; and a set or delete sent again after
+// a timeout can land after other clients' later writes and undo them
+// (issue 21's schedule caught the proxy doing that: porcupine saw a set's
+// value come back over two newer acknowledged ones). A failure after the
 // request may have reached a node (a timeout, a connection lost
 // mid-request) could have been applied by that node before it died, so
 // such a request is retried only after failures that guarantee it was not
 // (notApplied); the others are answered as a failure (SERVER_ERROR), as a
 // client talking to the node directly would see them.
-func (u *upstream) callOnce(rc *reqCtx, key string, once bool, fn func(ctx context.Context) error) error {
+func (u *upstream) callOnce(rc *reqCtx, key string, fn func(ctx context.Context) error) error {
 	s := [1]*srvStat{u.statOf(key)}
-	return u.run(rc, s[:], once, fn)
+	return u.run(rc, s[:], true, fn)
 }
 
 // notApplied reports whether a failed request certainly was not applied:
