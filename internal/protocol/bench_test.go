@@ -36,6 +36,35 @@ func BenchmarkTokenizeSet(b *testing.B) {
 	}
 }
 
+// BenchmarkParseTextRequestGet and …Set cost what the node and the proxy
+// pay per request line; BenchmarkTokenizeGet and …Set are the tokenizer
+// (and number parsing) alone, the floor under them.
+func BenchmarkParseTextRequestGet(b *testing.B) {
+	line := []byte("get key:0012345")
+	var r TextRequest
+	b.ReportAllocs()
+	b.SetBytes(int64(len(line)))
+	for i := 0; i < b.N; i++ {
+		ParseTextRequest(line, &r)
+	}
+	if r.Cmd != CmdGet || r.Err != "" {
+		b.Fatal(r.Cmd, r.Err)
+	}
+}
+
+func BenchmarkParseTextRequestSet(b *testing.B) {
+	line := []byte("set key:0012345 0 3600 100 noreply")
+	var r TextRequest
+	b.ReportAllocs()
+	b.SetBytes(int64(len(line)))
+	for i := 0; i < b.N; i++ {
+		ParseTextRequest(line, &r)
+	}
+	if r.Cmd != CmdSet || r.Err != "" || r.Bytes != 102 {
+		b.Fatal(r.Cmd, r.Err, r.Bytes)
+	}
+}
+
 func BenchmarkParseMetaFlags(b *testing.B) {
 	line := []byte("mg key:0012345 v c f t s k O123 T30")
 	var t Tokens

@@ -19,6 +19,13 @@
 //     to a value with the top bit set (ParseInt32, ParseUint32,
 //     ParseUint64).
 //
+// On these, ParseTextRequest (request.go) is memcached's request grammar:
+// it turns a line into a TextRequest (the command, its key, flags,
+// exptime, data length, cas, delta, noreply and meta flags) or into the
+// exact error memcached answers, so the node, the proxy and its event
+// loops keep only what to do with a request. The binary protocol's
+// header codec, opcodes and statuses are in binary.go.
+//
 // Nothing here allocates: tokens are sub-slices of the caller's line.
 package protocol
 

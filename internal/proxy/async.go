@@ -128,19 +128,19 @@ type asyncState struct {
 // also set, add and replace, and gets behind them. dispatch settles
 // before every other command; a pipelined one that ends up answered
 // synchronously (an error, the plain path) settles before its reply.
-func (c *conn) pipelined(t *protocol.Tokens) bool {
+func (c *conn) pipelined(r *protocol.TextRequest) bool {
 	a := &c.async
 	if a.nsent == 0 {
 		return true // nothing to wait for
 	}
-	if t.Rest != nil || t.N < 3 {
+	if r.Rest != nil || r.N < 3 {
 		return false
 	}
 	ordered := a.batchU != nil && a.batchU.ordered
-	switch string(t.T[0]) {
-	case "get", "bget", "gets":
-		return t.N == 3 && len(t.T[1]) <= protocol.KeyMaxLength && (!a.writes || ordered)
-	case "set", "add", "replace":
+	switch r.Cmd {
+	case protocol.CmdGet, protocol.CmdGets:
+		return r.N == 3 && len(r.T[1]) <= protocol.KeyMaxLength && (!a.writes || ordered)
+	case protocol.CmdSet, protocol.CmdAdd, protocol.CmdReplace:
 		return ordered
 	}
 	return false

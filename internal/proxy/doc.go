@@ -7,7 +7,8 @@
 //
 // Each client connection has one goroutine (owned by the Proxy; Close
 // closes the socket and waits for it). It parses requests with
-// internal/protocol, memcached's tokenizer, runs each one against the
+// protocol.ParseTextRequest, the grammar and error replies the node uses
+// (the event loops parse with it too), runs each one against the
 // current upstream and appends the reply; replies are written when the
 // buffered input is drained, so a pipelining client gets them in batches.
 // A connection's requests run in order, one at a time, so "set k" then

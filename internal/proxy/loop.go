@@ -520,9 +520,9 @@ func (l *ploop) input(c *conn) (need int) {
 			}
 			return 0
 		}
-		t := &c.toks
-		protocol.Tokenize(protocol.TrimLine(data[:nl]), t)
-		used, more := l.command(c, t, data[nl+1:])
+		r := &c.req
+		protocol.ParseTextRequest(protocol.TrimLine(data[:nl]), r)
+		used, more := l.command(c, r, data[nl+1:])
 		switch {
 		case more > 0:
 			return nl + 1 + more
@@ -534,21 +534,19 @@ func (l *ploop) input(c *conn) (need int) {
 	return 0
 }
 
-// command starts the request on t's line, rest being the bytes after the
-// line. It returns the bytes of rest used, more > 0 when the request
-// needs that many bytes of rest first, or used -1 when the request is
-// not started (c's input waits).
-func (l *ploop) command(c *conn, t *protocol.Tokens, rest []byte) (used, more int) {
-	if t.Rest != nil || t.N < 2 {
+// command starts r, the request on c's next line, rest being the bytes
+// after the line. It returns the bytes of rest used, more > 0 when the
+// request needs that many bytes of rest first, or used -1 when the
+// request is not started (c's input waits). A request that did not parse
+// is the goroutine path's to answer: it parses the line again.
+func (l *ploop) command(c *conn, r *protocol.TextRequest, rest []byte) (used, more int) {
+	t := &r.Tokens
+	if r.Err != "" || t.Rest != nil {
 		l.wantDetach(c)
 		return -1, 0
 	}
-	cmd := t.T[0]
-	switch string(cmd) {
-	case "get", "gets", "bget":
-		if t.N < 3 {
-			break
-		}
+	switch r.Cmd {
+	case protocol.CmdGet, protocol.CmdGets:
 		for i := 1; i < t.N-1; i++ {
 			if !memcache.LegalKey(t.T[i]) {
 				l.wantDetach(c)
@@ -558,19 +556,13 @@ func (l *ploop) command(c *conn, t *protocol.Tokens, rest []byte) (used, more in
 		if !l.mayStart(c) {
 			return -1, 0
 		}
-		l.startGet(c, t, string(cmd) == "gets")
+		l.startGet(c, t, r.Cmd == protocol.CmdGets)
 		return 0, 0
-	case "set", "add", "replace":
-		if t.N != 6 && t.N != 7 || !memcache.LegalKey(t.T[1]) {
+	case protocol.CmdSet, protocol.CmdAdd, protocol.CmdReplace:
+		n := r.Bytes
+		if !memcache.LegalKey(r.Key) || n > maxBody {
 			break
 		}
-		_, ok1 := protocol.ParseUint32(t.T[2])
-		_, ok2 := protocol.ParseInt32(t.T[3])
-		vlen, ok3 := protocol.ParseInt32(t.T[4])
-		if !ok1 || !ok2 || !ok3 || vlen < 0 || int(vlen)+2 > maxBody {
-			break
-		}
-		n := int(vlen) + 2
 		if len(rest) < n {
 			return 0, n
 		}
@@ -582,7 +574,7 @@ func (l *ploop) command(c *conn, t *protocol.Tokens, rest []byte) (used, more in
 		}
 		l.startStore(c, t, rest[:n])
 		return n, 0
-	case "quit":
+	case protocol.CmdQuit:
 		if t.N == 2 {
 			c.lwait = waitClose
 			l.settled(c)

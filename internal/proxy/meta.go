@@ -32,49 +32,23 @@ func (c *conn) replyErr(s string) {
 	c.reply(s)
 }
 
-// metaStart checks the key and flags of mg, md and ma (memcached's
-// process_m*_command preambles, as the node words them: tooLong and
-// badFlags differ per command, an empty badFlags meaning the pre-parser's
-// own message, and mg forces its first errors past noreply while md and ma
-// do not) and that every flag is one the proxy supports.
-func (c *conn) metaStart(f *protocol.MetaFlags, allowed, tooLong, badFlags string, force bool) (key []byte, ok bool) {
-	t := &c.toks
-	if t.N < 3 {
-		c.reply("ERROR")
-		return nil, false
-	}
-	say := c.reply
-	if force {
-		say = c.replyErr
-	}
-	if len(t.T[1]) > protocol.KeyMaxLength {
-		say(protocol.ErrBadFormat)
-		return nil, false
-	}
-	if t.N > protocol.MetaMaxTokens {
-		say(tooLong)
-		return nil, false
-	}
-	key, ok = protocol.ParseMetaFlags(t, 2, f, c.keyBuf[:])
-	if !ok {
-		switch {
-		case badFlags != "":
-			c.replyErr(badFlags)
-		case f.Err != "":
-			c.replyErr(f.Err)
-		default:
-			c.replyErr(protocol.ErrBadFormat)
-		}
+// metaStart answers an mg, md or ma that did not parse
+// (protocol.ParseTextRequest words memcached's errors per command, as the
+// node sends them) and checks that every flag is one the proxy supports.
+func (c *conn) metaStart(allowed string) (key []byte, ok bool) {
+	r := &c.req
+	if r.Err != "" {
+		c.replyErr(r.Err)
 		return nil, false
 	}
 	if !c.metaAllowed(2, allowed) {
 		return nil, false
 	}
-	return key, true
+	return r.Key, true
 }
 
 func (c *conn) metaAllowed(from int, allowed string) bool {
-	t := &c.toks
+	t := &c.req.Tokens
 	for i := from; i < t.N-1; i++ {
 		tok := t.T[i]
 		if tok[0] == 'O' && len(tok) > protocol.MetaMaxOpaqueLen {
@@ -108,7 +82,7 @@ func (c *conn) metaKey(key []byte, binary bool) {
 
 // metaTail appends the O and k return flags in request order and CRLF.
 func (c *conn) metaTail(key []byte, binary bool) {
-	t := &c.toks
+	t := &c.req.Tokens
 	for i := 2; i < t.N-1; i++ {
 		switch tok := t.T[i]; tok[0] {
 		case 'O':
@@ -127,8 +101,8 @@ func (c *conn) metaFail(u *upstream, key string, err error) {
 }
 
 func (c *conn) metaGet() {
-	var f protocol.MetaFlags
-	key, ok := c.metaStart(&f, mgFlags, "CLIENT_ERROR options flags are too long", "", true)
+	f := &c.req.Meta
+	key, ok := c.metaStart(mgFlags)
 	if !ok {
 		return
 	}
@@ -166,7 +140,7 @@ func (c *conn) metaGet() {
 	} else {
 		c.out = append(c.out, 'H', 'D')
 	}
-	t := &c.toks
+	t := &c.req.Tokens
 	for i := 2; i < t.N-1; i++ {
 		switch tok := t.T[i]; tok[0] {
 		case 'f':
@@ -194,25 +168,10 @@ func (c *conn) metaGet() {
 }
 
 func (c *conn) metaSet(rest []byte) (used, more int) {
-	t := &c.toks
-	if t.N < 3 {
-		c.reply("ERROR")
-		return 0, 0
-	}
-	if len(t.T[1]) > protocol.KeyMaxLength || t.N == 3 {
-		c.replyErr(protocol.ErrBadFormat)
-		return 0, 0
-	}
-	if t.N > protocol.MetaMaxTokens {
-		c.replyErr("CLIENT_ERROR options flags too long")
-		return 0, 0
-	}
-	vlen, ok := protocol.ParseInt32(t.T[2])
-	if !ok || vlen < 0 || vlen > 1<<31-1-2 {
-		c.replyErr(protocol.ErrBadFormat)
-		return 0, 0
-	}
-	n := int(vlen) + 2
+	r := &c.req
+	t := &r.Tokens
+	n := r.Bytes
+	// Once the data's length is known an error also discards the block.
 	fail := func(msg string) (int, int) {
 		c.replyErr(msg)
 		if n > len(rest) {
@@ -220,22 +179,19 @@ func (c *conn) metaSet(rest []byte) (used, more int) {
 		}
 		return min(n, len(rest)), 0
 	}
+	if r.Err != "" {
+		if r.Swallow {
+			return fail(r.Err)
+		}
+		c.replyErr(r.Err)
+		return 0, 0
+	}
 	if n > maxBody {
 		return fail("SERVER_ERROR object too large for cache")
 	}
-	var f protocol.MetaFlags
-	key, ok := protocol.ParseMetaFlags(t, 3, &f, c.keyBuf[:])
-	if !ok {
-		if f.Err == "" {
-			return fail(protocol.ErrBadFormat)
-		}
-		return fail(f.Err)
-	}
+	f, key := &r.Meta, r.Key
 	for i := 3; i < t.N-1; i++ {
 		tok := t.T[i]
-		if tok[0] == 'O' && len(tok) > protocol.MetaMaxOpaqueLen {
-			return fail("CLIENT_ERROR opaque token too long")
-		}
 		found := false
 		for j := 0; j < len(msFlags); j++ {
 			found = found || msFlags[j] == tok[0]
@@ -243,11 +199,6 @@ func (c *conn) metaSet(rest []byte) (used, more int) {
 		if !found {
 			return fail("CLIENT_ERROR flag " + string(tok[:1]) + " not supported by the proxy")
 		}
-	}
-	switch f.Mode { // memcached 1.6.18 takes upper case only
-	case 0, 'S', 'E', 'A', 'P', 'R':
-	default:
-		return fail("CLIENT_ERROR invalid mode for ms M token")
 	}
 	if len(rest) < n {
 		return 0, n
@@ -257,7 +208,7 @@ func (c *conn) metaSet(rest []byte) (used, more int) {
 		c.replyErr("CLIENT_ERROR bad data chunk")
 		return n, 0
 	}
-	// key aliases c.keyBuf or the line; both stay put until we return.
+	// key aliases c.req's buffer or the line; both stay put until we return.
 	c.noreply = f.NoReply
 	c.p.ctr.cmdSet.Add(1)
 	c.item = memcache.Item{Key: string(key), Value: data[:n-2], Flags: f.ClientFlags, Expiration: f.Exptime, CasID: f.CAS}
@@ -303,8 +254,8 @@ func (c *conn) metaSet(rest []byte) (used, more int) {
 }
 
 func (c *conn) metaDelete() {
-	var f protocol.MetaFlags
-	key, ok := c.metaStart(&f, mdFlags, "CLIENT_ERROR options flags too long", "CLIENT_ERROR invalid or duplicate flag", false)
+	f := &c.req.Meta
+	key, ok := c.metaStart(mdFlags)
 	if !ok {
 		return
 	}
@@ -332,22 +283,13 @@ func (c *conn) metaDelete() {
 }
 
 func (c *conn) metaArithmetic() {
-	var f protocol.MetaFlags
-	f.Delta = 1
-	key, ok := c.metaStart(&f, maFlags, "CLIENT_ERROR options flags too long", "CLIENT_ERROR invalid or duplicate flag", false)
+	f := &c.req.Meta
+	key, ok := c.metaStart(maFlags)
 	if !ok {
 		return
 	}
 	c.noreply = f.NoReply
-	incr := true
-	switch f.Mode {
-	case 0, 'I', '+': // memcached 1.6.18 takes upper case only
-	case 'D', '-':
-		incr = false
-	default:
-		c.replyErr("CLIENT_ERROR invalid mode for ma M token")
-		return
-	}
+	incr := !c.req.Decr()
 	k := string(key)
 	u := c.p.acquire()
 	defer u.release()

@@ -259,12 +259,11 @@ type conn struct {
 	r, w   int
 	out    []byte
 
-	mode    uint8 // 0 unknown, 1 text, 2 binary
-	toks    protocol.Tokens
+	mode    uint8                // 0 unknown, 1 text, 2 binary
+	req     protocol.TextRequest // the text command being served
 	noreply bool
 	close   bool
 	swallow int
-	keyBuf  [512]byte
 
 	// On an event loop (loop.go), the loop's state of the connection: lp
 	// is nil off a loop, when nc is set. Only the loop's goroutine uses

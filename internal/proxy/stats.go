@@ -127,7 +127,7 @@ func leftPad(s string, n int) string {
 // and "stats proxy", RESET for "stats reset" (which the proxy ignores),
 // and ERROR for anything else, as memcached answers an unknown group.
 func (c *conn) stats() {
-	t := &c.toks
+	t := &c.req.Tokens
 	if t.N > 2 {
 		switch string(t.T[1]) {
 		case "proxy", "servers":

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -22,135 +21,86 @@ func (c *conn) reply(s string) {
 	c.out = append(c.out, '\r', '\n')
 }
 
-// setNoreply is memcached's set_noreply_maybe: the last token "noreply".
-func (c *conn) setNoreply() bool {
-	t := &c.toks
-	c.noreply = t.N >= 2 && string(t.T[t.N-2]) == "noreply"
-	return c.noreply
+// reqErr answers a request that did not parse (memcached's reply, which a
+// classic command's noreply silences) and reports whether it did.
+func (c *conn) reqErr() bool {
+	r := &c.req
+	c.noreply = r.Noreply
+	if r.Err == "" {
+		return false
+	}
+	c.reply(r.Err)
+	return true
 }
+
+// storeVerbs names the storage commands, in protocol.CmdSet … CmdCas's
+// order.
+var storeVerbs = [...]string{"set", "add", "replace", "append", "prepend", "cas"}
 
 // dispatch runs one text command line; rest holds the bytes after the
 // line. It returns the bytes of rest used, or more > 0 when the command
-// needs that many bytes of rest first. Parsing and the error replies
-// follow memcached (and internal/server/classic.go).
+// needs that many bytes of rest first. The line is parsed by
+// protocol.ParseTextRequest, as the node parses it; what is here is what
+// the proxy does with a request.
 func (c *conn) dispatch(line, rest []byte) (used, more int) {
-	t := &c.toks
+	r := &c.req
 	c.noreply = false
-	protocol.Tokenize(line, t)
-	if !c.pipelined(t) {
+	protocol.ParseTextRequest(line, r)
+	if !c.pipelined(r) {
 		c.settle() // every reply before this command's
 	}
-	if t.N < 2 || len(t.T[0]) < 2 {
-		c.reply("ERROR")
-		return 0, 0
-	}
-	cmd, n := t.T[0], t.N
-	if cmd[0] == 'm' && len(cmd) == 2 {
-		switch cmd[1] {
-		case 'g':
-			c.metaGet()
-		case 's':
-			return c.metaSet(rest)
-		case 'd':
-			c.metaDelete()
-		case 'a':
-			c.metaArithmetic()
-		case 'n':
-			c.reply("MN")
-		case 'e':
-			c.reply("CLIENT_ERROR me is not supported by the proxy")
-		default:
-			c.reply("ERROR")
+	switch r.Cmd {
+	case protocol.CmdMetaGet:
+		c.metaGet()
+	case protocol.CmdMetaSet:
+		return c.metaSet(rest)
+	case protocol.CmdMetaDelete:
+		c.metaDelete()
+	case protocol.CmdMetaArith:
+		c.metaArithmetic()
+	case protocol.CmdMetaNoop:
+		c.reply("MN")
+	case protocol.CmdMetaDebug:
+		c.reply("CLIENT_ERROR me is not supported by the proxy")
+	case protocol.CmdGet, protocol.CmdGets:
+		if r.Err == "" && r.N == 3 && r.Rest == nil && c.startGetAsync(r.T[1], r.Cmd == protocol.CmdGets) {
+			break
 		}
-		return 0, 0
-	}
-	switch string(cmd) {
-	case "get", "bget":
-		if n == 3 && t.Rest == nil && c.startGetAsync(t.T[1], false) {
-			return 0, 0
-		}
-		if n >= 3 {
-			c.get(false, false)
-			return 0, 0
-		}
-	case "gets":
-		if n == 3 && t.Rest == nil && c.startGetAsync(t.T[1], true) {
-			return 0, 0
-		}
-		if n >= 3 {
-			c.get(true, false)
-			return 0, 0
-		}
-	case "gat":
-		if n >= 3 {
-			c.get(false, true)
-			return 0, 0
-		}
-	case "gats":
-		if n >= 3 {
-			c.get(true, true)
-			return 0, 0
-		}
-	case "set", "add", "replace", "append", "prepend":
-		if n == 6 || n == 7 {
-			return c.update(string(cmd), rest)
-		}
-	case "cas":
-		if n == 7 || n == 8 {
-			return c.update("cas", rest)
-		}
-	case "incr", "decr":
-		if n == 4 || n == 5 {
-			c.arithmetic(cmd[0] == 'i')
-			return 0, 0
-		}
-	case "delete":
-		if n >= 3 && n <= 5 {
-			c.delete()
-			return 0, 0
-		}
-	case "touch":
-		if n == 4 || n == 5 {
-			c.touch()
-			return 0, 0
-		}
-	case "stats":
+		c.get()
+	case protocol.CmdGat, protocol.CmdGats:
+		c.get()
+	case protocol.CmdSet, protocol.CmdAdd, protocol.CmdReplace, protocol.CmdAppend, protocol.CmdPrepend, protocol.CmdCas:
+		return c.update(rest)
+	case protocol.CmdIncr, protocol.CmdDecr:
+		c.arithmetic()
+	case protocol.CmdDelete:
+		c.delete()
+	case protocol.CmdTouch:
+		c.touch()
+	case protocol.CmdStats:
 		c.stats()
-		return 0, 0
-	case "flush_all":
-		if n >= 2 && n <= 4 {
-			c.flushAll()
-			return 0, 0
-		}
-	case "version":
+	case protocol.CmdFlushAll:
+		c.flushAll()
+	case protocol.CmdVersion:
 		c.reply("VERSION " + c.p.Version)
-		return 0, 0
-	case "quit":
+	case protocol.CmdQuit:
 		c.close = true
-		return 0, 0
-	case "verbosity":
-		if n == 3 || n == 4 {
-			c.setNoreply()
-			lvl, ok := protocol.ParseUint32(t.T[1])
-			if !ok {
-				c.reply("CLIENT_ERROR bad command line format")
-				return 0, 0
-			}
-			c.p.verbosity.Store(int32(min(lvl, 2)))
+	case protocol.CmdVerbosity:
+		if !c.reqErr() {
+			c.p.verbosity.Store(int32(min(r.Level, 2)))
 			c.reply("OK")
-			return 0, 0
 		}
-	case "shutdown":
+	case protocol.CmdShutdown:
 		c.reply("ERROR: shutdown not enabled")
-		return 0, 0
 	default:
-		// memcached drops connections that look like HTTP requests.
-		if bytes.HasPrefix(t.T[n-2], []byte("HTTP/")) {
+		// A command the proxy does not serve. memcached drops connections
+		// that look like HTTP requests.
+		if r.LooksHTTP() {
 			c.close = true
-			return 0, 0
+			break
 		}
+		c.reply(protocol.ErrUnknown)
 	}
-	c.reply("ERROR")
 	return 0, 0
 }
 
@@ -224,18 +174,15 @@ func errReply(u *upstream, key string, err error) string {
 // order. The keys become substrings of one string, and the values are
 // gathered in the conn's scratch buffer, so a multi-get costs one
 // allocation here.
-func (c *conn) get(withCAS, touch bool) {
-	t := &c.toks
-	var exptime int32
-	first := 1
-	if touch {
-		e, ok := protocol.ParseInt32(t.T[1])
-		if !ok {
-			c.reply("CLIENT_ERROR invalid exptime argument")
-			return
-		}
-		exptime, first = e, 2
+func (c *conn) get() {
+	r := &c.req
+	t := &r.Tokens
+	if c.reqErr() {
+		return
 	}
+	withCAS := r.Cmd == protocol.CmdGets || r.Cmd == protocol.CmdGats
+	touch := r.Cmd == protocol.CmdGat || r.Cmd == protocol.CmdGats
+	exptime, first := r.Exptime, r.First
 	c.kb, c.keyEnd = c.kb[:0], c.keyEnd[:0]
 	for {
 		for i := first; i < t.N-1; i++ {
@@ -246,10 +193,9 @@ func (c *conn) get(withCAS, touch bool) {
 			c.kb = append(c.kb, t.T[i]...)
 			c.keyEnd = append(c.keyEnd, len(c.kb))
 		}
-		if t.Rest == nil {
+		if !r.NextKeys() {
 			break
 		}
-		protocol.Tokenize(t.Rest, t)
 		first = 0
 	}
 	if len(c.keyEnd) == 0 {
@@ -351,35 +297,13 @@ func (c *conn) trimGetScratch() {
 }
 
 // update serves the storage commands (memcached's process_update_command).
-func (c *conn) update(verb string, rest []byte) (used, more int) {
-	t := &c.toks
-	c.setNoreply()
-	key := t.T[1]
-	if len(key) > protocol.KeyMaxLength {
-		c.reply("CLIENT_ERROR bad command line format")
+func (c *conn) update(rest []byte) (used, more int) {
+	r := &c.req
+	if c.reqErr() {
 		return 0, 0
 	}
-	flags, ok1 := protocol.ParseUint32(t.T[2])
-	exp, ok2 := protocol.ParseInt32(t.T[3])
-	vlen, ok3 := protocol.ParseInt32(t.T[4])
-	if !ok1 || !ok2 || !ok3 {
-		c.reply("CLIENT_ERROR bad command line format")
-		return 0, 0
-	}
-	var casID uint64
-	if verb == "cas" {
-		v, ok := protocol.ParseUint64(t.T[5])
-		if !ok {
-			c.reply("CLIENT_ERROR bad command line format")
-			return 0, 0
-		}
-		casID = v
-	}
-	if vlen < 0 || vlen > 1<<31-1-2 {
-		c.reply("CLIENT_ERROR bad command line format")
-		return 0, 0
-	}
-	n := int(vlen) + 2
+	verb := storeVerbs[r.Cmd-protocol.CmdSet]
+	key, flags, exp, casID, n := r.Key, r.Flags, r.Exptime, r.CAS, r.Bytes
 	if n > maxBody {
 		// Like memcached's too large item: refuse and swallow the data.
 		c.noreply = false
@@ -441,20 +365,12 @@ func (c *conn) update(verb string, rest []byte) (used, more int) {
 }
 
 // arithmetic serves incr and decr.
-func (c *conn) arithmetic(incr bool) {
-	t := &c.toks
-	c.setNoreply()
-	key := t.T[1]
-	if len(key) > protocol.KeyMaxLength {
-		c.reply("CLIENT_ERROR bad command line format")
+func (c *conn) arithmetic() {
+	if c.reqErr() {
 		return
 	}
-	delta, ok := protocol.ParseUint64(t.T[2])
-	if !ok {
-		c.reply("CLIENT_ERROR invalid numeric delta argument")
-		return
-	}
-	k := string(key)
+	incr, delta := c.req.Cmd == protocol.CmdIncr, c.req.Delta
+	k := string(c.req.Key)
 	u := c.p.acquire()
 	defer u.release()
 	var v uint64
@@ -478,25 +394,12 @@ func (c *conn) arithmetic(incr bool) {
 	}
 }
 
-// delete is memcached's process_delete_command with 1.6's rules for
-// "delete <key> 0".
+// delete is memcached's process_delete_command.
 func (c *conn) delete() {
-	t := &c.toks
-	if t.N > 3 {
-		holdIsZero := string(t.T[2]) == "0"
-		setsNoreply := c.setNoreply()
-		valid := (t.N == 4 && (holdIsZero || setsNoreply)) || (t.N == 5 && holdIsZero && setsNoreply)
-		if !valid {
-			c.reply("CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]")
-			return
-		}
-	}
-	key := t.T[1]
-	if len(key) > protocol.KeyMaxLength {
-		c.reply("CLIENT_ERROR bad command line format")
+	if c.reqErr() {
 		return
 	}
-	k := string(key)
+	k := string(c.req.Key)
 	u := c.p.acquire()
 	defer u.release()
 	err := u.callOnce(&c.rc, k, func(ctx context.Context) error { return u.mc.DeleteContext(ctx, k) })
@@ -513,19 +416,10 @@ func (c *conn) delete() {
 }
 
 func (c *conn) touch() {
-	t := &c.toks
-	c.setNoreply()
-	key := t.T[1]
-	if len(key) > protocol.KeyMaxLength {
-		c.reply("CLIENT_ERROR bad command line format")
+	if c.reqErr() {
 		return
 	}
-	e, ok := protocol.ParseInt32(t.T[2])
-	if !ok {
-		c.reply("CLIENT_ERROR invalid exptime argument")
-		return
-	}
-	k := string(key)
+	e, k := c.req.Exptime, string(c.req.Key)
 	u := c.p.acquire()
 	defer u.release()
 	err := u.call(&c.rc, k, func(ctx context.Context) error { return u.mc.TouchContext(ctx, k, e) })
@@ -545,22 +439,12 @@ func (c *conn) touch() {
 // flushAll sends flush_all to every server. A delay is not supported by
 // the client and is refused.
 func (c *conn) flushAll() {
-	t := &c.toks
-	c.setNoreply()
-	want := 2
-	if c.noreply {
-		want = 3
+	if c.reqErr() {
+		return
 	}
-	if t.N != want {
-		e, ok := protocol.ParseInt32(t.T[1])
-		if !ok {
-			c.reply("CLIENT_ERROR invalid exptime argument")
-			return
-		}
-		if e > 0 {
-			c.reply("CLIENT_ERROR flush_all with a delay is not supported by the proxy")
-			return
-		}
+	if c.req.Exptime > 0 {
+		c.reply("CLIENT_ERROR flush_all with a delay is not supported by the proxy")
+		return
 	}
 	c.p.ctr.cmdFlush.Add(1)
 	u := c.p.acquire()

@@ -1,13 +1,12 @@
 package server
 
 import (
-	"bytes"
-
 	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/store"
 )
 
-// Storage command kinds, as memcached's NREAD_* values.
+// Storage command kinds, as memcached's NREAD_* values, in the order of
+// protocol.CmdSet … CmdCas.
 type storeCmd uint8
 
 const (
@@ -68,183 +67,61 @@ func (s *Server) tooLarge(nkey int, flags uint32, nbytes int) bool {
 // dispatch runs one command line. rest holds the bytes after the line. It
 // returns how many bytes of rest the command consumed, or, when the command
 // needs data that has not arrived yet, more > 0 with how many bytes of rest
-// it needs (and nothing was done).
+// it needs (and nothing was done). The line is parsed by
+// protocol.ParseTextRequest; what is here is what to do with a request.
 func (c *conn) dispatch(line, rest []byte) (used, more int) {
-	t := &c.toks
-	protocol.Tokenize(line, t)
-	if t.N < 2 || len(t.T[0]) < 2 {
-		c.reply("ERROR")
-		return 0, 0
-	}
-	cmd := t.T[0]
-	n := t.N
-	if cmd[0] == 'm' && len(cmd) == 2 {
-		switch cmd[1] {
-		case 'g':
-			c.metaGet()
-		case 's':
-			return c.metaSet(rest)
-		case 'd':
-			c.metaDelete()
-		case 'a':
-			c.metaArithmetic()
-		case 'n':
-			c.reply("MN")
-			c.mark = len(c.out)
-		case 'e':
-			c.metaDebug()
-		default:
-			c.reply("ERROR")
-		}
-		return 0, 0
-	}
-	switch cmd[0] {
-	case 'g':
-		if n < 3 {
-			c.reply("ERROR")
-			return 0, 0
-		}
-		switch string(cmd) {
-		case "get":
-			c.get(false, false)
-		case "gets":
-			c.get(true, false)
-		case "gat":
-			c.get(false, true)
-		case "gats":
-			c.get(true, true)
-		default:
-			c.reply("ERROR")
-		}
-		return 0, 0
-	case 's':
-		switch string(cmd) {
-		case "set":
-			if n != 6 && n != 7 {
-				break
-			}
-			return c.update(cmdSet, rest)
-		case "stats":
-			c.stats()
-			return 0, 0
-		case "shutdown":
-			c.shutdown()
-			return 0, 0
-		case "slabs":
-			c.slabs()
-			return 0, 0
-		}
-		c.reply("ERROR")
-		return 0, 0
-	case 'a':
-		var sc storeCmd
-		switch string(cmd) {
-		case "add":
-			sc = cmdAdd
-		case "append":
-			sc = cmdAppend
-		default:
-			c.reply("ERROR")
-			return 0, 0
-		}
-		if n != 6 && n != 7 {
-			c.reply("ERROR")
-			return 0, 0
-		}
-		return c.update(sc, rest)
-	case 'c':
-		switch string(cmd) {
-		case "cas":
-			if n != 7 && n != 8 {
-				break
-			}
-			return c.update(cmdCAS, rest)
-		case "cache_memlimit":
-			if n != 3 && n != 4 {
-				break
-			}
-			c.memlimit()
-			return 0, 0
-		}
-		c.reply("ERROR")
-		return 0, 0
-	case 'i':
-		if string(cmd) == "incr" && (n == 4 || n == 5) {
-			c.arithmetic(true)
-			return 0, 0
-		}
-		c.reply("ERROR")
-		return 0, 0
-	case 'd':
-		switch string(cmd) {
-		case "delete":
-			if n < 3 || n > 5 {
-				break
-			}
-			c.delete()
-			return 0, 0
-		case "decr":
-			if n != 4 && n != 5 {
-				break
-			}
-			c.arithmetic(false)
-			return 0, 0
-		}
-		c.reply("ERROR")
-		return 0, 0
-	case 't':
-		if string(cmd) == "touch" && (n == 4 || n == 5) {
-			c.touch()
-			return 0, 0
-		}
-		c.reply("ERROR")
-		return 0, 0
-	}
-	switch string(cmd) {
-	case "replace", "prepend":
-		if n != 6 && n != 7 {
-			c.reply("ERROR")
-			return 0, 0
-		}
-		if cmd[0] == 'r' {
-			return c.update(cmdReplace, rest)
-		}
-		return c.update(cmdPrepend, rest)
-	case "bget":
-		if n < 3 {
-			c.reply("ERROR")
-			return 0, 0
-		}
-		c.get(false, false)
-	case "flush_all":
-		if n < 2 || n > 4 {
-			c.reply("ERROR")
-			return 0, 0
-		}
+	r := &c.req
+	protocol.ParseTextRequest(line, r)
+	switch r.Cmd {
+	case protocol.CmdMetaGet:
+		c.metaGet()
+	case protocol.CmdMetaSet:
+		return c.metaSet(rest)
+	case protocol.CmdMetaDelete:
+		c.metaDelete()
+	case protocol.CmdMetaArith:
+		c.metaArithmetic()
+	case protocol.CmdMetaNoop:
+		c.reply("MN")
+		c.mark = len(c.out)
+	case protocol.CmdMetaDebug:
+		c.metaDebug()
+	case protocol.CmdGet, protocol.CmdGets, protocol.CmdGat, protocol.CmdGats:
+		c.get()
+	case protocol.CmdSet, protocol.CmdAdd, protocol.CmdReplace, protocol.CmdAppend, protocol.CmdPrepend, protocol.CmdCas:
+		return c.update(rest)
+	case protocol.CmdIncr, protocol.CmdDecr:
+		c.arithmetic()
+	case protocol.CmdDelete:
+		c.delete()
+	case protocol.CmdTouch:
+		c.touch()
+	case protocol.CmdFlushAll:
 		c.flushAll()
-	case "version":
+	case protocol.CmdStats:
+		c.stats()
+	case protocol.CmdShutdown:
+		c.shutdown()
+	case protocol.CmdSlabs:
+		c.slabs()
+	case protocol.CmdCacheMemlimit:
+		c.memlimit()
+	case protocol.CmdVersion:
 		c.reply("VERSION " + c.s.cfg.Version)
-	case "quit":
+	case protocol.CmdQuit:
 		c.close = true
-	case "lru_crawler":
+	case protocol.CmdLruCrawler:
 		c.lruCrawler()
-	case "watch":
+	case protocol.CmdWatch:
 		c.watch()
-	case "verbosity":
-		if n != 3 && n != 4 {
-			c.reply("ERROR")
-			return 0, 0
+	case protocol.CmdVerbosity:
+		if c.reqErr() {
+			break
 		}
-		c.setNoreply()
-		lvl, ok := protocol.ParseUint32(t.T[1])
-		if !ok {
-			c.reply("CLIENT_ERROR bad command line format")
-			return 0, 0
-		}
-		c.s.verbosity.Store(int32(min(lvl, 2)))
+		c.s.verbosity.Store(int32(min(r.Level, 2)))
 		c.reply("OK")
-	case "refresh_certs":
-		c.setNoreply()
+	case protocol.CmdRefreshCerts:
+		c.noreply = r.Noreply
 		switch {
 		case c.s.cfg.TLSReload == nil:
 			c.out = append(c.out, "Error TLS not enabled\r\n"...)
@@ -256,38 +133,48 @@ func (c *conn) dispatch(line, rest []byte) (used, more int) {
 				c.reply("OK")
 			}
 		}
-	case "lru":
-		if n < 3 {
-			c.reply("ERROR")
-			return 0, 0
+	case protocol.CmdLru:
+		if !c.reqErr() {
+			c.lru()
 		}
-		c.lru()
 	default:
 		// memcached drops connections that look like HTTP requests.
-		if bytes.HasPrefix(t.T[n-2], []byte("HTTP/")) {
+		if r.LooksHTTP() {
 			c.close = true
-			return 0, 0
+			break
 		}
-		c.reply("ERROR")
+		c.reply(protocol.ErrUnknown)
 	}
 	return 0, 0
 }
 
-// get serves get, gets, gat and gats (memcached's process_get_command).
-func (c *conn) get(returnCAS, touch bool) {
-	t := &c.toks
-	s := c.s
-	var exptime uint32
-	first := 1
-	if touch {
-		e, ok := protocol.ParseInt32(t.T[1])
-		if !ok {
-			c.reply("CLIENT_ERROR invalid exptime argument")
-			return
-		}
-		exptime = s.relTime(e)
-		first = 2
+// reqErr answers a request that did not parse (memcached's reply, which a
+// classic command's noreply silences) and reports whether it did.
+func (c *conn) reqErr() bool {
+	r := &c.req
+	c.noreply = r.Noreply
+	if r.Err == "" {
+		return false
 	}
+	c.reply(r.Err)
+	return true
+}
+
+// get serves get, gets, gat and gats (memcached's process_get_command).
+func (c *conn) get() {
+	r := &c.req
+	t := &r.Tokens
+	s := c.s
+	if c.reqErr() {
+		return
+	}
+	returnCAS := r.Cmd == protocol.CmdGets || r.Cmd == protocol.CmdGats
+	touch := r.Cmd == protocol.CmdGat || r.Cmd == protocol.CmdGats
+	var exptime uint32
+	if touch {
+		exptime = s.relTime(r.Exptime)
+	}
+	first := r.First
 	if s.cl != nil {
 		// Cluster mode: the whole command is refused when one key is not
 		// in an active vbucket (keys too long are left to the loop). This
@@ -352,10 +239,9 @@ func (c *conn) get(returnCAS, touch bool) {
 				c.countMiss(oc, touch)
 			}
 		}
-		if t.Rest == nil {
+		if !r.NextKeys() {
 			break
 		}
-		protocol.Tokenize(t.Rest, t)
 		first = 0
 		// A rest made only of spaces yields just the terminal token.
 	}
@@ -381,36 +267,16 @@ func (c *conn) countMiss(oc store.Outcome, touch bool) {
 
 // update parses a storage command (memcached's process_update_command)
 // and, once its data has arrived, completes it (complete_nread_ascii).
-func (c *conn) update(sc storeCmd, rest []byte) (used, more int) {
-	t := &c.toks
+func (c *conn) update(rest []byte) (used, more int) {
+	r := &c.req
 	s := c.s
-	c.setNoreply()
-	key := t.T[1]
-	if len(key) > protocol.KeyMaxLength {
-		c.reply("CLIENT_ERROR bad command line format")
+	if c.reqErr() {
 		return 0, 0
 	}
-	flags, ok1 := protocol.ParseUint32(t.T[2])
-	exp, ok2 := protocol.ParseInt32(t.T[3])
-	vlen, ok3 := protocol.ParseInt32(t.T[4])
-	if !ok1 || !ok2 || !ok3 {
-		c.reply("CLIENT_ERROR bad command line format")
-		return 0, 0
-	}
-	var reqCAS uint64
-	if sc == cmdCAS {
-		v, ok := protocol.ParseUint64(t.T[5])
-		if !ok {
-			c.reply("CLIENT_ERROR bad command line format")
-			return 0, 0
-		}
-		reqCAS = v
-	}
-	if vlen < 0 || vlen > 1<<31-1-2 {
-		c.reply("CLIENT_ERROR bad command line format")
-		return 0, 0
-	}
-	n := int(vlen) + 2
+	sc := storeCmd(r.Cmd - protocol.CmdSet) // the same order
+	key, flags, exp, reqCAS := r.Key, r.Flags, r.Exptime, r.CAS
+	n := r.Bytes
+	vlen := n - 2
 	if !c.textAdmit(key, c.reply) {
 		c.swallowData(n, rest)
 		return min(n, len(rest)), 0
@@ -573,19 +439,12 @@ func (c *conn) link(sc storeCmd, flags, exptime uint32, a, b []byte, keyBinary b
 }
 
 // arithmetic serves incr and decr (memcached's process_arithmetic_command).
-func (c *conn) arithmetic(incr bool) {
-	t := &c.toks
-	c.setNoreply()
-	key := t.T[1]
-	if len(key) > protocol.KeyMaxLength {
-		c.reply("CLIENT_ERROR bad command line format")
+func (c *conn) arithmetic() {
+	r := &c.req
+	if c.reqErr() {
 		return
 	}
-	delta, ok := protocol.ParseUint64(t.T[2])
-	if !ok {
-		c.reply("CLIENT_ERROR invalid numeric delta argument")
-		return
-	}
+	key, delta, incr := r.Key, r.Delta, r.Cmd == protocol.CmdIncr
 	if !c.textAdmit(key, c.reply) {
 		return
 	}
@@ -668,19 +527,11 @@ func (c *conn) addDelta(incr bool, delta, reqCAS uint64) (deltaResult, []byte) {
 
 // touch is memcached's process_touch_command.
 func (c *conn) touch() {
-	t := &c.toks
-	c.setNoreply()
-	key := t.T[1]
-	if len(key) > protocol.KeyMaxLength {
-		c.reply("CLIENT_ERROR bad command line format")
+	if c.reqErr() {
 		return
 	}
-	e, ok := protocol.ParseInt32(t.T[2])
-	if !ok {
-		c.reply("CLIENT_ERROR invalid exptime argument")
-		return
-	}
-	exp := c.s.relTime(e)
+	key := c.req.Key
+	exp := c.s.relTime(c.req.Exptime)
 	if !c.textAdmit(key, c.reply) {
 		return
 	}
@@ -705,24 +556,13 @@ func (c *conn) touch() {
 	c.reply("NOT_FOUND")
 }
 
-// delete is memcached's process_delete_command, with 1.6.18's rules for
-// the legacy "delete <key> 0" form.
+// delete is memcached's process_delete_command (the legacy "delete <key>
+// 0" form is protocol.ParseTextRequest's).
 func (c *conn) delete() {
-	t := &c.toks
-	if t.N > 3 {
-		holdIsZero := string(t.T[2]) == "0"
-		setsNoreply := c.setNoreply()
-		valid := (t.N == 4 && (holdIsZero || setsNoreply)) || (t.N == 5 && holdIsZero && setsNoreply)
-		if !valid {
-			c.reply("CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]")
-			return
-		}
-	}
-	key := t.T[1]
-	if len(key) > protocol.KeyMaxLength {
-		c.reply("CLIENT_ERROR bad command line format")
+	if c.reqErr() {
 		return
 	}
+	key := c.req.Key
 	if !c.textAdmit(key, c.reply) {
 		return
 	}
@@ -743,26 +583,21 @@ func (c *conn) delete() {
 
 // flushAll is memcached's process_flush_all_command.
 func (c *conn) flushAll() {
-	t := &c.toks
-	c.setNoreply()
+	r := &c.req
+	if r.Err == protocol.ErrUnknown {
+		c.reply(r.Err) // a wrong number of tokens: not a flush_all at all
+		return
+	}
+	c.noreply = r.Noreply
 	c.ctr.cmdFlush.Add(1)
 	if c.s.cfg.DisableFlush {
 		c.reply("CLIENT_ERROR flush_all not allowed")
 		return
 	}
-	var exptime int32
-	want := 2
-	if c.noreply {
-		want = 3
+	if c.reqErr() {
+		return
 	}
-	if t.N != want {
-		e, ok := protocol.ParseInt32(t.T[1])
-		if !ok {
-			c.reply("CLIENT_ERROR invalid exptime argument")
-			return
-		}
-		exptime = e
-	}
+	exptime := r.Exptime
 	if exptime < 0 {
 		exptime = 0
 	}
@@ -771,7 +606,7 @@ func (c *conn) flushAll() {
 }
 
 func (c *conn) shutdown() {
-	t := &c.toks
+	t := &c.req.Tokens
 	if !c.s.cfg.EnableShutdown {
 		c.reply("ERROR: shutdown not enabled")
 		return
@@ -785,7 +620,10 @@ func (c *conn) shutdown() {
 }
 
 func (c *conn) memlimit() {
-	t := &c.toks
+	t := &c.req.Tokens
+	if c.reqErr() {
+		return
+	}
 	c.setNoreply()
 	mb, ok := protocol.ParseUint32(t.T[1])
 	switch {

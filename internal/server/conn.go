@@ -108,10 +108,9 @@ type conn struct {
 	// it.
 	leaseNow  int64
 	leaseRead bool
-	toks      protocol.Tokens
-	keyBuf    [512]byte // decoded meta keys
-	num       [24]byte  // digits for incr/decr
-	scratch   []byte    // meta reply flags, append/prepend staging
+	req       protocol.TextRequest // the text command being served
+	num       [24]byte             // digits for incr/decr
+	scratch   []byte               // meta reply flags, append/prepend staging
 
 	state   atomic.Int32 // connState, read by "stats conns"
 	lastCmd atomic.Int64 // unix seconds of the last command
@@ -380,7 +379,7 @@ func (c *conn) replyErr(s string) {
 // setNoreply is memcached's set_noreply_maybe: the token before the
 // terminal token decides.
 func (c *conn) setNoreply() bool {
-	t := &c.toks
+	t := &c.req.Tokens
 	if t.N >= 2 && string(t.T[t.N-2]) == "noreply" {
 		c.noreply = true
 	}

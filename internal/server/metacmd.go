@@ -28,51 +28,21 @@ func appendTTL(dst []byte, ttl int64) []byte {
 	return protocol.AppendUint(dst, uint64(ttl))
 }
 
-func (c *conn) metaErr(f *protocol.MetaFlags) {
-	if f.Err != "" {
-		c.replyErr(f.Err)
-	} else {
-		c.replyErr(protocol.ErrBadFormat)
-	}
-}
-
-// metaStart is the common start of mg, md and ma: at least a key, a key of
-// at most 250 bytes, at most 20 tokens, and flags that pre-parse. memcached
-// words the last two errors differently per command (tooLong, badFlags; an
-// empty badFlags means "the pre-parser's own message"), and mg forces its
-// errors past noreply while md and ma do not for the first two (force).
-// It returns the key (decoded when b is given), or ok false after replying.
-func (c *conn) metaStart(f *protocol.MetaFlags, tooLong, badFlags string, force bool) (key []byte, ok bool) {
-	t := &c.toks
-	if t.N < 3 {
-		c.reply("ERROR")
+// metaStart is the common start of mg, md and ma: it answers a request
+// that did not parse (protocol.ParseTextRequest words memcached's errors
+// per command; they are sent whatever q says, q not being read yet) and
+// admits the key. It returns the key (decoded when b is given), or ok
+// false after replying.
+func (c *conn) metaStart() (key []byte, ok bool) {
+	r := &c.req
+	if r.Err != "" {
+		c.replyErr(r.Err)
 		return nil, false
 	}
-	say := c.reply
-	if force {
-		say = c.replyErr
-	}
-	if len(t.T[1]) > protocol.KeyMaxLength {
-		say(protocol.ErrBadFormat)
+	if !c.textAdmit(r.Key, c.replyErr) {
 		return nil, false
 	}
-	if t.N > protocol.MetaMaxTokens {
-		say(tooLong)
-		return nil, false
-	}
-	key, ok = protocol.ParseMetaFlags(t, 2, f, c.keyBuf[:])
-	if !ok {
-		if badFlags == "" {
-			c.metaErr(f)
-		} else {
-			c.replyErr(badFlags)
-		}
-		return nil, false
-	}
-	if !c.textAdmit(key, c.replyErr) {
-		return nil, false
-	}
-	return key, true
+	return r.Key, true
 }
 
 // appendOpaqueKey appends the O and k return flags of tokens from..N-2 in
@@ -80,7 +50,7 @@ func (c *conn) metaStart(f *protocol.MetaFlags, tooLong, badFlags string, force 
 // false, after replacing the reply from start with memcached's error, when
 // an opaque is too long.
 func (c *conn) appendOpaqueKey(from, start int, key []byte, binary bool) bool {
-	t := &c.toks
+	t := &c.req.Tokens
 	for i := from; i < t.N-1; i++ {
 		switch tok := t.T[i]; tok[0] {
 		case 'O':
@@ -109,10 +79,10 @@ func (c *conn) appendOpaque(start int, tok []byte) bool {
 
 // metaGet is mg (memcached's process_mget_command).
 func (c *conn) metaGet() {
-	t := &c.toks
+	t := &c.req.Tokens
 	s := c.s
-	var f protocol.MetaFlags
-	key, ok := c.metaStart(&f, "CLIENT_ERROR options flags are too long", "", true)
+	f := &c.req.Meta
+	key, ok := c.metaStart()
 	if !ok {
 		return
 	}
@@ -242,51 +212,29 @@ func (c *conn) metaGet() {
 
 // metaSet is ms (memcached's process_mset_command and _finalize_mset).
 func (c *conn) metaSet(rest []byte) (used, more int) {
-	t := &c.toks
+	r := &c.req
 	s := c.s
-	if t.N < 3 {
-		c.reply("ERROR")
-		return 0, 0
-	}
-	if len(t.T[1]) > protocol.KeyMaxLength || t.N == 3 {
-		c.replyErr(protocol.ErrBadFormat)
-		return 0, 0
-	}
-	if t.N > protocol.MetaMaxTokens {
-		c.replyErr("CLIENT_ERROR options flags too long")
-		return 0, 0
-	}
-	vlen, ok := protocol.ParseInt32(t.T[2])
-	if !ok || vlen < 0 || vlen > 1<<31-1-2 {
-		c.replyErr(protocol.ErrBadFormat)
-		return 0, 0
-	}
-	n := int(vlen) + 2
-	// From here on an error also discards the data block.
+	t := &r.Tokens
+	n := r.Bytes
+	// Once the data's length is known an error also discards the block.
 	fail := func(msg string) (int, int) {
 		c.replyErr(msg)
 		c.swallowData(n, rest)
 		return min(n, len(rest)), 0
 	}
-	var f protocol.MetaFlags
-	key, ok := protocol.ParseMetaFlags(t, 3, &f, c.keyBuf[:])
-	if !ok {
-		if f.Err == "" {
-			return fail(protocol.ErrBadFormat)
+	if r.Err != "" {
+		if r.Swallow {
+			return fail(r.Err)
 		}
-		return fail(f.Err)
+		c.replyErr(r.Err)
+		return 0, 0
 	}
+	f, key, vlen := &r.Meta, r.Key, n-2
 	if !c.textAdmit(key, func(msg string) { fail(msg) }) {
 		return min(n, len(rest)), 0
 	}
-	for i := 2; i < t.N-1; i++ {
-		if tok := t.T[i]; tok[0] == 'O' && len(tok) > protocol.MetaMaxOpaqueLen {
-			return fail("CLIENT_ERROR opaque token too long")
-		}
-	}
-	sc := cmdSet
+	sc := cmdSet // modes 0 and S; the parser refused any other
 	switch f.Mode {
-	case 0, 'S':
 	case 'E':
 		sc = cmdAdd
 	case 'A':
@@ -295,8 +243,6 @@ func (c *conn) metaSet(rest []byte) (used, more int) {
 		sc = cmdPrepend
 	case 'R':
 		sc = cmdReplace
-	default:
-		return fail("CLIENT_ERROR invalid mode for ms M token")
 	}
 	if f.HasCAS && (sc == cmdSet || sc == cmdReplace) {
 		sc = cmdCAS
@@ -366,8 +312,8 @@ func (c *conn) metaSet(rest []byte) (used, more int) {
 // metaDelete is md (memcached's process_mdelete_command).
 func (c *conn) metaDelete() {
 	s := c.s
-	var f protocol.MetaFlags
-	key, ok := c.metaStart(&f, "CLIENT_ERROR options flags too long", "CLIENT_ERROR invalid or duplicate flag", false)
+	f := &c.req.Meta
+	key, ok := c.metaStart()
 	if !ok {
 		return
 	}
@@ -411,23 +357,15 @@ func (c *conn) metaDelete() {
 
 // metaArithmetic is ma (memcached's process_marithmetic_command).
 func (c *conn) metaArithmetic() {
-	t := &c.toks
+	t := &c.req.Tokens
 	s := c.s
-	f := protocol.MetaFlags{Delta: 1}
-	key, ok := c.metaStart(&f, "CLIENT_ERROR options flags too long", "CLIENT_ERROR invalid or duplicate flag", false)
+	f := &c.req.Meta
+	key, ok := c.metaStart()
 	if !ok {
 		return
 	}
 	c.noreply = f.NoReply
-	incr := true
-	switch f.Mode {
-	case 0, 'I', '+':
-	case 'D', '-':
-		incr = false
-	default:
-		c.replyErr("CLIENT_ERROR invalid mode for ma M token")
-		return
-	}
+	incr := !c.req.Decr()
 	tx := &c.tx
 	s.store.Begin(tx, key)
 	defer tx.End()
@@ -507,21 +445,11 @@ func (c *conn) metaArithmetic() {
 
 // metaDebug is me (memcached's process_meta_command).
 func (c *conn) metaDebug() {
-	t := &c.toks
 	s := c.s
-	if t.N < 3 || len(t.T[1]) > protocol.KeyMaxLength {
-		c.reply(protocol.ErrBadFormat)
+	if c.reqErr() {
 		return
 	}
-	key := t.T[1]
-	if t.N >= 4 && string(t.T[2]) == "b" {
-		k, ok := protocol.Base64Decode(c.keyBuf[:0], key)
-		if !ok {
-			c.reply(protocol.ErrBadFormat)
-			return
-		}
-		key = k
-	}
+	key := c.req.Key
 	tx := &c.tx
 	c.ctr.cmdMeta.Add(1)
 	if s.store.Begin(tx, key) != store.Hit {

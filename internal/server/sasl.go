@@ -112,7 +112,7 @@ func (c *conn) asciiAuth(data []byte) (used, need int) {
 	}
 	// memcached tokenizes the line with its '\r' still on; its number
 	// parser stops at the '\r'.
-	t := &c.toks
+	t := &c.req.Tokens
 	protocol.Tokenize(data[:nl], t)
 	size, ok := uint32(0), false
 	if t.N >= 6 {

@@ -10,8 +10,9 @@
 // switch. A connection about to block (a parked request, a full socket, a
 // stream handoff) leaves its loop for a goroutine of its own, as TLS
 // connections have from the start (loop.go). Either way a connection reads
-// into its own buffer, cuts complete lines out of it, parses them with
-// package protocol into tokens that alias the buffer, and runs each
+// into its own buffer, cuts complete lines out of it, parses each with
+// protocol.ParseTextRequest (memcached's request grammar and error
+// replies; the request's tokens and key alias the buffer), and runs each
 // command against the store through a store.Tx that lives in the
 // connection, so a GET allocates nothing: the value is copied from slab
 // memory straight into the connection's output buffer under the store's

@@ -74,7 +74,7 @@ func statVBArg(t *protocol.Tokens) int {
 
 // stats is memcached's process_stat.
 func (c *conn) stats() {
-	t := &c.toks
+	t := &c.req.Tokens
 	s := c.s
 	if t.N == 2 {
 		c.generalStats()
@@ -636,7 +636,7 @@ func (s *Server) resetStats() {
 
 // lruCrawler is memcached's process_lru_crawler_command.
 func (c *conn) lruCrawler() {
-	t := &c.toks
+	t := &c.req.Tokens
 	s := c.s
 	sub := ""
 	if t.N > 2 {
@@ -770,7 +770,7 @@ func appendURIEncoded(dst, src []byte) []byte {
 
 // slabs is memcached's process_slabs_command.
 func (c *conn) slabs() {
-	t := &c.toks
+	t := &c.req.Tokens
 	s := c.s
 	if t.N == 5 && string(t.T[1]) == "reassign" {
 		if !s.cfg.SlabReassign {
@@ -834,7 +834,7 @@ func (c *conn) slabs() {
 // lru is memcached's process_lru_command. Tuning changes what "stats
 // settings" reports and the store's LRU split.
 func (c *conn) lru() {
-	t := &c.toks
+	t := &c.req.Tokens
 	s := c.s
 	c.setNoreply()
 	sub := string(t.T[1])
