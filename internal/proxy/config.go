@@ -51,6 +51,14 @@ type Config struct {
 	Cluster *ClusterConfig `json:"cluster,omitempty"`
 	Manager string         `json:"manager,omitempty"`
 
+	// Choices for comparisons and tests, not in the pool file (and not
+	// reloaded: they are read by New). NoEventLoops serves every client on
+	// the goroutine paths (proxy.go, async.go) instead of event loops
+	// (loop.go); NoRequestHold makes a loop write each request to its
+	// server at once instead of holding it for the next answer (writeUp).
+	NoEventLoops  bool `json:"-"`
+	NoRequestHold bool `json:"-"`
+
 	// twemproxy keys accepted and ignored (they have no meaning here, or
 	// their default is the only behaviour): backlog, preconnect,
 	// client_connections; redis must be false and hash_tag empty.

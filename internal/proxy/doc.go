@@ -35,7 +35,7 @@
 // pipeline 1 one write to a server carries the requests of many clients.
 // The first other request takes the connection off the loop, once its
 // requests there are answered, to a goroutine of its own, where it is
-// served as described below. VBCACHE_NOLOOP=1 turns the loops off.
+// served as described below. Config.NoEventLoops turns the loops off.
 //
 // # The fast path
 //

@@ -32,7 +32,7 @@ func FuzzProxyText(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	cfg := &Config{Listen: "127.0.0.1:0", Servers: []string{closedAddr(f)}, Timeout: 50}
+	cfg := &Config{Listen: "127.0.0.1:0", Servers: []string{closedAddr(f)}, Timeout: 50, NoEventLoops: testNoLoops}
 	if err := cfg.Check(); err != nil {
 		f.Fatal(err)
 	}

@@ -90,8 +90,7 @@ import (
 // the accept goroutine hands new clients over through adds, under mu,
 // and a wake-up pipe.
 //
-// VBCACHE_NOLOOP=1 in the environment turns the loops off, for
-// comparisons.
+// Config.NoEventLoops turns the loops off, for comparisons and tests.
 
 const (
 	maxLoopEvents    = 256
@@ -199,15 +198,10 @@ type lreq struct {
 
 type span struct{ off, n int32 }
 
-// loopsOn reports whether a Proxy serves pool clients on event loops.
-func loopsOn() bool { return os.Getenv("VBCACHE_NOLOOP") == "" }
-
-var noHold = os.Getenv("VBCACHE_NOHOLD") != ""
-
-// startLoops creates and starts the loops (Serve, once). A loop that
-// cannot be created is left out.
+// startLoops creates and starts the loops (Serve, once), unless
+// Config.NoEventLoops. A loop that cannot be created is left out.
 func (p *Proxy) startLoops() {
-	if !loopsOn() {
+	if p.noLoops {
 		return
 	}
 	var loops []*ploop
@@ -1024,7 +1018,7 @@ func (l *ploop) writeUp(up *lup) {
 	if up.connecting || up.wblocked || len(up.wbuf) == 0 {
 		return
 	}
-	if up.unanswered > 0 && len(up.q)-up.qh-up.unanswered < holdReqs && len(up.wbuf) < holdMax && !noHold {
+	if up.unanswered > 0 && len(up.q)-up.qh-up.unanswered < holdReqs && len(up.wbuf) < holdMax && !l.p.noHold {
 		return // readUp writes them when the next answer comes
 	}
 	up.unanswered = len(up.q) - up.qh

@@ -90,6 +90,7 @@ func TestLoopHoldsRequestsForTheNextAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.NoEventLoops = testNoLoops
 	p, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

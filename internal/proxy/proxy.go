@@ -33,6 +33,9 @@ type Proxy struct {
 	// Loops is how many event loops (loop.go) the first Serve starts for
 	// pool clients: 0 is one per P (GOMAXPROCS).
 	Loops int
+	// noLoops and noHold are Config.NoEventLoops and NoRequestHold, as New
+	// found them.
+	noLoops, noHold bool
 
 	cur     atomic.Pointer[upstream] // the upstream new requests use
 	st      *serverStats
@@ -87,7 +90,7 @@ type counters struct {
 // bootstrap is bounded by ctx). Serve starts it.
 func New(ctx context.Context, cfg *Config) (*Proxy, error) {
 	p := &Proxy{st: newServerStats(), started: time.Now(), conns: make(map[*conn]struct{}), listen: cfg.Listen,
-		Version: "vbcache-proxy", Logf: log.Printf}
+		Version: "vbcache-proxy", Logf: log.Printf, noLoops: cfg.NoEventLoops, noHold: cfg.NoRequestHold}
 	u, err := newUpstream(ctx, cfg, p.st)
 	if err != nil {
 		return nil, err
