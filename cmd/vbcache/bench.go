@@ -15,14 +15,15 @@ import (
 	"github.com/vbcache/vbcache/internal/bench"
 )
 
-// runBench is "vbcache bench": flags into a bench.Config (or, for "vbcache
-// bench compare", a bench.CompareConfig), then one call into package bench.
+// runBench is "vbcache bench": flags into a bench.Config, then one call into
+// package bench. "vbcache bench compare" and "vbcache bench proxies", the
+// two harnesses, take the shape of runHarness.
 func runBench(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "compare" {
 		return runBenchCompare(args[1:], stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "proxies" {
-		return bench.ProxiesMain(args[1:], stdout, stderr)
+		return runBenchProxies(args[1:], stdout, stderr)
 	}
 	cfg, asJSON, code := parseBenchFlags(args, stdout, stderr)
 	if code >= 0 {
@@ -56,8 +57,10 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 // parseBenchFlags turns "vbcache bench" flags into a Config. code is -1 when
 // the run should go ahead, else the exit status.
 func parseBenchFlags(args []string, stdout, stderr io.Writer) (cfg bench.Config, asJSON bool, code int) {
-	fs := flag.NewFlagSet("vbcache bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("vbcache bench", stderr, "Usage: vbcache bench -s host:port [flags]\n"+
+		"       vbcache bench compare [flags]   (vbcache against memcached; see vbcache bench compare -h)\n"+
+		"       vbcache bench proxies [flags]   (vbcache proxy against twemproxy; see vbcache bench proxies -h)\n\n"+
+		"A load generator for memcached's text, meta and binary protocols.\n\nFlags:\n")
 	var (
 		servers   stringList
 		proto     = fs.String("protocol", "text", "text, meta or binary")
@@ -90,24 +93,8 @@ func parseBenchFlags(args []string, stdout, stderr io.Writer) (cfg bench.Config,
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed of the key and operation choices")
 	fs.DurationVar(&cfg.Timeout, "timeout", bench.DefaultTimeout, "give up on a connection with no reply for this long")
 	fs.BoolVar(&asJSON, "json", false, "print the result as JSON")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: vbcache bench -s host:port [flags]\n"+
-			"       vbcache bench compare [flags]   (vbcache against memcached; see vbcache bench compare -h)\n"+
-			"       vbcache bench proxies [flags]   (vbcache proxy against twemproxy; see vbcache bench proxies -h)\n\n"+
-			"A load generator for memcached's text, meta and binary protocols.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
-			return cfg, false, 0
-		}
-		return cfg, false, 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "vbcache bench: unexpected argument %q\n", fs.Arg(0))
-		return cfg, false, 2
+	if code := parseFlags(fs, args, stdout); code >= 0 {
+		return cfg, false, code
 	}
 	cfg.Servers = servers
 	var err error
@@ -152,13 +139,15 @@ func isTerminal(f *os.File) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
-// runBenchCompare is "vbcache bench compare".
+// runBenchCompare is "vbcache bench compare": flags into a
+// bench.CompareConfig, then runHarness.
 func runBenchCompare(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("vbcache bench compare", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var cfg bench.CompareConfig
+	fs := newFlagSet("vbcache bench compare", stderr, "Usage: vbcache bench compare [flags]\n\n"+
+		"Runs vbcache and memcached side by side (each pinned to --server-cpu, the load on --load-cpu,\n"+
+		"rounds interleaved A B A B) and reports medians per workload.\n\nFlags:\n")
 	workloads := fs.String("workloads", "", "comma-separated workloads to run (default all: "+strings.Join(bench.WorkloadNames(), ",")+")")
-	noRT := fs.Bool("no-rt", false, "do not use real-time scheduling (chrt -f) even when permitted")
+	fs.BoolVar(&cfg.NoRealTime, "no-rt", false, "do not use real-time scheduling (chrt -f) even when permitted")
 	fs.StringVar(&cfg.Vbcache, "vbcache", "", "vbcache binary for the server and the load (default: this binary)")
 	fs.StringVar(&cfg.Memcached, "memcached", "", "memcached binary (default: memcached in PATH)")
 	fs.IntVar(&cfg.Rounds, "rounds", bench.DefaultRounds, "rounds per workload (each runs both servers)")
@@ -169,12 +158,105 @@ func runBenchCompare(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&cfg.LoadCPU, "load-cpu", "1", "CPU list the load generator is pinned to (taskset -c)")
 	fs.IntVar(&cfg.RTPriority, "rt-priority", 50, "SCHED_FIFO priority for chrt -f")
 	fs.StringVar(&cfg.OutDir, "out", "", "write results.md, results.svg and results.json into this directory (e.g. docs/bench)")
+	return runHarness(fs, args, stdout, func() error {
+		if *workloads != "" {
+			cfg.Workloads = strings.Split(*workloads, ",")
+		}
+		cfg.Log = stderr
+		cfg.Command = "vbcache bench compare " + strings.Join(args, " ")
+		return cfg.Validate()
+	}, func(ctx context.Context) (harnessReport, error) {
+		res, err := bench.Compare(ctx, cfg)
+		return res, err
+	})
+}
+
+// runBenchProxies is "vbcache bench proxies": flags into a
+// bench.ProxiesConfig, then runHarness.
+func runBenchProxies(args []string, stdout, stderr io.Writer) int {
+	var cfg bench.ProxiesConfig
+	fs := newFlagSet("vbcache bench proxies", stderr, "Usage: vbcache bench proxies [flags]\n\n"+
+		"Runs the same load straight to a memcached pool, through twemproxy (nutcracker) and through\n"+
+		"vbcache proxy (each proxy pinned to --proxy-cpu, memcached and the load on --load-cpu, rounds\n"+
+		"interleaved) and reports proxy CPU per operation and added p99 per workload.\n\nFlags:\n")
+	workloads := fs.String("workloads", "", "comma-separated workloads (default all: "+strings.Join(bench.ProxyWorkloadNames(), ",")+")")
+	fs.StringVar(&cfg.OutFile, "out", "", "also write the markdown to this file")
+	fs.StringVar(&cfg.JSONFile, "json", "", "write every sample and summary as JSON to this file")
+	fs.StringVar(&cfg.Vbcache, "vbcache", "", "vbcache binary for the proxy and the load (default: this binary)")
+	fs.StringVar(&cfg.Memcached, "memcached", "", "memcached binary (default: memcached in PATH)")
+	fs.StringVar(&cfg.Nutcracker, "nutcracker", "", "twemproxy binary (default: nutcracker in PATH)")
+	fs.IntVar(&cfg.Servers, "servers", bench.DefaultProxiesServers, "memcached processes in the pool")
+	fs.IntVar(&cfg.Clients, "clients", bench.DefaultClients, "load connections (a multiple of --servers)")
+	fs.IntVar(&cfg.Rounds, "rounds", bench.DefaultProxiesRounds, "rounds per workload (each runs every path)")
+	fs.DurationVar(&cfg.Duration, "duration", bench.DefaultProxiesDuration, "length of each run")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "open loop at this many requests/s in every run (0: closed loop)")
+	fs.StringVar(&cfg.ProxyCPU, "proxy-cpu", "0", "CPU list the proxies are pinned to (taskset -c)")
+	fs.StringVar(&cfg.LoadCPU, "load-cpu", "1", "CPU list of the load generator (taskset -c)")
+	fs.StringVar(&cfg.MemcachedCPU, "memcached-cpu", "", "CPU list of memcached (default: --proxy-cpu's, so the load has a core of its own; --load-cpu's puts memcached with the load)")
+	fs.BoolVar(&cfg.NoRealTime, "no-rt", false, "do not use real-time scheduling (chrt -f) even when permitted")
+	fs.IntVar(&cfg.RTPriority, "rt-priority", 50, "SCHED_FIFO priority for chrt -f of the proxies and memcached")
+	fs.IntVar(&cfg.LoadRTPriority, "load-rt-priority", 0, "SCHED_FIFO priority of the load generator (0: --rt-priority; lower lets memcached preempt it on their shared core)")
+	return runHarness(fs, args, stdout, func() error {
+		if *workloads != "" {
+			cfg.Workloads = strings.Split(*workloads, ",")
+		}
+		cfg.Log = stderr
+		cfg.Command = strings.TrimSpace("vbcache bench proxies " + strings.Join(args, " "))
+		return cfg.Validate()
+	}, func(ctx context.Context) (harnessReport, error) {
+		res, err := bench.Proxies(ctx, cfg)
+		return res, err
+	})
+}
+
+// harnessReport is what a harness run returns: a bench.CompareResult or a
+// bench.ProxiesResult.
+type harnessReport interface {
+	WriteMarkdown(w io.Writer) error
+}
+
+// newFlagSet is the flag set of a bench command: errors go to stderr, and
+// its usage is the text usage, then the flags.
+func newFlagSet(name string, stderr io.Writer, usage string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: vbcache bench compare [flags]\n\n"+
-			"Runs vbcache and memcached side by side (each pinned to --server-cpu, the load on --load-cpu,\n"+
-			"rounds interleaved A B A B) and reports medians per workload.\n\nFlags:\n")
+		fmt.Fprint(fs.Output(), usage)
 		fs.PrintDefaults()
 	}
+	return fs
+}
+
+// runHarness is the shape of both harness subcommands: parse the flags,
+// let configure finish and validate the config (exit 2 when it is
+// unusable), run the harness until it ends or a signal stops it (exit 1 on
+// failure, the harness's own output files written by then) and print its
+// markdown report on stdout.
+func runHarness(fs *flag.FlagSet, args []string, stdout io.Writer, configure func() error, run func(context.Context) (harnessReport, error)) int {
+	if code := parseFlags(fs, args, stdout); code >= 0 {
+		return code
+	}
+	if err := configure(); err != nil {
+		fmt.Fprintf(fs.Output(), "%s: %v\n", fs.Name(), err)
+		return 2
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	res, err := run(ctx)
+	if err == nil {
+		err = res.WriteMarkdown(stdout)
+	}
+	if err != nil {
+		fmt.Fprintf(fs.Output(), "%s: %v\n", fs.Name(), err)
+		return 1
+	}
+	return 0
+}
+
+// parseFlags parses args into fs. It returns -1 when the command should go
+// on, else its exit status: 0 after -h (usage on stdout), 2 for a bad flag or
+// a stray argument.
+func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stdout)
@@ -184,29 +266,8 @@ func runBenchCompare(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "vbcache bench compare: unexpected argument %q\n", fs.Arg(0))
+		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
 		return 2
 	}
-	if *workloads != "" {
-		cfg.Workloads = strings.Split(*workloads, ",")
-	}
-	cfg.NoRealTime = *noRT
-	cfg.Log = stderr
-	cfg.Command = "vbcache bench compare " + strings.Join(args, " ")
-	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(stderr, "vbcache bench compare: %v\n", err)
-		return 2
-	}
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer cancel()
-	res, err := bench.Compare(ctx, cfg)
-	if err != nil {
-		fmt.Fprintf(stderr, "vbcache bench compare: %v\n", err)
-		return 1
-	}
-	if err := res.WriteMarkdown(stdout); err != nil {
-		fmt.Fprintf(stderr, "vbcache bench compare: %v\n", err)
-		return 1
-	}
-	return 0
+	return -1
 }

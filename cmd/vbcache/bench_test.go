@@ -76,3 +76,27 @@ func TestBenchFlagErrors(t *testing.T) {
 		t.Errorf("compare with a bad workload: exit %d", code)
 	}
 }
+
+// TestBenchHarnessFlags: both harness subcommands take the same shape: -h
+// exits 0 with the usage on stdout, a bad flag, a stray argument or an
+// unusable config exits 2 before anything runs.
+func TestBenchHarnessFlags(t *testing.T) {
+	for _, sub := range []string{"compare", "proxies"} {
+		var out strings.Builder
+		if code := run([]string{"bench", sub, "-h"}, &out, io.Discard); code != 0 {
+			t.Errorf("bench %s -h: exit %d", sub, code)
+		}
+		if want := "Usage: vbcache bench " + sub + " [flags]"; !strings.HasPrefix(out.String(), want) {
+			t.Errorf("bench %s -h printed %q, want it to start with %q", sub, out.String(), want)
+		}
+		for _, args := range [][]string{{"--bogus"}, {"extra"}, {"--workloads", "z"}, {"--rounds", "-1"}} {
+			var errOut strings.Builder
+			if code := run(append([]string{"bench", sub}, args...), io.Discard, &errOut); code != 2 {
+				t.Errorf("bench %s %v: exit %d, want 2", sub, args, code)
+			}
+			if errOut.Len() == 0 {
+				t.Errorf("bench %s %v: nothing on stderr", sub, args)
+			}
+		}
+	}
+}

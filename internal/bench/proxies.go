@@ -29,9 +29,11 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -94,6 +96,9 @@ type ProxiesConfig struct {
 	// server on a machine of its own would, and the generator gets what
 	// is left (docs/PERFORMANCE.md has runs of both).
 	LoadRTPriority int
+	// OutFile, when set, receives the markdown report as well; JSONFile,
+	// when set, every sample, summary and verdict as JSON.
+	OutFile, JSONFile string
 	// Log receives one line per step. Nil discards them.
 	Log io.Writer
 	// Command is the command line recorded in the results.
@@ -335,7 +340,11 @@ func Proxies(ctx context.Context, cfg ProxiesConfig) (*ProxiesResult, error) {
 		return nil, err
 	}
 	defer e.cleanup()
-	return proxies(ctx, &c, e)
+	res, err := proxies(ctx, &c, e)
+	if err != nil {
+		return res, err
+	}
+	return res, res.WriteFiles(c.OutFile, c.JSONFile)
 }
 
 // proxies is Proxies' logic over an env. c has its defaults applied.
@@ -711,6 +720,32 @@ func (v ProxyVerdict) String() string {
 		out += fmt.Sprintf("; round by round vbcache lower in %d, higher in %d of %d (sign test p = %.2f)", v.Lower, v.Higher, v.Pairs, v.SignP)
 	}
 	return out
+}
+
+// WriteFiles writes the markdown report into the file md and the results
+// with their verdicts as JSON into the file js; an empty name writes
+// nothing.
+func (r *ProxiesResult) WriteFiles(md, js string) error {
+	if md != "" {
+		var b strings.Builder
+		if err := r.WriteMarkdown(&b); err != nil {
+			return err
+		}
+		if err := os.WriteFile(md, []byte(b.String()), 0o644); err != nil {
+			return err
+		}
+	}
+	if js == "" {
+		return nil
+	}
+	data, err := json.MarshalIndent(struct {
+		*ProxiesResult
+		Verdicts []ProxyVerdict `json:"verdicts"`
+	}{r, r.Verdicts()}, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(js, append(data, '\n'), 0o644)
 }
 
 // WriteMarkdown writes the results table, the verdicts and the noise.
