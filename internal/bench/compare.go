@@ -1,6 +1,6 @@
 package bench
 
-// The compare harness. Compare runs every workload against both servers:
+// The compare harness, a configuration of the runner (runner.go):
 //
 //	for each workload:
 //	    start memcached and vbcache (fresh, pinned to ServerCPU)
@@ -9,23 +9,15 @@ package bench
 //	    stop both
 //	memory: for each server, a fresh process, RSS idle, store N items, RSS again
 //
-// A run reads the server's CPU time (utime+stime from /proc/<pid>/stat) and
-// the busy time of the two cores (/proc/stat) before and after; the server's
-// share is its delta, and whatever else kept those cores busy (other
-// processes, or the kernel on their behalf) is the run's "other CPU", the
-// noise figure reported beside the spread of the rounds.
-//
-// Everything that touches processes or /proc goes through env, so that the
-// order of runs, the arithmetic and the report are tested with a fake.
+// Each run is charged to the one server it loads: its CPU time is the
+// server's, and the cores' other CPU is whatever neither it nor the load
+// used.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"math"
-	"slices"
-	"strings"
 	"time"
 )
 
@@ -113,26 +105,7 @@ func (c CompareConfig) withDefaults() CompareConfig {
 // Validate reports an unusable configuration.
 func (c *CompareConfig) Validate() error {
 	d := c.withDefaults()
-	if d.Rounds < 1 {
-		return fmt.Errorf("%w: rounds must be at least 1", ErrInvalidConfig)
-	}
-	if d.Duration < 100*time.Millisecond {
-		return fmt.Errorf("%w: run duration %v is too short", ErrInvalidConfig, d.Duration)
-	}
-	for _, w := range d.Workloads {
-		if _, ok := workloadByName(w); !ok {
-			return fmt.Errorf("%w: unknown workload %q (have %s)", ErrInvalidConfig, w, strings.Join(WorkloadNames(), ","))
-		}
-	}
-	return nil
-}
-
-// Workload is one line of the comparison.
-type Workload struct {
-	Name    string
-	Title   string
-	Load    Config // Servers and Duration are filled in per run
-	Preload bool   // store every key of the key space before the rounds
+	return validatePlan(d.Rounds, d.Duration, d.Workloads, workloadList())
 }
 
 // workloadList is the issue's list: (a) 90% get / 10% set, 100-byte
@@ -159,36 +132,9 @@ func workloadList() []Workload {
 }
 
 // WorkloadNames returns the names of the workloads Compare knows.
-func WorkloadNames() []string {
-	var n []string
-	for _, w := range workloadList() {
-		n = append(n, w.Name)
-	}
-	return n
-}
+func WorkloadNames() []string { return workloadNames(workloadList()) }
 
-func workloadByName(name string) (Workload, bool) {
-	for _, w := range workloadList() {
-		if w.Name == name {
-			return w, true
-		}
-	}
-	return Workload{}, false
-}
-
-// preloadConfig stores every key of w's key space once.
-func preloadConfig(w Workload) Config {
-	c := w.Load
-	c.Protocol = Text
-	c.Ratio = Ratio{Set: 1}
-	c.MultiGet = 0
-	c.Pattern = Sequential
-	c.Pipeline = 16
-	c.Clients = 10
-	c.Requests = c.KeyMax - c.KeyMin + 1
-	c.Duration = 0
-	return c
-}
+func workloadByName(name string) (Workload, bool) { return findWorkload(workloadList(), name) }
 
 // memoryConfig stores n 100-byte items under "key:%07d".
 func memoryConfig(n int) Config {
@@ -196,44 +142,9 @@ func memoryConfig(n int) Config {
 		KeyPrefix: "key:", KeyMax: uint64(n - 1), KeyWidth: 7, Pattern: Sequential, Requests: uint64(n)}
 }
 
-// serverProc is a running server as env sees it.
-type serverProc struct {
-	Kind string
-	Addr string
-	Pid  int
-}
-
-// coreTimes is the busy and steal time of the server and load cores.
-type coreTimes struct {
-	Busy  time.Duration // user+nice+system+irq+softirq, summed over the cores
-	Steal time.Duration
-}
-
-// env is everything Compare needs from the outside world. realEnv (env.go)
-// uses processes and /proc; tests use a fake.
-type env struct {
-	start   func(ctx context.Context, kind string) (*serverProc, error)
-	stop    func(p *serverProc) error
-	load    func(ctx context.Context, cfg Config) (res *Result, loadCPU time.Duration, err error)
-	cpu     func(p *serverProc) (time.Duration, error) // utime+stime so far
-	rss     func(p *serverProc) (int64, error)         // bytes
-	items   func(ctx context.Context, p *serverProc) (uint64, error)
-	cores   func() (coreTimes, error)
-	now     func() time.Time
-	settle  func(ctx context.Context)                // let a fresh server reach steady state
-	quiesce func(ctx context.Context, p *serverProc) // wait for a loaded server's background work (hash expansion)
-	info    func() Info
-	cleanup func()
-}
-
 // Info describes the machine and how the runs were isolated.
 type Info struct {
-	Date       string            `json:"date"`
-	Host       string            `json:"host"`
-	CPU        string            `json:"cpu"`
-	Kernel     string            `json:"kernel"`
-	GoVersion  string            `json:"go_version"`
-	Memcached  string            `json:"memcached"`
+	machine
 	RealTime   bool              `json:"real_time"`
 	RTNote     string            `json:"real_time_note"`
 	ServerCPU  string            `json:"server_cpu"`
@@ -318,12 +229,12 @@ func Compare(ctx context.Context, cfg CompareConfig) (*CompareResult, error) {
 		return nil, err
 	}
 	c := cfg.withDefaults()
-	e, err := newRealEnv(ctx, &c)
+	e, info, err := newCompareEnv(ctx, &c)
 	if err != nil {
 		return nil, err
 	}
 	defer e.cleanup()
-	res, err := compare(ctx, &c, e)
+	res, err := compare(ctx, &c, e, info)
 	if err != nil {
 		return res, err
 	}
@@ -336,25 +247,25 @@ func Compare(ctx context.Context, cfg CompareConfig) (*CompareResult, error) {
 	return res, nil
 }
 
-// compare is Compare's logic over an env. c has its defaults applied.
-func compare(ctx context.Context, c *CompareConfig, e *env) (*CompareResult, error) {
+// compare is Compare's logic over an env that info describes. c has its
+// defaults applied.
+func compare(ctx context.Context, c *CompareConfig, e *env, info Info) (*CompareResult, error) {
+	r := newRunner(e, c.Log)
 	began := e.now()
 	res := &CompareResult{Command: c.Command, Rounds: c.Rounds, RunDuration: c.Duration.String(),
-		Info: e.info(), WorkloadTitles: map[string]string{}}
+		Info: info, WorkloadTitles: map[string]string{}}
 	for _, name := range c.Workloads {
 		w, _ := workloadByName(name)
 		res.Workloads = append(res.Workloads, w)
 		res.WorkloadTitles[w.Name] = w.Title
-		samples, err := runWorkload(ctx, c, e, w)
-		res.Samples = append(res.Samples, samples...)
-		if err != nil {
+		if err := res.runWorkload(ctx, c, r, w); err != nil {
 			return res, fmt.Errorf("workload %s: %w", w.Name, err)
 		}
 	}
 	res.Summaries = summarize(res.Samples, c.Workloads)
 	if c.MemoryItems > 0 {
 		for _, k := range kinds {
-			m, err := memoryTest(ctx, c, e, k)
+			m, err := memoryTest(ctx, c, r, k)
 			if err != nil {
 				return res, fmt.Errorf("memory test (%s): %w", k, err)
 			}
@@ -365,108 +276,73 @@ func compare(ctx context.Context, c *CompareConfig, e *env) (*CompareResult, err
 	return res, nil
 }
 
-// runWorkload starts both servers, preloads them and runs the rounds.
-func runWorkload(ctx context.Context, c *CompareConfig, e *env, w Workload) (samples []Sample, err error) {
-	procs := map[string]*serverProc{}
+// runWorkload starts both servers, preloads them and runs w's rounds over
+// them, each server a target, adding the samples to res.
+func (res *CompareResult) runWorkload(ctx context.Context, c *CompareConfig, r *runner, w Workload) (err error) {
 	defer func() {
-		for _, k := range kinds {
-			if p := procs[k]; p != nil {
-				if serr := e.stop(p); serr != nil && err == nil {
-					err = serr
-				}
-			}
+		if serr := r.stopAll(); serr != nil && err == nil {
+			err = serr
 		}
 	}()
+	p := &plan{rounds: c.Rounds, duration: c.Duration}
 	for _, k := range kinds {
-		p, err := e.start(ctx, k)
+		ps, err := r.start(ctx, procSpec{kind: k, cpus: c.ServerCPU})
 		if err != nil {
-			return nil, err
+			return err
 		}
-		procs[k] = p
+		p.targets = append(p.targets, &target{name: k, servers: []string{ps[0].Addr}, charge: [][]*serverProc{ps}})
 		if w.Preload {
-			pc := preloadConfig(w)
-			pc.Servers = []string{p.Addr}
-			r, _, err := e.load(ctx, pc)
+			pr, err := r.preload(ctx, w, ps[0].Addr)
 			if err != nil {
-				return nil, fmt.Errorf("preload %s: %w", k, err)
+				return fmt.Errorf("preload %s: %w", k, err)
 			}
-			if r.Errors > 0 {
-				return nil, fmt.Errorf("preload %s: %d errors (%s)", k, r.Errors, r.FirstError)
-			}
-			fmt.Fprintf(c.Log, "workload %s: preloaded %s with %d keys in %.1fs\n", w.Name, k, r.Requests, r.ElapsedSec)
+			fmt.Fprintf(c.Log, "workload %s: preloaded %s with %d keys in %.1fs\n", w.Name, k, pr.Requests, pr.ElapsedSec)
 		}
 	}
-	for round := 1; round <= c.Rounds; round++ {
-		for _, k := range kinds {
-			s, err := runOnce(ctx, c, e, w, procs[k], round)
-			if err != nil {
-				return samples, fmt.Errorf("round %d %s: %w", round, k, err)
-			}
-			samples = append(samples, s)
-			fmt.Fprintf(c.Log, "workload %s round %d %-9s %9.0f ops/s  p50 %6.1fµs  p99 %7.1fµs  p99.9 %7.1fµs  server %.2f CPU-s  %9.0f ops/CPU-s  other CPU %4.1f%%  errors %d\n",
-				w.Name, round, k, s.OpsPerSec, s.P50, s.P99, s.P999, s.ServerCPUSec, s.OpsPerCPUSec, s.OtherCPU, s.Errors)
-		}
-	}
-	return samples, nil
+	return r.rounds(ctx, p, w, func(t *target, round int, m measurement) {
+		s := newSample(w, t.name, round, m)
+		res.Samples = append(res.Samples, s)
+		fmt.Fprintf(c.Log, "workload %s round %d %-9s %9.0f ops/s  p50 %6.1fµs  p99 %7.1fµs  p99.9 %7.1fµs  server %.2f CPU-s  %9.0f ops/CPU-s  other CPU %4.1f%%  errors %d\n",
+			w.Name, round, t.name, s.OpsPerSec, s.P50, s.P99, s.P999, s.ServerCPUSec, s.OpsPerCPUSec, s.OtherCPU, s.Errors)
+	})
 }
 
-// runOnce runs one load against one server and measures the server's CPU.
-func runOnce(ctx context.Context, c *CompareConfig, e *env, w Workload, p *serverProc, round int) (Sample, error) {
-	lc := w.Load
-	lc.Servers = []string{p.Addr}
-	lc.Duration = c.Duration
-	lc.Seed = uint64(round)
-	cpu0, err := e.cpu(p)
-	if err != nil {
-		return Sample{}, err
-	}
-	cores0, err := e.cores()
-	if err != nil {
-		return Sample{}, err
-	}
-	t0 := e.now()
-	r, loadCPU, err := e.load(ctx, lc)
-	if err != nil {
-		return Sample{}, err
-	}
-	wall := e.now().Sub(t0)
-	cpu1, err := e.cpu(p)
-	if err != nil {
-		return Sample{}, err
-	}
-	cores1, err := e.cores()
-	if err != nil {
-		return Sample{}, err
-	}
+// newSample is the sample of run m: workload w on server k in round.
+func newSample(w Workload, k string, round int, m measurement) Sample {
+	r := m.res
 	s := Sample{
-		Workload: w.Name, Server: p.Kind, Round: round,
+		Workload: w.Name, Server: k, Round: round,
 		OpsPerSec: r.OpsPerSec, P50: r.Latency.P50, P99: r.Latency.P99, P999: r.Latency.P999,
 		Requests: r.Requests, Hits: r.Hits, Misses: r.Misses, Errors: r.Errors,
-		WallSec: wall.Seconds(), ServerCPUSec: (cpu1 - cpu0).Seconds(), LoadCPUSec: loadCPU.Seconds(),
+		WallSec: m.wall.Seconds(), ServerCPUSec: m.charged[0].Seconds(), LoadCPUSec: m.loadCPU.Seconds(),
+		OtherCPU: m.other, Steal: m.steal,
 	}
 	if s.ServerCPUSec > 0 {
 		s.OpsPerCPUSec = float64(r.Requests) / s.ServerCPUSec
 	}
-	if capacity := 2 * wall.Seconds(); capacity > 0 {
-		other := (cores1.Busy - cores0.Busy).Seconds() - s.ServerCPUSec - s.LoadCPUSec
-		s.OtherCPU = math.Max(0, 100*other/capacity)
-		s.Steal = 100 * (cores1.Steal - cores0.Steal).Seconds() / capacity
-	}
-	return s, nil
+	return s
+}
+
+func (s Sample) key() (workload, server string) { return s.Workload, s.Server }
+
+func (s Sample) figures() figures {
+	return figures{ops: s.OpsPerSec, p50: s.P50, p99: s.P99, p999: s.P999, other: s.OtherCPU, steal: s.Steal,
+		errors: s.Errors, hits: s.Hits, misses: s.Misses}
 }
 
 // memoryTest stores c.MemoryItems items into a fresh server and reports the
 // growth of its resident set per item.
-func memoryTest(ctx context.Context, c *CompareConfig, e *env, kind string) (m Memory, err error) {
-	p, err := e.start(ctx, kind)
+func memoryTest(ctx context.Context, c *CompareConfig, r *runner, kind string) (m Memory, err error) {
+	ps, err := r.start(ctx, procSpec{kind: kind, cpus: c.ServerCPU})
 	if err != nil {
 		return m, err
 	}
 	defer func() {
-		if serr := e.stop(p); serr != nil && err == nil {
+		if serr := r.stopAll(); serr != nil && err == nil {
 			err = serr
 		}
 	}()
+	p, e := ps[0], r.e
 	e.settle(ctx)
 	idle, err := e.rss(p)
 	if err != nil {
@@ -474,12 +350,12 @@ func memoryTest(ctx context.Context, c *CompareConfig, e *env, kind string) (m M
 	}
 	lc := memoryConfig(c.MemoryItems)
 	lc.Servers = []string{p.Addr}
-	r, _, err := e.load(ctx, lc)
+	res, _, err := e.load(ctx, lc)
 	if err != nil {
 		return m, err
 	}
-	if r.Errors > 0 {
-		return m, fmt.Errorf("%d errors storing items (%s)", r.Errors, r.FirstError)
+	if res.Errors > 0 {
+		return m, fmt.Errorf("%d errors storing items (%s)", res.Errors, res.FirstError)
 	}
 	if e.quiesce != nil {
 		e.quiesce(ctx, p)
@@ -505,64 +381,22 @@ func memoryTest(ctx context.Context, c *CompareConfig, e *env, kind string) (m M
 // summarize takes the medians of each workload × server.
 func summarize(samples []Sample, order []string) []Summary {
 	var out []Summary
-	for _, w := range order {
-		for _, k := range kinds {
-			var ops, p50, p99, p999, opc, other []float64
-			var errs, hits, misses uint64
-			for _, s := range samples {
-				if s.Workload != w || s.Server != k {
-					continue
-				}
-				ops = append(ops, s.OpsPerSec)
-				p50 = append(p50, s.P50)
-				p99 = append(p99, s.P99)
-				p999 = append(p999, s.P999)
-				opc = append(opc, s.OpsPerCPUSec)
-				other = append(other, s.OtherCPU)
-				errs += s.Errors
-				hits += s.Hits
-				misses += s.Misses
-			}
-			if len(ops) == 0 {
-				continue
-			}
-			sm := Summary{Workload: w, Server: k, Rounds: len(ops),
-				OpsPerSec: median(ops), P50: median(p50), P99: median(p99), P999: median(p999),
-				OpsPerCPUSec: median(opc), Spread: spread(opc), OpsSpread: spread(ops),
-				OtherCPU: median(other), Errors: errs}
-			if sm.OpsPerCPUSec > 0 {
-				sm.CPUPerOpUs = 1e6 / sm.OpsPerCPUSec
-			}
-			if hits+misses > 0 {
-				sm.HitRatio = float64(hits) / float64(hits+misses)
-			}
-			out = append(out, sm)
+	for _, g := range groups(samples, order, kinds, Sample.key) {
+		m := mediansOf(g.samples, Sample.figures)
+		var opc []float64
+		for _, s := range g.samples {
+			opc = append(opc, s.OpsPerCPUSec)
 		}
+		sm := Summary{Workload: g.workload, Server: g.target, Rounds: m.rounds,
+			OpsPerSec: m.ops, P50: m.p50, P99: m.p99, P999: m.p999,
+			OpsPerCPUSec: median(opc), Spread: spread(opc), OpsSpread: m.opsSpread,
+			OtherCPU: m.other, Errors: m.errors, HitRatio: m.hitRatio}
+		if sm.OpsPerCPUSec > 0 {
+			sm.CPUPerOpUs = 1e6 / sm.OpsPerCPUSec
+		}
+		out = append(out, sm)
 	}
 	return out
-}
-
-// median returns the median of v (the mean of the middle two for an even
-// count), or 0 for none.
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-// spread returns (max-min)/median in percent.
-func spread(v []float64) float64 {
-	m := median(v)
-	if m == 0 {
-		return 0
-	}
-	return 100 * (slices.Max(v) - slices.Min(v)) / m
 }
 
 // summary returns the summary of workload w on server k, or nil.

@@ -32,14 +32,15 @@ type fakeServer struct {
 func (f *fakeWorld) env() *env {
 	byPid := map[int]*fakeServer{}
 	return &env{
-		start: func(ctx context.Context, kind string) (*serverProc, error) {
+		start: func(ctx context.Context, spec procSpec) ([]*serverProc, error) {
+			kind := spec.kind
 			f.nextPid++
 			s := &fakeServer{kind: kind, rss: 10 << 20}
 			addr := fmt.Sprintf("127.0.0.1:%d", 1000+f.nextPid)
 			f.addrs[addr] = s
 			byPid[f.nextPid] = s
 			f.started = append(f.started, kind)
-			return &serverProc{Kind: kind, Addr: addr, Pid: f.nextPid}, nil
+			return []*serverProc{{Kind: kind, Addr: addr, Pid: f.nextPid}}, nil
 		},
 		stop: func(p *serverProc) error { return nil },
 		load: func(ctx context.Context, c Config) (*Result, time.Duration, error) {
@@ -84,7 +85,6 @@ func (f *fakeWorld) env() *env {
 		},
 		now:     func() time.Time { return f.now },
 		settle:  func(context.Context) {},
-		info:    func() Info { return Info{CPU: "fake", RTNote: "fake"} },
 		cleanup: func() {},
 	}
 }
@@ -93,7 +93,7 @@ func TestCompareWithFakeEnv(t *testing.T) {
 	f := &fakeWorld{now: time.Unix(0, 0), addrs: map[string]*fakeServer{}}
 	c := CompareConfig{Rounds: 3, Duration: 2 * time.Second, Workloads: []string{"a", "b"}, MemoryItems: 1000, Command: "vbcache bench compare --test"}
 	c = c.withDefaults()
-	res, err := compare(context.Background(), &c, f.env())
+	res, err := compare(context.Background(), &c, f.env(), Info{machine: machine{CPU: "fake"}, RTNote: "fake"})
 	if err != nil {
 		t.Fatal(err)
 	}

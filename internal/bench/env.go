@@ -1,5 +1,10 @@
 package bench
 
+// The real environment of both harnesses: the processes under test and the
+// load as child processes, pinned with taskset (under chrt -f when
+// permitted), and their figures from /proc. newCompareEnv (below) and
+// newProxiesEnv (proxies_env.go) set it up for their harness.
+
 import (
 	"bufio"
 	"bytes"
@@ -7,10 +12,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,29 +29,46 @@ import (
 // times. It is 100 on every Linux architecture Go supports.
 const clockTicks = 100
 
-// realEnv is the env of an actual comparison: child processes pinned with
-// taskset (under chrt -f when permitted) and figures from /proc.
+// realEnv is the env of an actual run. Its process table is what stop and
+// cleanup work from; a goroutine per child waits for its exit.
 type realEnv struct {
-	cfg       *CompareConfig
-	vbcache   string
-	memcached string
-	rt        bool
-	loadPrio  int   // SCHED_FIFO priority of the load under rt; 0 means cfg.RTPriority
-	cpus      []int // server and load cores, for /proc/stat
+	log        io.Writer
+	vbcache    string // the binary of the node, the proxy and the load
+	memcached  string
+	nutcracker string // proxies only
+	dir        string // proxies only: the pool files and nutcracker's log; cleanup removes it
+	loadCPU    string
+	cpus       []int // the cores a run's busy time is read from
+	rtAsked    bool  // chrt -f was asked for
+	rt         bool  // and is permitted: every process and the load run under it
+	rtRefused  string
+	prio       int // SCHED_FIFO priority of the processes under test
+	loadPrio   int // and of the load
 
 	mu    sync.Mutex // protects procs
 	procs map[int]*child
 }
 
-// child is a server process and the goroutine waiting for it.
+// child is a process under test and the goroutine waiting for it.
 type child struct {
 	cmd    *exec.Cmd
 	done   chan struct{} // closed when Wait returned
 	stderr bytes.Buffer
 }
 
-func newRealEnv(ctx context.Context, c *CompareConfig) (*env, error) {
-	re := &realEnv{cfg: c, vbcache: c.Vbcache, memcached: c.Memcached, procs: map[int]*child{}}
+// realConfig is what a harness asks of the real environment.
+type realConfig struct {
+	vbcache, memcached string   // binaries; "" means this executable and memcached from PATH
+	cpus               []string // CPU lists of the cores a run is measured on
+	loadCPU            string   // the CPU list of the load, and of the harness itself
+	realTime           bool     // use chrt -f when permitted
+	prio, loadPrio     int      // SCHED_FIFO priorities of the processes and of the load
+	log                io.Writer
+}
+
+func newRealEnv(ctx context.Context, rc realConfig) (*realEnv, error) {
+	re := &realEnv{log: rc.log, vbcache: rc.vbcache, memcached: rc.memcached, loadCPU: rc.loadCPU,
+		rtAsked: rc.realTime, prio: rc.prio, loadPrio: rc.loadPrio, procs: map[int]*child{}}
 	var err error
 	if re.vbcache == "" {
 		if re.vbcache, err = os.Executable(); err != nil {
@@ -60,36 +84,35 @@ func newRealEnv(ctx context.Context, c *CompareConfig) (*env, error) {
 	if _, err := exec.LookPath("taskset"); err != nil {
 		return nil, fmt.Errorf("bench: taskset is needed to pin the processes: %w", err)
 	}
-	for _, l := range []string{c.ServerCPU, c.LoadCPU} {
+	for _, l := range rc.cpus {
 		cs, err := parseCPUList(l)
 		if err != nil {
 			return nil, err
 		}
-		re.cpus = append(re.cpus, cs...)
-	}
-	rtNote := "disabled (--no-rt)"
-	if !c.NoRealTime {
-		out, err := exec.CommandContext(ctx, "chrt", "-f", strconv.Itoa(c.RTPriority), "true").CombinedOutput()
-		if err == nil {
-			re.rt = true
-			rtNote = fmt.Sprintf("chrt -f %d for the servers and the load", c.RTPriority)
-			rt, _ := os.ReadFile("/proc/sys/kernel/sched_rt_runtime_us")
-			period, _ := os.ReadFile("/proc/sys/kernel/sched_rt_period_us")
-			r, p := strings.TrimSpace(string(rt)), strings.TrimSpace(string(period))
-			if r != "" && r != "-1" {
-				rtNote += fmt.Sprintf(" (the kernel throttles real-time tasks to %s µs of every %s µs: a saturated server "+
-					"is stopped for the rest of each period, which shows in p99.9 and max)", r, p)
+		for _, cpu := range cs {
+			if !slices.Contains(re.cpus, cpu) {
+				re.cpus = append(re.cpus, cpu)
 			}
-		} else {
-			rtNote = fmt.Sprintf("not permitted (chrt: %v %s); normal scheduling", err, bytes.TrimSpace(out))
 		}
 	}
-	// Keep the harness itself (it mostly waits) off the server's core.
-	if err := exec.CommandContext(ctx, "taskset", "-a", "-p", "-c", c.LoadCPU, strconv.Itoa(os.Getpid())).Run(); err != nil {
-		fmt.Fprintf(c.Log, "warning: could not pin the harness to CPU %s: %v\n", c.LoadCPU, err)
+	if rc.realTime {
+		out, err := exec.CommandContext(ctx, "chrt", "-f", strconv.Itoa(rc.prio), "true").CombinedOutput()
+		if err == nil {
+			re.rt = true
+		} else {
+			re.rtRefused = fmt.Sprintf("chrt: %v %s", err, bytes.TrimSpace(out))
+		}
 	}
-	info := re.info(rtNote)
-	fmt.Fprintf(c.Log, "real-time scheduling: %s\nload average at start: %s\n", rtNote, info.LoadAvg)
+	// Keep the harness itself (it mostly waits) off the cores of the
+	// processes under test.
+	if err := exec.CommandContext(ctx, "taskset", "-a", "-p", "-c", rc.loadCPU, strconv.Itoa(os.Getpid())).Run(); err != nil {
+		fmt.Fprintf(re.log, "warning: could not pin the harness to CPU %s: %v\n", rc.loadCPU, err)
+	}
+	return re, nil
+}
+
+// env is re as the runner sees it.
+func (re *realEnv) env() *env {
 	return &env{
 		start:   re.start,
 		stop:    re.stop,
@@ -101,9 +124,92 @@ func newRealEnv(ctx context.Context, c *CompareConfig) (*env, error) {
 		cores:   func() (coreTimes, error) { return readCoreTimes(re.cpus) },
 		now:     time.Now,
 		settle:  func(ctx context.Context) { sleepCtx(ctx, time.Second) },
-		info:    func() Info { return info },
 		cleanup: re.cleanup,
-	}, nil
+	}
+}
+
+// rtNote says, for the report, how the processes are scheduled; on words
+// the real-time case, given the kernel's throttle of real-time tasks to
+// runtime µs of every period µs (throttled is false when there is none).
+func (re *realEnv) rtNote(on func(runtime, period string, throttled bool) string) string {
+	switch {
+	case !re.rtAsked:
+		return "disabled (--no-rt)"
+	case !re.rt:
+		return "not permitted (" + re.rtRefused + "); normal scheduling"
+	}
+	rt, _ := os.ReadFile("/proc/sys/kernel/sched_rt_runtime_us")
+	period, _ := os.ReadFile("/proc/sys/kernel/sched_rt_period_us")
+	r, p := strings.TrimSpace(string(rt)), strings.TrimSpace(string(period))
+	return on(r, p, r != "" && r != "-1")
+}
+
+// machine describes the machine a harness ran on; Info and ProxiesInfo
+// open with it.
+type machine struct {
+	Date      string `json:"date"`
+	Host      string `json:"host"`
+	CPU       string `json:"cpu"`
+	Kernel    string `json:"kernel"`
+	GoVersion string `json:"go_version"`
+	Memcached string `json:"memcached"` // its version
+}
+
+func (re *realEnv) machine() machine {
+	m := machine{Date: time.Now().UTC().Format(time.RFC3339), GoVersion: runtime.Version()}
+	m.Host, _ = os.Hostname()
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if out, err := exec.Command(re.memcached, "-V").Output(); err == nil {
+		m.Memcached = strings.TrimSpace(string(out))
+	}
+	return m
+}
+
+// loadAvg returns the three load averages of /proc/loadavg.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
+}
+
+// newCompareEnv sets up the real environment of a comparison (the servers
+// on ServerCPU, the load on LoadCPU, both at RTPriority) and describes it.
+func newCompareEnv(ctx context.Context, c *CompareConfig) (*env, Info, error) {
+	re, err := newRealEnv(ctx, realConfig{vbcache: c.Vbcache, memcached: c.Memcached, cpus: []string{c.ServerCPU, c.LoadCPU},
+		loadCPU: c.LoadCPU, realTime: !c.NoRealTime, prio: c.RTPriority, loadPrio: c.RTPriority, log: c.Log})
+	if err != nil {
+		return nil, Info{}, err
+	}
+	note := re.rtNote(func(runtime, period string, throttled bool) string {
+		n := fmt.Sprintf("chrt -f %d for the servers and the load", c.RTPriority)
+		if throttled {
+			n += fmt.Sprintf(" (the kernel throttles real-time tasks to %s µs of every %s µs: a saturated server "+
+				"is stopped for the rest of each period, which shows in p99.9 and max)", runtime, period)
+		}
+		return n
+	})
+	in := Info{machine: re.machine(), RealTime: re.rt, RTNote: note, ServerCPU: c.ServerCPU, LoadCPU: c.LoadCPU,
+		LoadAvg: loadAvg(), ServerCmds: map[string]string{}}
+	for _, k := range kinds {
+		argv, env := re.serverArgv(k, "-p", "PORT", "-l", "127.0.0.1")
+		in.ServerCmds[k] = commandLine(env, append(re.prefix(c.ServerCPU, re.prio), argv...))
+	}
+	in.LoadCmd = strings.Join(re.loadArgv(Config{Servers: []string{"127.0.0.1:PORT"}, Threads: 1, Clients: 50,
+		Ratio: Ratio{1, 9}, DataSize: 100, KeyMax: 99_999, Duration: c.Duration, Seed: 1}), " ")
+	fmt.Fprintf(c.Log, "real-time scheduling: %s\nload average at start: %s\n", note, in.LoadAvg)
+	return re.env(), in, nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {
@@ -115,11 +221,9 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
-// prefix is the pinning (and real-time) command that runs argv on cpus.
-func (re *realEnv) prefix(cpus string) []string { return re.prefixAt(cpus, re.cfg.RTPriority) }
-
-// prefixAt is prefix with the SCHED_FIFO priority prio.
-func (re *realEnv) prefixAt(cpus string, prio int) []string {
+// prefix is the pinning (and real-time) command that runs a command on
+// cpus at SCHED_FIFO priority prio.
+func (re *realEnv) prefix(cpus string, prio int) []string {
 	var a []string
 	if re.rt {
 		a = append(a, "chrt", "-f", strconv.Itoa(prio))
@@ -127,60 +231,28 @@ func (re *realEnv) prefixAt(cpus string, prio int) []string {
 	return append(a, "taskset", "-c", cpus)
 }
 
-// serverArgv is the command line of a server of kind listening on port.
-func (re *realEnv) serverArgv(kind string, port int) (argv, env []string) {
-	common := []string{"-t", "1", "-m", "1024", "-U", "0", "-c", "4096", "-p", strconv.Itoa(port), "-l", "127.0.0.1"}
-	if kind == KindMemcached {
-		argv = append([]string{re.memcached}, common...)
-		if os.Geteuid() == 0 {
-			argv = append(argv, "-u", "root")
-		}
-		return argv, nil
-	}
-	return append([]string{re.vbcache, "server"}, common...), []string{"GOMAXPROCS=1"}
+// commandLine is how a command with env added to its environment reads in
+// a log or a report.
+func commandLine(env, argv []string) string {
+	return strings.Join(append(slices.Clone(env), argv...), " ")
 }
 
-func (re *realEnv) info(rtNote string) Info {
-	in := Info{
-		Date:       time.Now().UTC().Format(time.RFC3339),
-		GoVersion:  runtime.Version(),
-		RealTime:   re.rt,
-		RTNote:     rtNote,
-		ServerCPU:  re.cfg.ServerCPU,
-		LoadCPU:    re.cfg.LoadCPU,
-		ServerCmds: map[string]string{},
+// serverFlags are the flags of every server under test: one worker thread,
+// 1 GiB of memory, no UDP, 4096 connections.
+var serverFlags = []string{"-t", "1", "-m", "1024", "-U", "0", "-c", "4096"}
+
+// serverArgv is the command line of a server of kind (KindMemcached or
+// KindVbcache) listening as listen says, and what it adds to the
+// environment.
+func (re *realEnv) serverArgv(kind string, listen ...string) (argv, env []string) {
+	if kind == KindVbcache {
+		return append(append([]string{re.vbcache, "server"}, serverFlags...), listen...), []string{"GOMAXPROCS=1"}
 	}
-	in.Host, _ = os.Hostname()
-	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		in.Kernel = strings.TrimSpace(string(b))
+	argv = append(append([]string{re.memcached}, serverFlags...), listen...)
+	if os.Geteuid() == 0 {
+		argv = append(argv, "-u", "root")
 	}
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		in.LoadAvg = strings.Join(strings.Fields(string(b))[:3], " ")
-	}
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for line := range strings.Lines(string(b)) {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				in.CPU = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	if out, err := exec.Command(re.memcached, "-V").Output(); err == nil {
-		in.Memcached = strings.TrimSpace(string(out))
-	}
-	for _, k := range kinds {
-		argv, env := re.serverArgv(k, 0)
-		for i := range argv {
-			if i > 0 && argv[i-1] == "-p" {
-				argv[i] = "PORT"
-			}
-		}
-		in.ServerCmds[k] = strings.Join(append(append(env, re.prefix(re.cfg.ServerCPU)...), argv...), " ")
-	}
-	in.LoadCmd = strings.Join(append(append(re.prefix(re.cfg.LoadCPU), re.vbcache, "bench", "--json", "--no-progress"),
-		(&Config{Servers: []string{"127.0.0.1:PORT"}, Threads: 1, Clients: 50, Ratio: Ratio{1, 9}, DataSize: 100,
-			KeyMax: 99_999, Duration: re.cfg.Duration, Seed: 1}).Args()...), " ")
-	return in
+	return argv, nil
 }
 
 func freePort() (int, error) {
@@ -192,19 +264,43 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func (re *realEnv) start(ctx context.Context, kind string) (*serverProc, error) {
-	port, err := freePort()
+// start starts the process s describes on fresh ports, pinned to s.cpus,
+// and waits until it accepts connections.
+func (re *realEnv) start(ctx context.Context, s procSpec) ([]*serverProc, error) {
+	var ports []int
+	var listen []string
+	for range max(s.ports, 1) {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		ports = append(ports, port)
+		listen = append(listen, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	}
+	var argv, env []string
+	switch {
+	case s.kind == PathNutcracker || s.kind == PathVbcache:
+		var err error
+		if argv, env, err = re.proxyArgv(s.kind, listen[0], s.pool); err != nil {
+			return nil, err
+		}
+	case s.ports > 0:
+		argv, env = re.serverArgv(s.kind, "-l", strings.Join(listen, ","))
+	default:
+		argv, env = re.serverArgv(s.kind, "-p", strconv.Itoa(ports[0]), "-l", "127.0.0.1")
+	}
+	argv = append(re.prefix(s.cpus, re.prio), argv...)
+	p, err := re.spawn(ctx, s.kind, argv, env, ports[0])
 	if err != nil {
 		return nil, err
 	}
-	argv, env := re.serverArgv(kind, port)
-	full := append(re.prefix(re.cfg.ServerCPU), argv...)
-	p, err := re.spawn(ctx, kind, full, env, port)
-	if err != nil {
-		return nil, err
+	p.Cmd = commandLine(env, argv)
+	fmt.Fprintf(re.log, "started %s pid %d on %s: %s\n", s.kind, p.Pid, p.Addr, p.Cmd)
+	ps := []*serverProc{p}
+	for _, a := range listen[1:] {
+		ps = append(ps, &serverProc{Kind: p.Kind, Addr: a, Pid: p.Pid, Cmd: p.Cmd})
 	}
-	fmt.Fprintf(re.cfg.Log, "started %s pid %d on %s: %s\n", kind, p.Pid, p.Addr, strings.Join(full, " "))
-	return p, nil
+	return ps, nil
 }
 
 // spawn starts argv (with env added to the environment), registers it in
@@ -247,6 +343,8 @@ func (re *realEnv) spawn(ctx context.Context, kind string, argv, env []string, p
 	}
 }
 
+// stop stops p's process; the other ports of the same process then find
+// nothing to stop.
 func (re *realEnv) stop(p *serverProc) error {
 	re.mu.Lock()
 	ch := re.procs[p.Pid]
@@ -271,6 +369,8 @@ func stopChild(ch *child) error {
 	return errors.New("server did not stop on SIGTERM within 5s")
 }
 
+// cleanup stops whatever is still running and removes the scratch
+// directory.
 func (re *realEnv) cleanup() {
 	re.mu.Lock()
 	procs := re.procs
@@ -279,17 +379,21 @@ func (re *realEnv) cleanup() {
 	for _, ch := range procs {
 		stopChild(ch)
 	}
+	if re.dir != "" {
+		os.RemoveAll(re.dir)
+	}
 }
 
-// load runs "vbcache bench --json" pinned to the load CPU and reads its
-// result back.
+// loadArgv is the command line of the load cfg: "vbcache bench --json",
+// pinned to the load's CPUs.
+func (re *realEnv) loadArgv(cfg Config) []string {
+	argv := append(re.prefix(re.loadCPU, re.loadPrio), re.vbcache, "bench", "--json", "--no-progress")
+	return append(argv, cfg.Args()...)
+}
+
+// load runs the load cfg and reads its result back.
 func (re *realEnv) load(ctx context.Context, cfg Config) (*Result, time.Duration, error) {
-	prio := re.cfg.RTPriority
-	if re.loadPrio != 0 {
-		prio = re.loadPrio
-	}
-	argv := append(re.prefixAt(re.cfg.LoadCPU, prio), re.vbcache, "bench", "--json", "--no-progress")
-	argv = append(argv, cfg.Args()...)
+	argv := re.loadArgv(cfg)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

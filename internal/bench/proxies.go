@@ -23,19 +23,18 @@ package bench
 // completed. As in Compare, whatever else kept the two cores busy is the
 // run's "other CPU", the noise figure.
 //
-// The decisions (order of runs, pairing, medians, verdicts, the report)
-// are pure functions over samples and are tested with a fake proxiesEnv;
-// processes and /proc are touched only in proxies_env.go.
+// The proxies harness is a configuration of the runner (runner.go): the
+// paths are its targets, rotated each round; a run is charged to the
+// proxy (nothing for direct) and to the pool. The decisions (order of
+// runs, pairing, medians, verdicts, the report in proxies_report.go) are
+// pure functions over samples and are tested with a fake env; processes
+// and /proc are touched only in env.go and proxies_env.go.
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"math"
-	"os"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -151,19 +150,10 @@ func (c *ProxiesConfig) Validate() error {
 	case d.Clients < d.Servers || d.Clients%d.Servers != 0:
 		return fmt.Errorf("%w: clients (%d) must be a multiple of servers (%d), so the direct baseline has as many connections",
 			ErrInvalidConfig, d.Clients, d.Servers)
-	case d.Rounds < 1:
-		return fmt.Errorf("%w: rounds must be at least 1", ErrInvalidConfig)
-	case d.Duration < 100*time.Millisecond:
-		return fmt.Errorf("%w: run duration %v is too short", ErrInvalidConfig, d.Duration)
 	case d.Rate < 0:
 		return fmt.Errorf("%w: negative rate", ErrInvalidConfig)
 	}
-	for _, w := range d.Workloads {
-		if _, ok := proxyWorkloadByName(w); !ok {
-			return fmt.Errorf("%w: unknown workload %q (have %s)", ErrInvalidConfig, w, strings.Join(ProxyWorkloadNames(), ","))
-		}
-	}
-	return nil
+	return validatePlan(d.Rounds, d.Duration, d.Workloads, proxyWorkloadList())
 }
 
 // proxyWorkloadList is the issue's list: single gets of 100-byte values
@@ -187,48 +177,15 @@ func proxyWorkloadList() []Workload {
 }
 
 // ProxyWorkloadNames returns the names of the workloads Proxies knows.
-func ProxyWorkloadNames() []string {
-	var n []string
-	for _, w := range proxyWorkloadList() {
-		n = append(n, w.Name)
-	}
-	return n
-}
+func ProxyWorkloadNames() []string { return workloadNames(proxyWorkloadList()) }
 
 func proxyWorkloadByName(name string) (Workload, bool) {
-	for _, w := range proxyWorkloadList() {
-		if w.Name == name {
-			return w, true
-		}
-	}
-	return Workload{}, false
-}
-
-// proxiesEnv is everything Proxies needs from the outside world; the real
-// one is in proxies_env.go, tests use a fake.
-type proxiesEnv struct {
-	// startPool starts the memcached servers.
-	startPool func(ctx context.Context, n int) ([]*serverProc, error)
-	// startProxy starts a proxy (PathNutcracker or PathVbcache) in front
-	// of the pool addresses.
-	startProxy func(ctx context.Context, kind string, pool []string) (*serverProc, error)
-	stop       func(p *serverProc) error
-	load       func(ctx context.Context, cfg Config) (res *Result, loadCPU time.Duration, err error)
-	cpu        func(p *serverProc) (time.Duration, error)
-	cores      func() (coreTimes, error)
-	now        func() time.Time
-	info       func() ProxiesInfo
-	cleanup    func()
+	return findWorkload(proxyWorkloadList(), name)
 }
 
 // ProxiesInfo describes the machine and the processes of a proxies run.
 type ProxiesInfo struct {
-	Date       string   `json:"date"`
-	Host       string   `json:"host"`
-	CPU        string   `json:"cpu"`
-	Kernel     string   `json:"kernel"`
-	GoVersion  string   `json:"go_version"`
-	Memcached  string   `json:"memcached"`
+	machine
 	Nutcracker string   `json:"nutcracker"`
 	RTNote     string   `json:"real_time_note"`
 	ProxyCPU   string   `json:"proxy_cpu"`
@@ -335,20 +292,23 @@ func Proxies(ctx context.Context, cfg ProxiesConfig) (*ProxiesResult, error) {
 		return nil, err
 	}
 	c := cfg.withDefaults()
-	e, err := newProxiesEnv(ctx, &c)
+	e, info, err := newProxiesEnv(ctx, &c)
 	if err != nil {
 		return nil, err
 	}
 	defer e.cleanup()
-	res, err := proxies(ctx, &c, e)
+	res, err := proxies(ctx, &c, e, info)
 	if err != nil {
 		return res, err
 	}
 	return res, res.WriteFiles(c.OutFile, c.JSONFile)
 }
 
-// proxies is Proxies' logic over an env. c has its defaults applied.
-func proxies(ctx context.Context, c *ProxiesConfig, e *proxiesEnv) (*ProxiesResult, error) {
+// proxies is Proxies' logic over an env that info describes. c has its
+// defaults applied.
+func proxies(ctx context.Context, c *ProxiesConfig, e *env, info ProxiesInfo) (*ProxiesResult, error) {
+	r := newRunner(e, c.Log)
+	defer r.stopAll()
 	began := e.now()
 	res := &ProxiesResult{Command: c.Command, Rounds: c.Rounds, RunDuration: c.Duration.String(),
 		Servers: c.Servers, Clients: c.Clients, Rate: c.Rate, Paths: proxyPaths,
@@ -358,64 +318,22 @@ func proxies(ctx context.Context, c *ProxiesConfig, e *proxiesEnv) (*ProxiesResu
 		res.Workloads = append(res.Workloads, w)
 		res.WorkloadTitles[w.Name] = w.Title
 	}
-	pool, err := e.startPool(ctx, c.Servers)
-	var procs []*serverProc
-	defer func() {
-		for _, p := range procs {
-			e.stop(p)
-		}
-	}()
-	procs = append(procs, pool...)
+	p, err := startPaths(ctx, c, r, res.Workloads[0])
 	if err != nil {
 		return res, err
 	}
-	var addrs []string
-	for _, p := range pool {
-		addrs = append(addrs, p.Addr)
-	}
-	// Preload every server with the whole key space: each key then hits
-	// on whichever server a path sends it to.
-	for _, p := range pool {
-		pc := preloadConfig(res.Workloads[0])
-		pc.Servers = []string{p.Addr}
-		r, _, err := e.load(ctx, pc)
-		if err != nil {
-			return res, fmt.Errorf("preload %s: %w", p.Addr, err)
-		}
-		if r.Errors > 0 {
-			return res, fmt.Errorf("preload %s: %d errors (%s)", p.Addr, r.Errors, r.FirstError)
-		}
-		fmt.Fprintf(c.Log, "preloaded memcached %s with %d keys in %.1fs\n", p.Addr, r.Requests, r.ElapsedSec)
-	}
-	byPath := map[string]*serverProc{}
-	for _, kind := range proxyPaths[1:] {
-		p, err := e.startProxy(ctx, kind, addrs)
-		if err != nil {
-			return res, err
-		}
-		procs = append(procs, p)
-		byPath[kind] = p
-		// Warm up: connections to the pool, buffers, the Go heap.
-		wc := runConfig(c, res.Workloads[0], kind, addrs, p, 0)
-		wc.Duration = min(c.Duration, time.Second)
-		if r, _, err := e.load(ctx, wc); err != nil {
-			return res, fmt.Errorf("warm-up %s: %w", kind, err)
-		} else if r.Errors > 0 {
-			return res, fmt.Errorf("warm-up %s: %d errors (%s)", kind, r.Errors, r.FirstError)
-		}
-	}
-	res.Info = e.info()
+	res.Info = info
+	res.Info.Commands = r.started
+	res.Info.PoolFile = poolYAML("127.0.0.1:PORT", p.targets[0].servers)
 	for _, w := range res.Workloads {
-		for round := 1; round <= c.Rounds; round++ {
-			for _, path := range roundOrder(round) {
-				s, err := proxyRunOnce(ctx, c, e, w, path, addrs, pool, byPath[path], round)
-				if err != nil {
-					return res, fmt.Errorf("workload %s round %d %s: %w", w.Name, round, path, err)
-				}
-				res.Samples = append(res.Samples, s)
-				fmt.Fprintf(c.Log, "%-4s round %d %-13s %8.0f ops/s  p50 %6.1fµs  p99 %7.1fµs  p99.9 %7.1fµs  arrival p99 %7.1fµs  proxy %5.2f CPU-s %5.2f µs/op  other CPU %4.1f%%  errors %d\n",
-					w.Name, round, path, s.OpsPerSec, s.P50, s.P99, s.P999, s.ArrivalP99, s.ProxyCPUSec, s.proxyCPUPerOp(), s.OtherCPU, s.Errors)
-			}
+		err := r.rounds(ctx, p, w, func(t *target, round int, m measurement) {
+			s := newProxySample(w, t.name, round, m)
+			res.Samples = append(res.Samples, s)
+			fmt.Fprintf(c.Log, "%-4s round %d %-13s %8.0f ops/s  p50 %6.1fµs  p99 %7.1fµs  p99.9 %7.1fµs  arrival p99 %7.1fµs  proxy %5.2f CPU-s %5.2f µs/op  other CPU %4.1f%%  errors %d\n",
+				w.Name, round, t.name, s.OpsPerSec, s.P50, s.P99, s.P999, s.ArrivalP99, s.ProxyCPUSec, s.proxyCPUPerOp(), s.OtherCPU, s.Errors)
+		})
+		if err != nil {
+			return res, fmt.Errorf("workload %s: %w", w.Name, err)
 		}
 	}
 	res.Summaries = summarizeProxies(res.Samples, c.Workloads)
@@ -423,96 +341,65 @@ func proxies(ctx context.Context, c *ProxiesConfig, e *proxiesEnv) (*ProxiesResu
 	return res, nil
 }
 
-// roundOrder is the order of the paths in round r (from 1): rotated by
-// one each round, so no path always runs first after a switch.
-func roundOrder(r int) []string {
-	n := len(proxyPaths)
-	out := make([]string, n)
-	for i := range out {
-		out[i] = proxyPaths[(i+r-1)%n]
+// startPaths starts the pool and preloads each server of it with w's key
+// space, then starts each proxy in front of it and warms it up with w:
+// connections to the pool, buffers, the Go heap. It returns the rounds'
+// plan over the three paths, each charged to its proxy (none for direct)
+// and to the pool.
+func startPaths(ctx context.Context, c *ProxiesConfig, r *runner, w Workload) (*plan, error) {
+	pool, err := r.start(ctx, procSpec{kind: KindMemcached, cpus: c.MemcachedCPU, ports: c.Servers})
+	if err != nil {
+		return nil, err
 	}
-	return out
+	var addrs []string
+	for _, p := range pool {
+		addrs = append(addrs, p.Addr)
+		// Every key then hits on whichever server a path sends it to.
+		pr, err := r.preload(ctx, w, p.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("preload %s: %w", p.Addr, err)
+		}
+		fmt.Fprintf(c.Log, "preloaded memcached %s with %d keys in %.1fs\n", p.Addr, pr.Requests, pr.ElapsedSec)
+	}
+	pl := &plan{rounds: c.Rounds, duration: c.Duration, rate: c.Rate, rotate: true, targets: []*target{
+		{name: PathDirect, servers: addrs, clients: c.Clients / len(addrs), charge: [][]*serverProc{nil, pool}},
+	}}
+	for _, kind := range proxyPaths[1:] {
+		ps, err := r.start(ctx, procSpec{kind: kind, cpus: c.ProxyCPU, pool: addrs})
+		if err != nil {
+			return nil, err
+		}
+		t := &target{name: kind, servers: []string{ps[0].Addr}, clients: c.Clients, charge: [][]*serverProc{ps, pool}}
+		pl.targets = append(pl.targets, t)
+		if _, err := r.clean(ctx, t.load(w, min(c.Duration, time.Second), c.Rate, 0)); err != nil {
+			return nil, fmt.Errorf("warm-up %s: %w", kind, err)
+		}
+	}
+	return pl, nil
 }
 
-// runConfig is the load of workload w over path: straight to the pool
-// (Clients spread over the servers) or to the proxy p.
-func runConfig(c *ProxiesConfig, w Workload, path string, pool []string, p *serverProc, round int) Config {
-	lc := w.Load
-	lc.Duration = c.Duration
-	lc.Rate = c.Rate
-	lc.Seed = uint64(round)
-	if path == PathDirect {
-		lc.Servers = pool
-		lc.Clients = c.Clients / len(pool)
-	} else {
-		lc.Servers = []string{p.Addr}
-		lc.Clients = c.Clients
-	}
-	return lc
-}
-
-// proxyRunOnce runs one load over one path and measures the CPU of the
-// proxy and of the pool.
-func proxyRunOnce(ctx context.Context, c *ProxiesConfig, e *proxiesEnv, w Workload, path string,
-	addrs []string, pool []*serverProc, p *serverProc, round int) (ProxySample, error) {
-	cpuOf := func() (proxy, mc time.Duration, err error) {
-		if p != nil {
-			if proxy, err = e.cpu(p); err != nil {
-				return
-			}
-		}
-		seen := map[int]bool{} // the pool's servers may be ports of one process
-		for _, m := range pool {
-			if seen[m.Pid] {
-				continue
-			}
-			seen[m.Pid] = true
-			d, err := e.cpu(m)
-			if err != nil {
-				return 0, 0, err
-			}
-			mc += d
-		}
-		return
-	}
-	px0, mc0, err := cpuOf()
-	if err != nil {
-		return ProxySample{}, err
-	}
-	cores0, err := e.cores()
-	if err != nil {
-		return ProxySample{}, err
-	}
-	t0 := e.now()
-	r, loadCPU, err := e.load(ctx, runConfig(c, w, path, addrs, p, round))
-	if err != nil {
-		return ProxySample{}, err
-	}
-	wall := e.now().Sub(t0)
-	px1, mc1, err := cpuOf()
-	if err != nil {
-		return ProxySample{}, err
-	}
-	cores1, err := e.cores()
-	if err != nil {
-		return ProxySample{}, err
-	}
+// newProxySample is the sample of run m: workload w over path in round.
+// The run was charged to the proxy, then to the pool.
+func newProxySample(w Workload, path string, round int, m measurement) ProxySample {
+	r := m.res
 	s := ProxySample{
 		Workload: w.Name, Path: path, Round: round,
 		OpsPerSec: r.OpsPerSec, P50: r.Latency.P50, P99: r.Latency.P99, P999: r.Latency.P999,
 		Requests: r.Requests, Hits: r.Hits, Misses: r.Misses, Errors: r.Errors, FirstError: r.FirstError,
-		WallSec: wall.Seconds(), ProxyCPUSec: (px1 - px0).Seconds(), MemcachedCPUSec: (mc1 - mc0).Seconds(),
-		LoadCPUSec: loadCPU.Seconds(),
+		WallSec: m.wall.Seconds(), ProxyCPUSec: m.charged[0].Seconds(), MemcachedCPUSec: m.charged[1].Seconds(),
+		LoadCPUSec: m.loadCPU.Seconds(), OtherCPU: m.other, Steal: m.steal,
 	}
 	if a := r.Arrival; a != nil {
 		s.ArrivalP50, s.ArrivalP99 = a.P50, a.P99
 	}
-	if capacity := 2 * wall.Seconds(); capacity > 0 {
-		other := (cores1.Busy - cores0.Busy).Seconds() - s.ProxyCPUSec - s.MemcachedCPUSec - s.LoadCPUSec
-		s.OtherCPU = math.Max(0, 100*other/capacity)
-		s.Steal = 100 * (cores1.Steal - cores0.Steal).Seconds() / capacity
-	}
-	return s, nil
+	return s
+}
+
+func (s ProxySample) key() (workload, path string) { return s.Workload, s.Path }
+
+func (s ProxySample) figures() figures {
+	return figures{ops: s.OpsPerSec, p50: s.P50, p99: s.P99, p999: s.P999, other: s.OtherCPU, steal: s.Steal,
+		errors: s.Errors, hits: s.Hits, misses: s.Misses}
 }
 
 // summarizeProxies takes the medians of each workload × path, pairing
@@ -525,60 +412,40 @@ func summarizeProxies(samples []ProxySample, order []string) []ProxySummary {
 		}
 	}
 	var out []ProxySummary
-	for _, w := range order {
-		for _, path := range proxyPaths {
-			var ops, p50, p99, p999, cpu, mc, added, other []float64
-			var ap50, ap99, aadded []float64
-			var errs, hits, misses uint64
-			for _, s := range samples {
-				if s.Workload != w || s.Path != path {
-					continue
+	for _, g := range groups(samples, order, proxyPaths, ProxySample.key) {
+		var cpu, mc, added, ap50, ap99, aadded []float64
+		for _, s := range g.samples {
+			cpu = append(cpu, s.proxyCPUPerOp())
+			if s.Requests > 0 {
+				mc = append(mc, 1e6*s.MemcachedCPUSec/float64(s.Requests))
+			}
+			d, ok := direct[[2]any{s.Workload, s.Round}]
+			if ok {
+				added = append(added, s.P99-d.P99)
+			}
+			if s.ArrivalP99 > 0 {
+				ap50 = append(ap50, s.ArrivalP50)
+				ap99 = append(ap99, s.ArrivalP99)
+				if ok && d.ArrivalP99 > 0 {
+					aadded = append(aadded, s.ArrivalP99-d.ArrivalP99)
 				}
-				ops = append(ops, s.OpsPerSec)
-				p50 = append(p50, s.P50)
-				p99 = append(p99, s.P99)
-				p999 = append(p999, s.P999)
-				cpu = append(cpu, s.proxyCPUPerOp())
-				if s.Requests > 0 {
-					mc = append(mc, 1e6*s.MemcachedCPUSec/float64(s.Requests))
-				}
-				d, ok := direct[[2]any{s.Workload, s.Round}]
-				if ok {
-					added = append(added, s.P99-d.P99)
-				}
-				if s.ArrivalP99 > 0 {
-					ap50 = append(ap50, s.ArrivalP50)
-					ap99 = append(ap99, s.ArrivalP99)
-					if ok && d.ArrivalP99 > 0 {
-						aadded = append(aadded, s.ArrivalP99-d.ArrivalP99)
-					}
-				}
-				other = append(other, s.OtherCPU)
-				errs += s.Errors
-				hits += s.Hits
-				misses += s.Misses
 			}
-			if len(ops) == 0 {
-				continue
-			}
-			sm := ProxySummary{Workload: w, Path: path, Rounds: len(ops),
-				OpsPerSec: median(ops), P50: median(p50), P99: median(p99), P999: median(p999),
-				CPUPerOpUs: median(cpu), CPUPerOpMin: slices.Min(cpu), CPUPerOpMax: slices.Max(cpu),
-				MemcachedCPUPerOpUs: median(mc), OpsSpread: spread(ops), OtherCPU: median(other), Errors: errs}
-			if len(added) > 0 {
-				sm.AddedP99, sm.AddedP99Min, sm.AddedP99Max = median(added), slices.Min(added), slices.Max(added)
-			}
-			if len(ap99) > 0 {
-				sm.ArrivalP50, sm.ArrivalP99 = median(ap50), median(ap99)
-			}
-			if len(aadded) > 0 {
-				sm.AddedArrivalP99, sm.AddedArrivalP99Min, sm.AddedArrivalP99Max = median(aadded), slices.Min(aadded), slices.Max(aadded)
-			}
-			if hits+misses > 0 {
-				sm.HitRatio = float64(hits) / float64(hits+misses)
-			}
-			out = append(out, sm)
 		}
+		m := mediansOf(g.samples, ProxySample.figures)
+		sm := ProxySummary{Workload: g.workload, Path: g.target, Rounds: m.rounds,
+			OpsPerSec: m.ops, P50: m.p50, P99: m.p99, P999: m.p999,
+			CPUPerOpUs: median(cpu), CPUPerOpMin: slices.Min(cpu), CPUPerOpMax: slices.Max(cpu),
+			MemcachedCPUPerOpUs: median(mc), OpsSpread: m.opsSpread, OtherCPU: m.other, Errors: m.errors, HitRatio: m.hitRatio}
+		if len(added) > 0 {
+			sm.AddedP99, sm.AddedP99Min, sm.AddedP99Max = median(added), slices.Min(added), slices.Max(added)
+		}
+		if len(ap99) > 0 {
+			sm.ArrivalP50, sm.ArrivalP99 = median(ap50), median(ap99)
+		}
+		if len(aadded) > 0 {
+			sm.AddedArrivalP99, sm.AddedArrivalP99Min, sm.AddedArrivalP99Max = median(aadded), slices.Min(aadded), slices.Max(aadded)
+		}
+		out = append(out, sm)
 	}
 	return out
 }
@@ -590,284 +457,4 @@ func (r *ProxiesResult) summary(w, path string) *ProxySummary {
 		}
 	}
 	return nil
-}
-
-// ProxyVerdict is one of the issue's two criteria on one workload.
-type ProxyVerdict struct {
-	Workload  string  `json:"workload"`
-	Criterion string  `json:"criterion"`
-	Vbcache   float64 `json:"vbcache"`
-	Twem      float64 `json:"nutcracker"`
-	Met       bool    `json:"met"`
-	// Clear is true when every round agrees: the worst vbcache round is
-	// still on the right side of the best nutcracker round (met), or the
-	// best vbcache round on the wrong side of the worst nutcracker round
-	// (not met). Otherwise the medians decide but the rounds overlap.
-	Clear bool `json:"clear"`
-	// The rounds paired: in Lower of Pairs rounds vbcache's figure was
-	// below nutcracker's in the same round, in Higher above (the rest
-	// tied). SignP is the two-sided sign test's p-value over the untied
-	// rounds: how likely a split at least this uneven would be if
-	// neither proxy were better. Pairs is 0 without samples.
-	Pairs  int     `json:"pairs,omitempty"`
-	Lower  int     `json:"lower,omitempty"`
-	Higher int     `json:"higher,omitempty"`
-	SignP  float64 `json:"sign_p,omitempty"`
-}
-
-// Verdicts checks "proxy CPU per operation ≤ twemproxy's" and "added p99 ≤
-// twemproxy's" on each workload, from the medians.
-func (r *ProxiesResult) Verdicts() []ProxyVerdict {
-	var vs []ProxyVerdict
-	for _, w := range r.Workloads {
-		v, t := r.summary(w.Name, PathVbcache), r.summary(w.Name, PathNutcracker)
-		if v == nil || t == nil {
-			continue
-		}
-		// Each criterion: the medians decide, the extremes say whether the
-		// rounds agree, and the rounds are paired on the sample's own
-		// figure (the same direct p99 is subtracted from both proxies).
-		vs = append(vs,
-			r.verdict(w.Name, "proxy CPU µs/op", [3]float64{v.CPUPerOpUs, v.CPUPerOpMin, v.CPUPerOpMax},
-				[3]float64{t.CPUPerOpUs, t.CPUPerOpMin, t.CPUPerOpMax}, ProxySample.proxyCPUPerOp),
-			r.verdict(w.Name, "added p99 µs", [3]float64{v.AddedP99, v.AddedP99Min, v.AddedP99Max},
-				[3]float64{t.AddedP99, t.AddedP99Min, t.AddedP99Max}, func(s ProxySample) float64 { return s.P99 }))
-		if v.ArrivalP99 > 0 && t.ArrivalP99 > 0 {
-			vs = append(vs, r.verdict(w.Name, "added p99 at arrival µs",
-				[3]float64{v.AddedArrivalP99, v.AddedArrivalP99Min, v.AddedArrivalP99Max},
-				[3]float64{t.AddedArrivalP99, t.AddedArrivalP99Min, t.AddedArrivalP99Max},
-				func(s ProxySample) float64 { return s.ArrivalP99 }))
-		}
-	}
-	return vs
-}
-
-// verdict is one criterion of workload w: vb and tw are vbcache's and
-// nutcracker's median, minimum and maximum over the rounds (lower is
-// better), f the figure paired round by round.
-func (r *ProxiesResult) verdict(w, criterion string, vb, tw [3]float64, f func(ProxySample) float64) ProxyVerdict {
-	v := ProxyVerdict{Workload: w, Criterion: criterion, Vbcache: vb[0], Twem: tw[0], Met: vb[0] <= tw[0]}
-	v.Clear = v.Met && vb[2] <= tw[1] || !v.Met && vb[1] > tw[2]
-	r.pair(&v, f)
-	return v
-}
-
-// pair fills v's paired-round counts from the samples of v's workload:
-// each round that ran both proxies without errors compares f of each.
-func (r *ProxiesResult) pair(v *ProxyVerdict, f func(ProxySample) float64) {
-	byRound := map[int][2]*ProxySample{}
-	for i := range r.Samples {
-		s := &r.Samples[i]
-		if s.Workload != v.Workload || s.Errors > 0 || s.Requests == 0 {
-			continue
-		}
-		p := byRound[s.Round]
-		switch s.Path {
-		case PathVbcache:
-			p[0] = s
-		case PathNutcracker:
-			p[1] = s
-		default:
-			continue
-		}
-		byRound[s.Round] = p
-	}
-	for _, p := range byRound {
-		if p[0] == nil || p[1] == nil {
-			continue
-		}
-		v.Pairs++
-		switch a, b := f(*p[0]), f(*p[1]); {
-		case a < b:
-			v.Lower++
-		case a > b:
-			v.Higher++
-		}
-	}
-	if v.Pairs > 0 {
-		v.SignP = signTest(v.Lower, v.Higher)
-	}
-}
-
-// signTest is the two-sided sign test's p-value for k successes and m
-// failures: the probability, with each equally likely, of a split at
-// least as uneven.
-func signTest(k, m int) float64 {
-	n := k + m
-	if n == 0 {
-		return 1
-	}
-	lo := min(k, m)
-	// P(X <= lo) for X ~ Binomial(n, 1/2), doubled.
-	var tail, c float64 = 0, 1 // c = C(n, i)
-	for i := 0; i <= lo; i++ {
-		tail += c
-		c = c * float64(n-i) / float64(i+1)
-	}
-	return math.Min(1, 2*tail/math.Pow(2, float64(n)))
-}
-
-func (v ProxyVerdict) String() string {
-	s := "met"
-	if !v.Met {
-		s = "**not met**"
-	}
-	if !v.Clear {
-		s += " (rounds overlap: within noise)"
-	}
-	out := fmt.Sprintf("%s: %s: vbcache %.2f vs nutcracker %.2f — %s", v.Workload, v.Criterion, v.Vbcache, v.Twem, s)
-	if v.Pairs > 0 {
-		out += fmt.Sprintf("; round by round vbcache lower in %d, higher in %d of %d (sign test p = %.2f)", v.Lower, v.Higher, v.Pairs, v.SignP)
-	}
-	return out
-}
-
-// WriteFiles writes the markdown report into the file md and the results
-// with their verdicts as JSON into the file js; an empty name writes
-// nothing.
-func (r *ProxiesResult) WriteFiles(md, js string) error {
-	if md != "" {
-		var b strings.Builder
-		if err := r.WriteMarkdown(&b); err != nil {
-			return err
-		}
-		if err := os.WriteFile(md, []byte(b.String()), 0o644); err != nil {
-			return err
-		}
-	}
-	if js == "" {
-		return nil
-	}
-	data, err := json.MarshalIndent(struct {
-		*ProxiesResult
-		Verdicts []ProxyVerdict `json:"verdicts"`
-	}{r, r.Verdicts()}, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(js, append(data, '\n'), 0o644)
-}
-
-// WriteMarkdown writes the results table, the verdicts and the noise.
-func (r *ProxiesResult) WriteMarkdown(w io.Writer) error {
-	var b strings.Builder
-	in := r.Info
-	b.WriteString("# vbcache proxy vs twemproxy (nutcracker)\n\n")
-	fmt.Fprintf(&b, "Run %s on %s (%s, kernel %s); %s; %s; %s. ", in.Date, in.Host, in.CPU, in.Kernel, in.Nutcracker, in.Memcached, in.GoVersion)
-	fmt.Fprintf(&b, "Pool: %d servers, the ports of one memcached (`-t 1`), ketama over md5, the same pool file for both proxies. ", r.Servers)
-	if in.ServerCPU == "" || in.ServerCPU == in.LoadCPU {
-		fmt.Fprintf(&b, "Proxies pinned to CPU %s (GOMAXPROCS=1 for vbcache); memcached and the load generator on CPU %s; real-time scheduling: %s. ",
-			in.ProxyCPU, in.LoadCPU, in.RTNote)
-	} else {
-		fmt.Fprintf(&b, "Proxies pinned to CPU %s (GOMAXPROCS=1 for vbcache); memcached on CPU %s; the load generator on CPU %s; real-time scheduling: %s. ",
-			in.ProxyCPU, in.ServerCPU, in.LoadCPU, in.RTNote)
-	}
-	mode := "closed loop"
-	if r.Rate > 0 {
-		mode = fmt.Sprintf("open loop at %.0f requests/s", r.Rate)
-	}
-	fmt.Fprintf(&b, "Load: %d connections, pipeline 1 (16 for pipe), %s; direct spreads them over the servers. ", r.Clients, mode)
-	fmt.Fprintf(&b, "%d rounds of %s per path and workload, order rotated each round; figures are medians over the rounds. ", r.Rounds, r.RunDuration)
-	fmt.Fprintf(&b, "Load average at start: %s. Whole run: %.0f s.\n\n", in.LoadAvg, r.ElapsedSec)
-	if r.Command != "" {
-		fmt.Fprintf(&b, "Command: `%s`\n\n", r.Command)
-	}
-	b.WriteString("| workload | path | ops/s | p50 µs | p99 µs | p99.9 µs | added p99 µs (min–max) | proxy CPU µs/op (min–max) | memcached CPU µs/op | ops/s spread % | other CPU % | errors |\n")
-	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
-	for _, wl := range r.Workloads {
-		for _, path := range r.Paths {
-			s := r.summary(wl.Name, path)
-			if s == nil {
-				continue
-			}
-			added, cpu := "–", "–"
-			if path != PathDirect {
-				added = fmt.Sprintf("%.1f (%.1f–%.1f)", s.AddedP99, s.AddedP99Min, s.AddedP99Max)
-				cpu = fmt.Sprintf("%.2f (%.2f–%.2f)", s.CPUPerOpUs, s.CPUPerOpMin, s.CPUPerOpMax)
-			}
-			fmt.Fprintf(&b, "| %s: %s | %s | %.0f | %.1f | %.1f | %.1f | %s | %s | %.2f | %.1f | %.1f | %d |\n",
-				wl.Name, wl.Title, path, s.OpsPerSec, s.P50, s.P99, s.P999, added, cpu, s.MemcachedCPUPerOpUs, s.OpsSpread, s.OtherCPU, s.Errors)
-		}
-		v, t := r.summary(wl.Name, PathVbcache), r.summary(wl.Name, PathNutcracker)
-		if v != nil && t != nil {
-			fmt.Fprintf(&b, "| %s | *vbcache / nutcracker* | %s | %s | %s | %s | | **%s** | | | | |\n",
-				wl.Name, ratio(v.OpsPerSec, t.OpsPerSec), ratio(v.P50, t.P50), ratio(v.P99, t.P99), ratio(v.P999, t.P999),
-				ratio(v.CPUPerOpUs, t.CPUPerOpUs))
-		}
-	}
-	b.WriteString(r.arrivalTable())
-	b.WriteString("\n*added p99*: the path's p99 minus the direct p99 of the same round, median (and extremes) over the rounds. ")
-	b.WriteString("*proxy CPU µs/op*: the proxy's utime+stime from /proc over the requests completed (a multi-get is one request of 10 keys). ")
-	b.WriteString("*other CPU*: share of the two cores' time used by none of the proxy, memcached and the load generator; the noise figure ")
-	b.WriteString("(for direct runs the proxy core is idle as far as the run goes, so other processes' use of it counts here).\n\n")
-	b.WriteString("## Criteria\n\n")
-	for _, v := range r.Verdicts() {
-		fmt.Fprintf(&b, "- %s\n", v)
-	}
-	b.WriteString("\n## Noise\n\n")
-	b.WriteString(r.noiseNote())
-	_, err := io.WriteString(w, b.String())
-	return err
-}
-
-// arrivalTable is the latency to the kernel's receive time of the replies,
-// when the load measured it: "" otherwise.
-func (r *ProxiesResult) arrivalTable() string {
-	var b strings.Builder
-	b.WriteString("\nThe same runs, latency measured to the kernel's receive time of each reply (SO_TIMESTAMPNS) ")
-	b.WriteString("instead of to the generator's parse of it; this leaves out the time replies waited in the socket buffers ")
-	b.WriteString("for the generator to read them:\n\n")
-	b.WriteString("| workload | path | p50 µs at arrival | p99 µs at arrival | added p99 µs at arrival (min–max) |\n")
-	b.WriteString("|---|---|--:|--:|--:|\n")
-	rows := 0
-	for _, wl := range r.Workloads {
-		for _, path := range r.Paths {
-			s := r.summary(wl.Name, path)
-			if s == nil || s.ArrivalP99 == 0 {
-				continue
-			}
-			added := "–"
-			if path != PathDirect {
-				added = fmt.Sprintf("%.1f (%.1f–%.1f)", s.AddedArrivalP99, s.AddedArrivalP99Min, s.AddedArrivalP99Max)
-			}
-			fmt.Fprintf(&b, "| %s | %s | %.1f | %.1f | %s |\n", wl.Name, path, s.ArrivalP50, s.ArrivalP99, added)
-			rows++
-		}
-	}
-	if rows == 0 {
-		return ""
-	}
-	return b.String()
-}
-
-func (r *ProxiesResult) noiseNote() string {
-	var worstSpread, worstOther, sumOther, steal float64
-	var errs uint64
-	for _, s := range r.Summaries {
-		worstSpread = math.Max(worstSpread, s.OpsSpread)
-		errs += s.Errors
-	}
-	for _, s := range r.Samples {
-		worstOther = math.Max(worstOther, s.OtherCPU)
-		sumOther += s.OtherCPU
-		steal = math.Max(steal, s.Steal)
-	}
-	n := len(r.Samples)
-	if n == 0 {
-		return "No runs.\n"
-	}
-	least := math.Inf(1)
-	for _, s := range r.Samples {
-		if s.Path != PathDirect && s.ProxyCPUSec > 0 {
-			least = math.Min(least, s.ProxyCPUSec)
-		}
-	}
-	note := fmt.Sprintf("Largest spread of ops/s across rounds: %.1f%%. Other CPU on the two cores: mean %.1f%%, worst run %.1f%%. "+
-		"Worst steal time: %.1f%%. Errors over all runs: %d.",
-		worstSpread, sumOther/float64(n), worstOther, steal, errs)
-	if !math.IsInf(least, 1) {
-		note += fmt.Sprintf(" /proc CPU times tick every 10 ms: at most %.1f%% of the smallest proxy CPU time of a run (%.2f s).",
-			100*0.01/least, least)
-	}
-	return note + "\n"
 }

@@ -20,8 +20,8 @@ func TestRoundOrder(t *testing.T) {
 		3: {PathVbcache, PathDirect, PathNutcracker},
 		4: {PathDirect, PathNutcracker, PathVbcache},
 	} {
-		if got := roundOrder(r); !slices.Equal(got, want) {
-			t.Errorf("roundOrder(%d) = %v, want %v", r, got, want)
+		if got := rotate(proxyPaths, r); !slices.Equal(got, want) {
+			t.Errorf("rotate(proxyPaths, %d) = %v, want %v", r, got, want)
 		}
 	}
 }
@@ -226,7 +226,7 @@ type fakeProc struct {
 	cpu  time.Duration
 }
 
-func (f *fakeProxies) env() *proxiesEnv {
+func (f *fakeProxies) env() *env {
 	f.byAddr, f.byPid = map[string]*fakeProc{}, map[int]*fakeProc{}
 	start := func(kind string) *serverProc {
 		f.pids++
@@ -235,10 +235,13 @@ func (f *fakeProxies) env() *proxiesEnv {
 		f.byAddr[addr], f.byPid[f.pids] = p, p
 		return &serverProc{Kind: kind, Addr: addr, Pid: f.pids}
 	}
-	return &proxiesEnv{
-		startPool: func(ctx context.Context, n int) ([]*serverProc, error) {
+	return &env{
+		start: func(ctx context.Context, spec procSpec) ([]*serverProc, error) {
+			if spec.kind != KindMemcached {
+				return []*serverProc{start(spec.kind)}, nil
+			}
 			var ps []*serverProc
-			for i := range n {
+			for i := range spec.ports {
 				if f.sharedPool && i > 0 {
 					addr := fmt.Sprintf("127.0.0.1:%d", 3000+i)
 					f.byAddr[addr] = f.pool
@@ -252,8 +255,7 @@ func (f *fakeProxies) env() *proxiesEnv {
 			}
 			return ps, nil
 		},
-		startProxy: func(ctx context.Context, kind string, pool []string) (*serverProc, error) { return start(kind), nil },
-		stop:       func(p *serverProc) error { return nil },
+		stop: func(p *serverProc) error { return nil },
 		load: func(ctx context.Context, c Config) (*Result, time.Duration, error) {
 			f.loads = append(f.loads, c)
 			if c.Requests > 0 { // preload
@@ -286,7 +288,6 @@ func (f *fakeProxies) env() *proxiesEnv {
 		cpu:     func(p *serverProc) (time.Duration, error) { return f.byPid[p.Pid].cpu, nil },
 		cores:   func() (coreTimes, error) { return coreTimes{}, nil },
 		now:     func() time.Time { return f.now },
-		info:    func() ProxiesInfo { return ProxiesInfo{ProxyCPU: "0", LoadCPU: "1"} },
 		cleanup: func() {},
 	}
 }
@@ -297,7 +298,7 @@ func TestProxiesPoolOfOneProcess(t *testing.T) {
 	for _, shared := range []bool{false, true} {
 		f := &fakeProxies{now: time.Unix(0, 0), sharedPool: shared}
 		c := ProxiesConfig{Rounds: 1, Duration: time.Second, Workloads: []string{"get"}}.withDefaults()
-		res, err := proxies(context.Background(), &c, f.env())
+		res, err := proxies(context.Background(), &c, f.env(), ProxiesInfo{ProxyCPU: "0", LoadCPU: "1"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -312,7 +313,7 @@ func TestProxiesPoolOfOneProcess(t *testing.T) {
 func TestProxiesFake(t *testing.T) {
 	f := &fakeProxies{now: time.Unix(0, 0)}
 	c := ProxiesConfig{Rounds: 2, Duration: 2 * time.Second, Workloads: []string{"get", "mget"}, Command: "vbcache bench proxies"}.withDefaults()
-	res, err := proxies(context.Background(), &c, f.env())
+	res, err := proxies(context.Background(), &c, f.env(), ProxiesInfo{ProxyCPU: "0", LoadCPU: "1"})
 	if err != nil {
 		t.Fatal(err)
 	}
