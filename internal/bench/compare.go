@@ -14,10 +14,10 @@ package bench
 // used.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 )
 
@@ -31,81 +31,205 @@ var kinds = []string{KindMemcached, KindVbcache}
 
 // Compare defaults.
 const (
-	DefaultRounds      = 3
 	DefaultRunDuration = 10 * time.Second
 	DefaultMemoryItems = 1_000_000
 )
 
-// CompareConfig configures Compare. Zero values mean the defaults.
+// CompareConfig configures Compare. Zero values mean the defaults: those
+// of Harness, runs of DefaultRunDuration (10 s, or 1 s with Quick) and
+// every workload ("a".."f"). RTPriority is the servers' and the load's.
 type CompareConfig struct {
-	Vbcache   string // vbcache binary (server and load); "" means this executable
-	Memcached string // memcached binary; "" means "memcached" from PATH
-	// Rounds per workload; each round runs memcached then vbcache. Zero
-	// means DefaultRounds (3).
-	Rounds int
-	// Duration of each run. Zero means DefaultRunDuration (10 s), or 1 s
-	// with Quick.
-	Duration time.Duration
+	Harness
 	// Quick is a smoke run: 1-second runs and a 100,000-item memory test.
 	Quick bool
-	// Workloads to run, by name ("a".."f"); empty means all.
-	Workloads []string
 	// MemoryItems is the number of 100-byte items the memory test stores.
 	// Zero means DefaultMemoryItems (100,000 with Quick); negative skips
 	// the memory test.
 	MemoryItems int
-	// ServerCPU and LoadCPU are taskset CPU lists. Empty means "0" and "1".
-	ServerCPU, LoadCPU string
-	// NoRealTime disables chrt -f even when it is permitted.
-	NoRealTime bool
-	// RTPriority is the SCHED_FIFO priority. Zero means 50.
-	RTPriority int
+	// ServerCPU is the taskset CPU list of the servers. Empty means "0".
+	ServerCPU string
 	// OutDir, when set, receives results.md, results.svg and results.json.
 	OutDir string
-	// Log receives one line per step. Nil discards them.
-	Log io.Writer
-	// Command is the command line recorded in the results.
-	Command string
 }
 
 func (c CompareConfig) withDefaults() CompareConfig {
-	if c.Rounds == 0 {
-		c.Rounds = DefaultRounds
+	d := DefaultRunDuration
+	if c.Quick {
+		d = time.Second
 	}
-	if c.Duration == 0 {
-		c.Duration = DefaultRunDuration
-		if c.Quick {
-			c.Duration = time.Second
-		}
-	}
+	c.Harness = c.Harness.withDefaults(d, workloadList())
 	if c.MemoryItems == 0 {
 		c.MemoryItems = DefaultMemoryItems
 		if c.Quick {
 			c.MemoryItems = 100_000
 		}
 	}
-	if c.ServerCPU == "" {
-		c.ServerCPU = "0"
-	}
-	if c.LoadCPU == "" {
-		c.LoadCPU = "1"
-	}
-	if c.RTPriority == 0 {
-		c.RTPriority = 50
-	}
-	if len(c.Workloads) == 0 {
-		c.Workloads = WorkloadNames()
-	}
-	if c.Log == nil {
-		c.Log = io.Discard
-	}
+	c.ServerCPU = cmp.Or(c.ServerCPU, "0")
 	return c
 }
 
 // Validate reports an unusable configuration.
 func (c *CompareConfig) Validate() error {
 	d := c.withDefaults()
-	return validatePlan(d.Rounds, d.Duration, d.Workloads, workloadList())
+	return d.validate(workloadList())
+}
+
+// Compare runs the comparison on this machine (see the file comment).
+func Compare(ctx context.Context, cfg CompareConfig) (*CompareResult, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := cfg.withDefaults()
+	res, err := inRealEnv(ctx, &c, newCompareEnv, compare)
+	if err != nil || c.OutDir == "" {
+		return res, err
+	}
+	if err := res.WriteFiles(c.OutDir); err != nil {
+		return res, err
+	}
+	fmt.Fprintf(c.Log, "wrote %s/results.{md,svg,json}\n", c.OutDir)
+	return res, nil
+}
+
+// compare is Compare's logic over an env that info describes. c has its
+// defaults applied.
+func compare(ctx context.Context, c *CompareConfig, e *env, info Info) (*CompareResult, error) {
+	r := newRunner(e)
+	began := e.now()
+	res := &CompareResult{runHeader: c.header(), Info: info, WorkloadTitles: map[string]string{}}
+	for _, name := range c.Workloads {
+		w, _ := workloadByName(name)
+		res.workloads = append(res.workloads, w)
+		res.WorkloadTitles[w.Name] = w.Title
+		if err := res.runWorkload(ctx, c, r, w); err != nil {
+			return res, fmt.Errorf("workload %s: %w", w.Name, err)
+		}
+	}
+	res.Summaries = summarize(res.Samples, c.Workloads)
+	if c.MemoryItems > 0 {
+		for _, k := range kinds {
+			m, err := memoryTest(ctx, c, r, k)
+			if err != nil {
+				return res, fmt.Errorf("memory test (%s): %w", k, err)
+			}
+			res.Memory = append(res.Memory, m)
+		}
+	}
+	res.ElapsedSec = e.now().Sub(began).Seconds()
+	return res, nil
+}
+
+// runWorkload starts both servers, preloads them and runs w's rounds over
+// them, each server a target, adding the samples to res.
+func (res *CompareResult) runWorkload(ctx context.Context, c *CompareConfig, r *runner, w Workload) (err error) {
+	defer func() {
+		if serr := r.stopAll(); serr != nil && err == nil {
+			err = serr
+		}
+	}()
+	p := &plan{rounds: c.Rounds, duration: c.Duration}
+	for _, k := range kinds {
+		ps, err := r.start(ctx, procSpec{kind: k, cpus: c.ServerCPU})
+		if err != nil {
+			return err
+		}
+		p.targets = append(p.targets, &target{name: k, servers: []string{ps[0].Addr}, charge: [][]*serverProc{ps}})
+		if w.Preload {
+			pr, err := r.preload(ctx, w, ps[0].Addr)
+			if err != nil {
+				return fmt.Errorf("preload %s: %w", k, err)
+			}
+			fmt.Fprintf(c.Log, "workload %s: preloaded %s with %d keys in %.1fs\n", w.Name, k, pr.Requests, pr.ElapsedSec)
+		}
+	}
+	return r.rounds(ctx, p, w, func(t *target, round int, m measurement) {
+		s := newSample(w, t.name, round, m)
+		res.Samples = append(res.Samples, s)
+		fmt.Fprintf(c.Log, "workload %s round %d %-9s %9.0f ops/s  p50 %6.1fµs  p99 %7.1fµs  p99.9 %7.1fµs  server %.2f CPU-s  %9.0f ops/CPU-s  other CPU %4.1f%%  errors %d\n",
+			w.Name, round, t.name, s.OpsPerSec, s.P50, s.P99, s.P999, s.ServerCPUSec, s.OpsPerCPUSec, s.OtherCPU, s.Errors)
+	})
+}
+
+// newSample is the sample of run m: workload w on server k in round.
+func newSample(w Workload, k string, round int, m measurement) Sample {
+	r := m.res
+	s := Sample{
+		Workload: w.Name, Server: k, Round: round,
+		OpsPerSec: r.OpsPerSec, P50: r.Latency.P50, P99: r.Latency.P99, P999: r.Latency.P999,
+		Requests: r.Requests, Hits: r.Hits, Misses: r.Misses, Errors: r.Errors,
+		WallSec: m.wall.Seconds(), ServerCPUSec: m.charged[0].Seconds(), LoadCPUSec: m.loadCPU.Seconds(),
+		OtherCPU: m.other, Steal: m.steal,
+	}
+	if s.ServerCPUSec > 0 {
+		s.OpsPerCPUSec = float64(r.Requests) / s.ServerCPUSec
+	}
+	return s
+}
+
+// memoryTest stores c.MemoryItems items into a fresh server and reports the
+// growth of its resident set per item.
+func memoryTest(ctx context.Context, c *CompareConfig, r *runner, kind string) (m Memory, err error) {
+	ps, err := r.start(ctx, procSpec{kind: kind, cpus: c.ServerCPU})
+	if err != nil {
+		return m, err
+	}
+	defer func() {
+		if serr := r.stopAll(); serr != nil && err == nil {
+			err = serr
+		}
+	}()
+	p, e := ps[0], r.e
+	e.settle(ctx)
+	idle, err := e.rss(p)
+	if err != nil {
+		return m, err
+	}
+	lc := memoryConfig(c.MemoryItems)
+	lc.Servers = []string{p.Addr}
+	res, _, err := e.load(ctx, lc)
+	if err != nil {
+		return m, err
+	}
+	if res.Errors > 0 {
+		return m, fmt.Errorf("%d errors storing items (%s)", res.Errors, res.FirstError)
+	}
+	if e.quiesce != nil {
+		e.quiesce(ctx, p)
+	}
+	e.settle(ctx)
+	loaded, err := e.rss(p)
+	if err != nil {
+		return m, err
+	}
+	n, err := e.items(ctx, p)
+	if err != nil {
+		return m, err
+	}
+	if n == 0 {
+		return m, errors.New("no items stored")
+	}
+	m = Memory{Server: kind, Items: n, IdleRSS: idle, LoadedRSS: loaded,
+		BytesPerItem: float64(loaded-idle) / float64(n)}
+	fmt.Fprintf(c.Log, "memory %-9s %d items: RSS %d → %d bytes, %.1f bytes/item\n", kind, n, idle, loaded, m.BytesPerItem)
+	return m, nil
+}
+
+// summarize takes the medians of each workload × server.
+func summarize(samples []Sample, order []string) []Summary {
+	var out []Summary
+	for _, g := range groups(samples, order, kinds, Sample.key) {
+		var opc []float64
+		for _, s := range g.samples {
+			opc = append(opc, s.OpsPerCPUSec)
+		}
+		sm := Summary{Workload: g.workload, Server: g.target, OpsPerCPUSec: median(opc), Spread: spread(opc)}
+		sm.summaryFigures, sm.summaryChecks = summarizeRounds(g.samples, Sample.figures)
+		if sm.OpsPerCPUSec > 0 {
+			sm.CPUPerOpUs = 1e6 / sm.OpsPerCPUSec
+		}
+		out = append(out, sm)
+	}
+	return out
 }
 
 // workloadList is the issue's list: (a) 90% get / 10% set, 100-byte
@@ -179,25 +303,24 @@ type Sample struct {
 	Steal    float64 `json:"steal_pct"`
 }
 
+func (s Sample) key() (workload, server string) { return s.Workload, s.Server }
+
+func (s Sample) figures() figures {
+	return figures{ops: s.OpsPerSec, p50: s.P50, p99: s.P99, p999: s.P999, other: s.OtherCPU, steal: s.Steal,
+		errors: s.Errors, hits: s.Hits, misses: s.Misses}
+}
+
 // Summary is the medians of one workload on one server.
 type Summary struct {
-	Workload     string  `json:"workload"`
-	Server       string  `json:"server"`
-	Rounds       int     `json:"rounds"`
-	OpsPerSec    float64 `json:"ops_per_sec"`
-	P50          float64 `json:"p50_us"`
-	P99          float64 `json:"p99_us"`
-	P999         float64 `json:"p999_us"`
+	Workload string `json:"workload"`
+	Server   string `json:"server"`
+	summaryFigures
 	OpsPerCPUSec float64 `json:"ops_per_server_cpu_s"`
 	CPUPerOpUs   float64 `json:"server_cpu_us_per_op"`
 	// Spread is (max-min)/median of ops per server CPU-second over the
 	// rounds, in percent: how much the rounds disagreed.
 	Spread float64 `json:"spread_pct"`
-	// OpsSpread is the same for ops/s.
-	OpsSpread float64 `json:"ops_spread_pct"`
-	OtherCPU  float64 `json:"other_cpu_pct"` // median over the rounds
-	Errors    uint64  `json:"errors"`        // summed over the rounds
-	HitRatio  float64 `json:"hit_ratio"`
+	summaryChecks
 }
 
 // Memory is the memory test's result for one server.
@@ -211,11 +334,9 @@ type Memory struct {
 
 // CompareResult is everything one Compare produced.
 type CompareResult struct {
-	Command        string            `json:"command"`
-	Rounds         int               `json:"rounds"`
-	RunDuration    string            `json:"run_duration"`
+	runHeader
 	Info           Info              `json:"info"`
-	Workloads      []Workload        `json:"-"`
+	workloads      []Workload        // the report's rows, in order (WorkloadTitles is their JSON)
 	WorkloadTitles map[string]string `json:"workloads"`
 	Samples        []Sample          `json:"samples"`
 	Summaries      []Summary         `json:"summaries"`
@@ -223,191 +344,10 @@ type CompareResult struct {
 	ElapsedSec     float64           `json:"elapsed_s"`
 }
 
-// Compare runs the comparison on this machine (see the file comment).
-func Compare(ctx context.Context, cfg CompareConfig) (*CompareResult, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	c := cfg.withDefaults()
-	e, info, err := newCompareEnv(ctx, &c)
-	if err != nil {
-		return nil, err
-	}
-	defer e.cleanup()
-	res, err := compare(ctx, &c, e, info)
-	if err != nil {
-		return res, err
-	}
-	if c.OutDir != "" {
-		if err := res.WriteFiles(c.OutDir); err != nil {
-			return res, err
-		}
-		fmt.Fprintf(c.Log, "wrote %s/results.{md,svg,json}\n", c.OutDir)
-	}
-	return res, nil
-}
-
-// compare is Compare's logic over an env that info describes. c has its
-// defaults applied.
-func compare(ctx context.Context, c *CompareConfig, e *env, info Info) (*CompareResult, error) {
-	r := newRunner(e, c.Log)
-	began := e.now()
-	res := &CompareResult{Command: c.Command, Rounds: c.Rounds, RunDuration: c.Duration.String(),
-		Info: info, WorkloadTitles: map[string]string{}}
-	for _, name := range c.Workloads {
-		w, _ := workloadByName(name)
-		res.Workloads = append(res.Workloads, w)
-		res.WorkloadTitles[w.Name] = w.Title
-		if err := res.runWorkload(ctx, c, r, w); err != nil {
-			return res, fmt.Errorf("workload %s: %w", w.Name, err)
-		}
-	}
-	res.Summaries = summarize(res.Samples, c.Workloads)
-	if c.MemoryItems > 0 {
-		for _, k := range kinds {
-			m, err := memoryTest(ctx, c, r, k)
-			if err != nil {
-				return res, fmt.Errorf("memory test (%s): %w", k, err)
-			}
-			res.Memory = append(res.Memory, m)
-		}
-	}
-	res.ElapsedSec = e.now().Sub(began).Seconds()
-	return res, nil
-}
-
-// runWorkload starts both servers, preloads them and runs w's rounds over
-// them, each server a target, adding the samples to res.
-func (res *CompareResult) runWorkload(ctx context.Context, c *CompareConfig, r *runner, w Workload) (err error) {
-	defer func() {
-		if serr := r.stopAll(); serr != nil && err == nil {
-			err = serr
-		}
-	}()
-	p := &plan{rounds: c.Rounds, duration: c.Duration}
-	for _, k := range kinds {
-		ps, err := r.start(ctx, procSpec{kind: k, cpus: c.ServerCPU})
-		if err != nil {
-			return err
-		}
-		p.targets = append(p.targets, &target{name: k, servers: []string{ps[0].Addr}, charge: [][]*serverProc{ps}})
-		if w.Preload {
-			pr, err := r.preload(ctx, w, ps[0].Addr)
-			if err != nil {
-				return fmt.Errorf("preload %s: %w", k, err)
-			}
-			fmt.Fprintf(c.Log, "workload %s: preloaded %s with %d keys in %.1fs\n", w.Name, k, pr.Requests, pr.ElapsedSec)
-		}
-	}
-	return r.rounds(ctx, p, w, func(t *target, round int, m measurement) {
-		s := newSample(w, t.name, round, m)
-		res.Samples = append(res.Samples, s)
-		fmt.Fprintf(c.Log, "workload %s round %d %-9s %9.0f ops/s  p50 %6.1fµs  p99 %7.1fµs  p99.9 %7.1fµs  server %.2f CPU-s  %9.0f ops/CPU-s  other CPU %4.1f%%  errors %d\n",
-			w.Name, round, t.name, s.OpsPerSec, s.P50, s.P99, s.P999, s.ServerCPUSec, s.OpsPerCPUSec, s.OtherCPU, s.Errors)
-	})
-}
-
-// newSample is the sample of run m: workload w on server k in round.
-func newSample(w Workload, k string, round int, m measurement) Sample {
-	r := m.res
-	s := Sample{
-		Workload: w.Name, Server: k, Round: round,
-		OpsPerSec: r.OpsPerSec, P50: r.Latency.P50, P99: r.Latency.P99, P999: r.Latency.P999,
-		Requests: r.Requests, Hits: r.Hits, Misses: r.Misses, Errors: r.Errors,
-		WallSec: m.wall.Seconds(), ServerCPUSec: m.charged[0].Seconds(), LoadCPUSec: m.loadCPU.Seconds(),
-		OtherCPU: m.other, Steal: m.steal,
-	}
-	if s.ServerCPUSec > 0 {
-		s.OpsPerCPUSec = float64(r.Requests) / s.ServerCPUSec
-	}
-	return s
-}
-
-func (s Sample) key() (workload, server string) { return s.Workload, s.Server }
-
-func (s Sample) figures() figures {
-	return figures{ops: s.OpsPerSec, p50: s.P50, p99: s.P99, p999: s.P999, other: s.OtherCPU, steal: s.Steal,
-		errors: s.Errors, hits: s.Hits, misses: s.Misses}
-}
-
-// memoryTest stores c.MemoryItems items into a fresh server and reports the
-// growth of its resident set per item.
-func memoryTest(ctx context.Context, c *CompareConfig, r *runner, kind string) (m Memory, err error) {
-	ps, err := r.start(ctx, procSpec{kind: kind, cpus: c.ServerCPU})
-	if err != nil {
-		return m, err
-	}
-	defer func() {
-		if serr := r.stopAll(); serr != nil && err == nil {
-			err = serr
-		}
-	}()
-	p, e := ps[0], r.e
-	e.settle(ctx)
-	idle, err := e.rss(p)
-	if err != nil {
-		return m, err
-	}
-	lc := memoryConfig(c.MemoryItems)
-	lc.Servers = []string{p.Addr}
-	res, _, err := e.load(ctx, lc)
-	if err != nil {
-		return m, err
-	}
-	if res.Errors > 0 {
-		return m, fmt.Errorf("%d errors storing items (%s)", res.Errors, res.FirstError)
-	}
-	if e.quiesce != nil {
-		e.quiesce(ctx, p)
-	}
-	e.settle(ctx)
-	loaded, err := e.rss(p)
-	if err != nil {
-		return m, err
-	}
-	n, err := e.items(ctx, p)
-	if err != nil {
-		return m, err
-	}
-	if n == 0 {
-		return m, errors.New("no items stored")
-	}
-	m = Memory{Server: kind, Items: n, IdleRSS: idle, LoadedRSS: loaded,
-		BytesPerItem: float64(loaded-idle) / float64(n)}
-	fmt.Fprintf(c.Log, "memory %-9s %d items: RSS %d → %d bytes, %.1f bytes/item\n", kind, n, idle, loaded, m.BytesPerItem)
-	return m, nil
-}
-
-// summarize takes the medians of each workload × server.
-func summarize(samples []Sample, order []string) []Summary {
-	var out []Summary
-	for _, g := range groups(samples, order, kinds, Sample.key) {
-		m := mediansOf(g.samples, Sample.figures)
-		var opc []float64
-		for _, s := range g.samples {
-			opc = append(opc, s.OpsPerCPUSec)
-		}
-		sm := Summary{Workload: g.workload, Server: g.target, Rounds: m.rounds,
-			OpsPerSec: m.ops, P50: m.p50, P99: m.p99, P999: m.p999,
-			OpsPerCPUSec: median(opc), Spread: spread(opc), OpsSpread: m.opsSpread,
-			OtherCPU: m.other, Errors: m.errors, HitRatio: m.hitRatio}
-		if sm.OpsPerCPUSec > 0 {
-			sm.CPUPerOpUs = 1e6 / sm.OpsPerCPUSec
-		}
-		out = append(out, sm)
-	}
-	return out
-}
+func (s Summary) key() (workload, server string) { return s.Workload, s.Server }
 
 // summary returns the summary of workload w on server k, or nil.
-func (r *CompareResult) summary(w, k string) *Summary {
-	for i := range r.Summaries {
-		if r.Summaries[i].Workload == w && r.Summaries[i].Server == k {
-			return &r.Summaries[i]
-		}
-	}
-	return nil
-}
+func (r *CompareResult) summary(w, k string) *Summary { return find(r.Summaries, Summary.key, w, k) }
 
 func (r *CompareResult) memory(k string) *Memory {
 	for i := range r.Memory {

@@ -91,7 +91,7 @@ func (f *fakeWorld) env() *env {
 
 func TestCompareWithFakeEnv(t *testing.T) {
 	f := &fakeWorld{now: time.Unix(0, 0), addrs: map[string]*fakeServer{}}
-	c := CompareConfig{Rounds: 3, Duration: 2 * time.Second, Workloads: []string{"a", "b"}, MemoryItems: 1000, Command: "vbcache bench compare --test"}
+	c := CompareConfig{Harness: Harness{Rounds: 3, Duration: 2 * time.Second, Workloads: []string{"a", "b"}, Command: "vbcache bench compare --test"}, MemoryItems: 1000}
 	c = c.withDefaults()
 	res, err := compare(context.Background(), &c, f.env(), Info{machine: machine{CPU: "fake"}, RTNote: "fake"})
 	if err != nil {
@@ -179,7 +179,7 @@ func TestMedianSpread(t *testing.T) {
 }
 
 func TestCompareConfigValidate(t *testing.T) {
-	for _, c := range []CompareConfig{{Rounds: -1}, {Workloads: []string{"z"}}, {Duration: time.Millisecond}} {
+	for _, c := range []CompareConfig{{Harness: Harness{Rounds: -1}}, {Harness: Harness{Workloads: []string{"z"}}}, {Harness: Harness{Duration: time.Millisecond}}} {
 		if c.Validate() == nil {
 			t.Errorf("%+v accepted", c)
 		}

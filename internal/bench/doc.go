@@ -1,6 +1,7 @@
 // Package bench is vbcache's load generator, in the spirit of
-// memtier_benchmark, and the harness that compares a vbcache node with
-// memcached on one machine.
+// memtier_benchmark, and the two harnesses that measure vbcache against
+// what it replaces on one machine: a vbcache node against memcached
+// (compare) and vbcache proxy against twemproxy (proxies).
 //
 // # Generator
 //
@@ -58,12 +59,31 @@
 // an I/O failure or a garbled frame counts as an error and closes that
 // connection (the run continues on the others).
 //
-// # Compare
+// # Harnesses
 //
-// Compare runs the same workloads against memcached and vbcache, each
-// pinned to one core, with the load on the other core, in interleaved rounds,
-// and reports medians; see compare.go. Its decisions (the order of runs, the
-// medians, the noise figure, the tables) are pure functions over samples, so
-// they are tested with a fake environment; processes and /proc are touched
-// only in env.go.
+// Both harnesses are configurations of one runner (runner.go). A harness
+// starts the processes under test through the runner (memcached, a vbcache
+// node, a memcached pool, nutcracker, vbcache proxy), each pinned to the
+// CPUs its config names and under chrt -f when permitted, preloads them
+// (proxies also warms them up), then runs every workload in interleaved
+// rounds over its targets: in each round, one run per target, in the same
+// order every round (compare: memcached, vbcache) or rotated by one each
+// round (proxies: direct, nutcracker, vbcache-proxy). A target is where a
+// run's load goes and which processes' CPU it is charged to. Every run is
+// the same measurement: the load is a child "vbcache bench --json" pinned
+// to LoadCPU; around it the runner reads each charged group's utime+stime
+// (a process counted once, however many ports it serves) and the cores'
+// busy time from /proc; what neither the charged processes nor the load
+// used is the run's "other CPU", the noise figure. Summaries take medians
+// over the rounds. CompareConfig and ProxiesConfig embed the settings both
+// share (Harness); compare.go and proxies.go say what each starts, which
+// targets it measures and what its report says.
+//
+// The processes under test belong to the runner, which stops them when a
+// harness is done with them; a goroutine per child (env.go) waits for its
+// exit, and the real environment's cleanup stops whatever is left and
+// removes its scratch files. The decisions (the order of runs, the
+// arithmetic, the medians, the verdicts, the reports) are pure functions
+// over samples, tested with a fake environment; processes and /proc are
+// touched only in env.go and proxies_env.go.
 package bench

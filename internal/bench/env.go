@@ -187,8 +187,7 @@ func loadAvg() string {
 // newCompareEnv sets up the real environment of a comparison (the servers
 // on ServerCPU, the load on LoadCPU, both at RTPriority) and describes it.
 func newCompareEnv(ctx context.Context, c *CompareConfig) (*env, Info, error) {
-	re, err := newRealEnv(ctx, realConfig{vbcache: c.Vbcache, memcached: c.Memcached, cpus: []string{c.ServerCPU, c.LoadCPU},
-		loadCPU: c.LoadCPU, realTime: !c.NoRealTime, prio: c.RTPriority, loadPrio: c.RTPriority, log: c.Log})
+	re, err := newRealEnv(ctx, c.realConfig([]string{c.ServerCPU, c.LoadCPU}, c.RTPriority))
 	if err != nil {
 		return nil, Info{}, err
 	}

@@ -1,7 +1,7 @@
 package bench
 
-// The proxies harness: vbcache proxy next to twemproxy (Debian's
-// nutcracker) in one run, over one pool.
+// The proxies harness, a configuration of the runner (runner.go): vbcache
+// proxy next to twemproxy (Debian's nutcracker) in one run, over one pool.
 //
 //	start N memcached servers, the N ports of one memcached (-t 1, pinned
 //	    to MemcachedCPU: by default the proxies' core, so the load has one
@@ -15,25 +15,25 @@ package bench
 //	        (the order rotates by one each round; load pinned to LoadCPU)
 //	stop everything
 //
-// "direct" is the baseline: the load generator spreads the same number of
-// connections over the memcached servers itself (Clients/N to each). A
-// path's added p99 is its p99 minus the direct p99 of the same round; the
-// summary takes the median over the rounds. Proxy CPU per operation is the
-// proxy's utime+stime (/proc/<pid>/stat) over the requests the load
-// completed. As in Compare, whatever else kept the two cores busy is the
-// run's "other CPU", the noise figure.
+// The three paths are the runner's targets. "direct" is the baseline: the
+// load generator spreads the same number of connections over the memcached
+// servers itself (Clients/N to each). A path's added p99 is its p99 minus
+// the direct p99 of the same round; the summary takes the median over the
+// rounds. A run is charged to its proxy (nothing, for direct) and to the
+// pool: proxy CPU per operation is the proxy's utime+stime
+// (/proc/<pid>/stat) over the requests the load completed. As in Compare,
+// whatever else kept the two cores busy is the run's "other CPU", the noise
+// figure.
 //
-// The proxies harness is a configuration of the runner (runner.go): the
-// paths are its targets, rotated each round; a run is charged to the
-// proxy (nothing for direct) and to the pool. The decisions (order of
-// runs, pairing, medians, verdicts, the report in proxies_report.go) are
-// pure functions over samples and are tested with a fake env; processes
-// and /proc are touched only in env.go and proxies_env.go.
+// The decisions (order of runs, pairing, medians, verdicts, the report in
+// proxies_report.go) are pure functions over samples and are tested with a
+// fake env; processes and /proc are touched only in env.go and
+// proxies_env.go.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"io"
 	"slices"
 	"time"
 )
@@ -49,15 +49,16 @@ var proxyPaths = []string{PathDirect, PathNutcracker, PathVbcache}
 
 // Proxies defaults.
 const (
-	DefaultProxiesRounds   = 3
+	DefaultProxiesRounds   = DefaultRounds
 	DefaultProxiesDuration = 6 * time.Second
 	DefaultProxiesServers  = 2
 )
 
-// ProxiesConfig configures Proxies. Zero values mean the defaults.
+// ProxiesConfig configures Proxies. Zero values mean the defaults: those
+// of Harness, runs of DefaultProxiesDuration and every workload (get, set,
+// mget, pipe). RTPriority is the proxies' and memcached's.
 type ProxiesConfig struct {
-	Vbcache    string // vbcache binary (proxy and load); "" means this executable
-	Memcached  string // "" means memcached from PATH
+	Harness
 	Nutcracker string // "" means nutcracker from PATH
 	// Servers is the number of memcached servers in the pool, the ports
 	// of one memcached process. Zero means DefaultProxiesServers (2).
@@ -65,18 +66,11 @@ type ProxiesConfig struct {
 	// Clients is the number of load connections (to the proxy, or spread
 	// over the servers for the direct baseline). Zero means 50.
 	Clients int
-	// Rounds per workload; each round runs every path. Zero means 3.
-	Rounds int
-	// Duration of each run. Zero means DefaultProxiesDuration.
-	Duration time.Duration
 	// Rate, when not zero, makes every run open loop at this many requests
 	// per second (latency from the scheduled send time).
 	Rate float64
-	// Workloads to run by name (get, set, mget, pipe); empty means all.
-	Workloads []string
-	// ProxyCPU is the taskset CPU list of the proxies; LoadCPU that of the
-	// load generator. Empty means "0" and "1".
-	ProxyCPU, LoadCPU string
+	// ProxyCPU is the taskset CPU list of the proxies. Empty means "0".
+	ProxyCPU string
 	// MemcachedCPU is the CPU list of the memcached servers. Empty means
 	// ProxyCPU: the load generator, the instrument, then has a core of its
 	// own, so the time it takes to read a reply does not count against the
@@ -84,9 +78,6 @@ type ProxiesConfig struct {
 	// core with the servers, under the same conditions for both. LoadCPU
 	// puts memcached with the load instead, as before 2026-11-30 17:50 UTC.
 	MemcachedCPU string
-	// NoRealTime disables chrt -f for the proxies even when permitted.
-	NoRealTime bool
-	RTPriority int // zero means 50
 	// LoadRTPriority is the load generator's SCHED_FIFO priority. Zero
 	// means RTPriority: memcached and the load, sharing one core, take
 	// turns whenever one blocks, so memcached's requests wait while the
@@ -98,46 +89,15 @@ type ProxiesConfig struct {
 	// OutFile, when set, receives the markdown report as well; JSONFile,
 	// when set, every sample, summary and verdict as JSON.
 	OutFile, JSONFile string
-	// Log receives one line per step. Nil discards them.
-	Log io.Writer
-	// Command is the command line recorded in the results.
-	Command string
 }
 
 func (c ProxiesConfig) withDefaults() ProxiesConfig {
-	if c.Servers == 0 {
-		c.Servers = DefaultProxiesServers
-	}
-	if c.Clients == 0 {
-		c.Clients = DefaultClients
-	}
-	if c.Rounds == 0 {
-		c.Rounds = DefaultProxiesRounds
-	}
-	if c.Duration == 0 {
-		c.Duration = DefaultProxiesDuration
-	}
-	if c.ProxyCPU == "" {
-		c.ProxyCPU = "0"
-	}
-	if c.LoadCPU == "" {
-		c.LoadCPU = "1"
-	}
-	if c.MemcachedCPU == "" {
-		c.MemcachedCPU = c.ProxyCPU
-	}
-	if c.RTPriority == 0 {
-		c.RTPriority = 50
-	}
-	if c.LoadRTPriority == 0 {
-		c.LoadRTPriority = c.RTPriority
-	}
-	if len(c.Workloads) == 0 {
-		c.Workloads = ProxyWorkloadNames()
-	}
-	if c.Log == nil {
-		c.Log = io.Discard
-	}
+	c.Harness = c.Harness.withDefaults(DefaultProxiesDuration, proxyWorkloadList())
+	c.Servers = cmp.Or(c.Servers, DefaultProxiesServers)
+	c.Clients = cmp.Or(c.Clients, DefaultClients)
+	c.ProxyCPU = cmp.Or(c.ProxyCPU, "0")
+	c.MemcachedCPU = cmp.Or(c.MemcachedCPU, c.ProxyCPU)
+	c.LoadRTPriority = cmp.Or(c.LoadRTPriority, c.RTPriority)
 	return c
 }
 
@@ -153,7 +113,7 @@ func (c *ProxiesConfig) Validate() error {
 	case d.Rate < 0:
 		return fmt.Errorf("%w: negative rate", ErrInvalidConfig)
 	}
-	return validatePlan(d.Rounds, d.Duration, d.Workloads, proxyWorkloadList())
+	return d.validate(proxyWorkloadList())
 }
 
 // proxyWorkloadList is the issue's list: single gets of 100-byte values
@@ -234,13 +194,9 @@ func (s ProxySample) proxyCPUPerOp() float64 {
 
 // ProxySummary is the medians of one workload on one path.
 type ProxySummary struct {
-	Workload  string  `json:"workload"`
-	Path      string  `json:"path"`
-	Rounds    int     `json:"rounds"`
-	OpsPerSec float64 `json:"ops_per_sec"`
-	P50       float64 `json:"p50_us"`
-	P99       float64 `json:"p99_us"`
-	P999      float64 `json:"p999_us"`
+	Workload string `json:"workload"`
+	Path     string `json:"path"`
+	summaryFigures
 	// CPUPerOpUs is the median over the rounds of the proxy's CPU µs per
 	// request; CPUPerOpMin and Max are the extremes.
 	CPUPerOpUs  float64 `json:"proxy_cpu_us_per_op"`
@@ -261,25 +217,19 @@ type ProxySummary struct {
 	AddedArrivalP99    float64 `json:"added_arrival_p99_us,omitempty"`
 	AddedArrivalP99Min float64 `json:"added_arrival_p99_us_min,omitempty"`
 	AddedArrivalP99Max float64 `json:"added_arrival_p99_us_max,omitempty"`
-	// OpsSpread is (max-min)/median of ops/s over the rounds, in percent.
-	OpsSpread float64 `json:"ops_spread_pct"`
-	OtherCPU  float64 `json:"other_cpu_pct"` // median over the rounds
-	Errors    uint64  `json:"errors"`        // summed over the rounds
-	HitRatio  float64 `json:"hit_ratio"`
+	summaryChecks
 }
 
 // ProxiesResult is everything one Proxies run produced.
 type ProxiesResult struct {
-	Command        string            `json:"command"`
-	Rounds         int               `json:"rounds"`
-	RunDuration    string            `json:"run_duration"`
+	runHeader
 	Servers        int               `json:"servers"`
 	Clients        int               `json:"clients"`
 	Rate           float64           `json:"rate,omitempty"`
 	Info           ProxiesInfo       `json:"info"`
-	Workloads      []Workload        `json:"-"`
 	WorkloadTitles map[string]string `json:"workloads"`
-	Paths          []string          `json:"paths"`
+	Paths          []string          `json:"paths"` // the report's columns
+	workloads      []Workload        // and its rows, in order (WorkloadTitles is their JSON)
 	Samples        []ProxySample     `json:"samples"`
 	Summaries      []ProxySummary    `json:"summaries"`
 	ElapsedSec     float64           `json:"elapsed_s"`
@@ -292,12 +242,7 @@ func Proxies(ctx context.Context, cfg ProxiesConfig) (*ProxiesResult, error) {
 		return nil, err
 	}
 	c := cfg.withDefaults()
-	e, info, err := newProxiesEnv(ctx, &c)
-	if err != nil {
-		return nil, err
-	}
-	defer e.cleanup()
-	res, err := proxies(ctx, &c, e, info)
+	res, err := inRealEnv(ctx, &c, newProxiesEnv, proxies)
 	if err != nil {
 		return res, err
 	}
@@ -307,25 +252,24 @@ func Proxies(ctx context.Context, cfg ProxiesConfig) (*ProxiesResult, error) {
 // proxies is Proxies' logic over an env that info describes. c has its
 // defaults applied.
 func proxies(ctx context.Context, c *ProxiesConfig, e *env, info ProxiesInfo) (*ProxiesResult, error) {
-	r := newRunner(e, c.Log)
+	r := newRunner(e)
 	defer r.stopAll()
 	began := e.now()
-	res := &ProxiesResult{Command: c.Command, Rounds: c.Rounds, RunDuration: c.Duration.String(),
-		Servers: c.Servers, Clients: c.Clients, Rate: c.Rate, Paths: proxyPaths,
-		WorkloadTitles: map[string]string{}}
+	res := &ProxiesResult{runHeader: c.header(), Servers: c.Servers, Clients: c.Clients, Rate: c.Rate,
+		Paths: proxyPaths, WorkloadTitles: map[string]string{}}
 	for _, name := range c.Workloads {
 		w, _ := proxyWorkloadByName(name)
-		res.Workloads = append(res.Workloads, w)
+		res.workloads = append(res.workloads, w)
 		res.WorkloadTitles[w.Name] = w.Title
 	}
-	p, err := startPaths(ctx, c, r, res.Workloads[0])
+	p, err := startPaths(ctx, c, r, res.workloads[0])
 	if err != nil {
 		return res, err
 	}
 	res.Info = info
 	res.Info.Commands = r.started
 	res.Info.PoolFile = poolYAML("127.0.0.1:PORT", p.targets[0].servers)
-	for _, w := range res.Workloads {
+	for _, w := range res.workloads {
 		err := r.rounds(ctx, p, w, func(t *target, round int, m measurement) {
 			s := newProxySample(w, t.name, round, m)
 			res.Samples = append(res.Samples, s)
@@ -431,11 +375,9 @@ func summarizeProxies(samples []ProxySample, order []string) []ProxySummary {
 				}
 			}
 		}
-		m := mediansOf(g.samples, ProxySample.figures)
-		sm := ProxySummary{Workload: g.workload, Path: g.target, Rounds: m.rounds,
-			OpsPerSec: m.ops, P50: m.p50, P99: m.p99, P999: m.p999,
-			CPUPerOpUs: median(cpu), CPUPerOpMin: slices.Min(cpu), CPUPerOpMax: slices.Max(cpu),
-			MemcachedCPUPerOpUs: median(mc), OpsSpread: m.opsSpread, OtherCPU: m.other, Errors: m.errors, HitRatio: m.hitRatio}
+		sm := ProxySummary{Workload: g.workload, Path: g.target,
+			CPUPerOpUs: median(cpu), CPUPerOpMin: slices.Min(cpu), CPUPerOpMax: slices.Max(cpu), MemcachedCPUPerOpUs: median(mc)}
+		sm.summaryFigures, sm.summaryChecks = summarizeRounds(g.samples, ProxySample.figures)
 		if len(added) > 0 {
 			sm.AddedP99, sm.AddedP99Min, sm.AddedP99Max = median(added), slices.Min(added), slices.Max(added)
 		}
@@ -450,11 +392,9 @@ func summarizeProxies(samples []ProxySample, order []string) []ProxySummary {
 	return out
 }
 
+func (s ProxySummary) key() (workload, path string) { return s.Workload, s.Path }
+
+// summary returns the summary of workload w over path, or nil.
 func (r *ProxiesResult) summary(w, path string) *ProxySummary {
-	for i := range r.Summaries {
-		if r.Summaries[i].Workload == w && r.Summaries[i].Path == path {
-			return &r.Summaries[i]
-		}
-	}
-	return nil
+	return find(r.Summaries, ProxySummary.key, w, path)
 }

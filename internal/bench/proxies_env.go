@@ -32,9 +32,7 @@ func newProxiesEnv(ctx context.Context, c *ProxiesConfig) (*env, ProxiesInfo, er
 	if err != nil {
 		return nil, ProxiesInfo{}, fmt.Errorf("%w (%v)", ErrNoNutcracker, err)
 	}
-	re, err := newRealEnv(ctx, realConfig{vbcache: c.Vbcache, memcached: c.Memcached,
-		cpus: []string{c.ProxyCPU, c.LoadCPU, c.MemcachedCPU}, loadCPU: c.LoadCPU, realTime: !c.NoRealTime,
-		prio: c.RTPriority, loadPrio: c.LoadRTPriority, log: c.Log})
+	re, err := newRealEnv(ctx, c.realConfig([]string{c.ProxyCPU, c.LoadCPU, c.MemcachedCPU}, c.LoadRTPriority))
 	if err != nil {
 		return nil, ProxiesInfo{}, err
 	}

@@ -39,7 +39,7 @@ type ProxyVerdict struct {
 // twemproxy's" on each workload, from the medians.
 func (r *ProxiesResult) Verdicts() []ProxyVerdict {
 	var vs []ProxyVerdict
-	for _, w := range r.Workloads {
+	for _, w := range r.workloads {
 		v, t := r.summary(w.Name, PathVbcache), r.summary(w.Name, PathNutcracker)
 		if v == nil || t == nil {
 			continue
@@ -188,13 +188,10 @@ func (r *ProxiesResult) WriteMarkdown(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "Load: %d connections, pipeline 1 (16 for pipe), %s; direct spreads them over the servers. ", r.Clients, mode)
 	fmt.Fprintf(&b, "%d rounds of %s per path and workload, order rotated each round; figures are medians over the rounds. ", r.Rounds, r.RunDuration)
-	fmt.Fprintf(&b, "Load average at start: %s. Whole run: %.0f s.\n\n", in.LoadAvg, r.ElapsedSec)
-	if r.Command != "" {
-		fmt.Fprintf(&b, "Command: `%s`\n\n", r.Command)
-	}
+	writeProvenance(&b, in.LoadAvg, r.ElapsedSec, r.Command)
 	b.WriteString("| workload | path | ops/s | p50 µs | p99 µs | p99.9 µs | added p99 µs (min–max) | proxy CPU µs/op (min–max) | memcached CPU µs/op | ops/s spread % | other CPU % | errors |\n")
 	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
-	for _, wl := range r.Workloads {
+	for _, wl := range r.workloads {
 		for _, path := range r.Paths {
 			s := r.summary(wl.Name, path)
 			if s == nil {
@@ -240,7 +237,7 @@ func (r *ProxiesResult) arrivalTable() string {
 	b.WriteString("| workload | path | p50 µs at arrival | p99 µs at arrival | added p99 µs at arrival (min–max) |\n")
 	b.WriteString("|---|---|--:|--:|--:|\n")
 	rows := 0
-	for _, wl := range r.Workloads {
+	for _, wl := range r.workloads {
 		for _, path := range r.Paths {
 			s := r.summary(wl.Name, path)
 			if s == nil || s.ArrivalP99 == 0 {

@@ -54,7 +54,7 @@ func TestSummarizeProxiesPairsRounds(t *testing.T) {
 }
 
 func TestProxyVerdicts(t *testing.T) {
-	r := &ProxiesResult{Workloads: []Workload{{Name: "get"}, {Name: "set"}}, Summaries: []ProxySummary{
+	r := &ProxiesResult{workloads: []Workload{{Name: "get"}, {Name: "set"}}, Summaries: []ProxySummary{
 		// get: vbcache clearly cheaper; added p99 better on the median
 		// but the rounds overlap.
 		{Workload: "get", Path: PathNutcracker, CPUPerOpUs: 20, CPUPerOpMin: 19, CPUPerOpMax: 21, AddedP99: 100, AddedP99Min: 50, AddedP99Max: 150},
@@ -82,7 +82,7 @@ func TestProxyVerdicts(t *testing.T) {
 // vbcache's figure was below and above nutcracker's, skipping rounds with
 // errors or without both proxies, and give the sign test's p-value.
 func TestProxyVerdictsPairRounds(t *testing.T) {
-	r := &ProxiesResult{Workloads: []Workload{{Name: "get"}}}
+	r := &ProxiesResult{workloads: []Workload{{Name: "get"}}}
 	// p99 vbcache / nutcracker per round; CPU seconds per 1000 requests.
 	for i, p := range [][2]float64{{100, 200}, {150, 140}, {90, 300}, {120, 120}, {80, 500}, {70, 600}} {
 		round := i + 1
@@ -118,7 +118,7 @@ func TestProxyVerdictsPairRounds(t *testing.T) {
 // with the direct run's arrival p99 of the same round, apart from the
 // parse p99, and gives a verdict of its own; the report adds its table.
 func TestProxyArrivalVerdict(t *testing.T) {
-	r := &ProxiesResult{Workloads: []Workload{{Name: "set"}}, Paths: proxyPaths}
+	r := &ProxiesResult{workloads: []Workload{{Name: "set"}}, Paths: proxyPaths}
 	// direct, nutcracker, vbcache arrival p99 per round; parse p99s differ.
 	for i, a := range [][3]float64{{20, 900, 300}, {30, 1100, 400}, {25, 1000, 1200}} {
 		round := i + 1
@@ -167,8 +167,8 @@ func TestSignTest(t *testing.T) {
 func TestProxiesValidate(t *testing.T) {
 	for _, c := range []ProxiesConfig{
 		{Servers: 3, Clients: 50},
-		{Workloads: []string{"nope"}},
-		{Duration: time.Millisecond},
+		{Harness: Harness{Workloads: []string{"nope"}}},
+		{Harness: Harness{Duration: time.Millisecond}},
 		{Rate: -1},
 	} {
 		if err := c.Validate(); !errors.Is(err, ErrInvalidConfig) {
@@ -297,7 +297,7 @@ func (f *fakeProxies) env() *env {
 func TestProxiesPoolOfOneProcess(t *testing.T) {
 	for _, shared := range []bool{false, true} {
 		f := &fakeProxies{now: time.Unix(0, 0), sharedPool: shared}
-		c := ProxiesConfig{Rounds: 1, Duration: time.Second, Workloads: []string{"get"}}.withDefaults()
+		c := ProxiesConfig{Harness: Harness{Rounds: 1, Duration: time.Second, Workloads: []string{"get"}}}.withDefaults()
 		res, err := proxies(context.Background(), &c, f.env(), ProxiesInfo{ProxyCPU: "0", LoadCPU: "1"})
 		if err != nil {
 			t.Fatal(err)
@@ -312,7 +312,7 @@ func TestProxiesPoolOfOneProcess(t *testing.T) {
 
 func TestProxiesFake(t *testing.T) {
 	f := &fakeProxies{now: time.Unix(0, 0)}
-	c := ProxiesConfig{Rounds: 2, Duration: 2 * time.Second, Workloads: []string{"get", "mget"}, Command: "vbcache bench proxies"}.withDefaults()
+	c := ProxiesConfig{Harness: Harness{Rounds: 2, Duration: 2 * time.Second, Workloads: []string{"get", "mget"}, Command: "vbcache bench proxies"}}.withDefaults()
 	res, err := proxies(context.Background(), &c, f.env(), ProxiesInfo{ProxyCPU: "0", LoadCPU: "1"})
 	if err != nil {
 		t.Fatal(err)

@@ -60,13 +60,10 @@ func (r *CompareResult) WriteMarkdown(w io.Writer) error {
 	fmt.Fprintf(&b, "Run %s on %s (%s, kernel %s), %s; %s. ", in.Date, in.Host, in.CPU, in.Kernel, in.Memcached, in.GoVersion)
 	fmt.Fprintf(&b, "Servers on CPU %s, load on CPU %s; real-time scheduling: %s. ", in.ServerCPU, in.LoadCPU, in.RTNote)
 	fmt.Fprintf(&b, "%d rounds of %s per server and workload, interleaved memcached, vbcache, memcached, vbcache…; figures are medians over the rounds. ", r.Rounds, r.RunDuration)
-	fmt.Fprintf(&b, "Load average at start: %s. Whole run: %.0f s.\n\n", in.LoadAvg, r.ElapsedSec)
-	if r.Command != "" {
-		fmt.Fprintf(&b, "Command: `%s`\n\n", r.Command)
-	}
+	writeProvenance(&b, in.LoadAvg, r.ElapsedSec, r.Command)
 	b.WriteString("| workload | server | ops/s | p50 µs | p99 µs | p99.9 µs | server CPU µs/op | ops per server CPU-s | spread % | other CPU % | errors |\n")
 	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
-	for _, wl := range r.Workloads {
+	for _, wl := range r.workloads {
 		for _, k := range kinds {
 			s := r.summary(wl.Name, k)
 			if s == nil {
@@ -118,7 +115,7 @@ func (r *CompareResult) Targets() []Target {
 	var ts []Target
 	var cpuParts, p99Parts []string
 	cpuOK, p99OK, any := true, true, false
-	for _, wl := range r.Workloads {
+	for _, wl := range r.workloads {
 		m, v := r.summary(wl.Name, KindMemcached), r.summary(wl.Name, KindVbcache)
 		if m == nil || v == nil {
 			continue
@@ -187,30 +184,24 @@ func (r *CompareResult) pairedRange(wl string) (lo, hi float64, n int) {
 // noiseNote says how noisy the run was, from the spread of the rounds and
 // the other processes' use of the two cores.
 func (r *CompareResult) noiseNote() string {
-	var worstSpread, worstOther, sumOther, steal float64
-	n := 0
+	var worstSpread float64
 	for _, s := range r.Summaries {
 		worstSpread = math.Max(worstSpread, s.Spread)
 	}
-	for _, s := range r.Samples {
-		worstOther = math.Max(worstOther, s.OtherCPU)
-		sumOther += s.OtherCPU
-		steal = math.Max(steal, s.Steal)
-		n++
-	}
-	if n == 0 {
+	n := noiseOf(r.Samples, Sample.figures)
+	if n.runs == 0 {
 		return "No runs.\n"
 	}
 	level := "quiet"
 	switch {
-	case worstSpread > 15 || sumOther/float64(n) > 10:
+	case worstSpread > 15 || n.meanOther > 10:
 		level = "noisy: treat differences below the spread as noise"
-	case worstSpread > 5 || sumOther/float64(n) > 3:
+	case worstSpread > 5 || n.meanOther > 3:
 		level = "somewhat noisy"
 	}
 	return fmt.Sprintf("The run was %s. Largest spread of ops per server CPU-second across rounds: %.1f%%. "+
 		"Other CPU on the two cores: mean %.1f%%, worst run %.1f%%. Worst steal time: %.1f%%.\n",
-		level, worstSpread, sumOther/float64(n), worstOther, steal)
+		level, worstSpread, n.meanOther, n.worstOther, n.steal)
 }
 
 // WriteSVG writes a grouped bar chart of ops per server CPU-second per
@@ -240,11 +231,11 @@ func (r *CompareResult) WriteSVG(w io.Writer) {
 		fmt.Fprintf(&b, `<text x="%d" y="%.1f" text-anchor="end" dominant-baseline="middle">%s</text>`+"\n", left-6, y(v), humanCount(v))
 	}
 	fmt.Fprintf(&b, `<text transform="translate(18 %.1f) rotate(-90)" text-anchor="middle">ops per server CPU-second</text>`+"\n", float64(top)+plotH/2)
-	nw := len(r.Workloads)
+	nw := len(r.workloads)
 	if nw > 0 {
 		group := plotW / float64(nw)
 		bar := group * 0.8 / float64(len(kinds))
-		for i, wl := range r.Workloads {
+		for i, wl := range r.workloads {
 			x0 := float64(left) + group*float64(i) + group*0.1
 			for j, k := range kinds {
 				s := r.summary(wl.Name, k)

@@ -31,11 +31,11 @@ package bench
 // belong to the goroutine that runs the harness.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"math"
-	"slices"
 	"strings"
 	"time"
 )
@@ -87,17 +87,117 @@ type env struct {
 	cleanup func()
 }
 
+// DefaultRounds is the number of rounds per workload of either harness.
+const DefaultRounds = 3
+
+// Harness is the configuration both harnesses share, the runner's: the
+// binaries, the rounds, where the load runs and how everything is
+// scheduled. CompareConfig and ProxiesConfig embed it. Zero values mean
+// the defaults.
+type Harness struct {
+	// Vbcache is the vbcache binary of the node or proxy under test and of
+	// the load; "" means this executable.
+	Vbcache string
+	// Memcached is the memcached binary; "" means memcached from PATH.
+	Memcached string
+	// Rounds per workload; each round runs every target once. Zero means
+	// DefaultRounds (3).
+	Rounds int
+	// Duration of each run. Zero means the harness's default.
+	Duration time.Duration
+	// Workloads to run, by name; empty means all of the harness's.
+	Workloads []string
+	// LoadCPU is the taskset CPU list of the load generator, and of the
+	// harness itself, which mostly waits. Empty means "1".
+	LoadCPU string
+	// NoRealTime disables chrt -f even when it is permitted.
+	NoRealTime bool
+	// RTPriority is the SCHED_FIFO priority of the processes under test
+	// (and of the load, unless the harness sets that apart). Zero means 50.
+	RTPriority int
+	// Log receives one line per step. Nil discards them.
+	Log io.Writer
+	// Command is the command line recorded in the results.
+	Command string
+}
+
+// withDefaults returns h with its zero fields replaced by their defaults:
+// d is the harness's run duration, list its workloads.
+func (h Harness) withDefaults(d time.Duration, list []Workload) Harness {
+	h.Rounds = cmp.Or(h.Rounds, DefaultRounds)
+	h.Duration = cmp.Or(h.Duration, d)
+	h.LoadCPU = cmp.Or(h.LoadCPU, "1")
+	h.RTPriority = cmp.Or(h.RTPriority, 50)
+	if len(h.Workloads) == 0 {
+		h.Workloads = workloadNames(list)
+	}
+	if h.Log == nil {
+		h.Log = io.Discard
+	}
+	return h
+}
+
+// validate reports rounds, a run duration or workloads (by name, out of
+// list) that the runner cannot run. h has its defaults applied.
+func (h *Harness) validate(list []Workload) error {
+	switch {
+	case h.Rounds < 1:
+		return fmt.Errorf("%w: rounds must be at least 1", ErrInvalidConfig)
+	case h.Duration < 100*time.Millisecond:
+		return fmt.Errorf("%w: run duration %v is too short", ErrInvalidConfig, h.Duration)
+	}
+	for _, w := range h.Workloads {
+		if _, ok := findWorkload(list, w); !ok {
+			return fmt.Errorf("%w: unknown workload %q (have %s)", ErrInvalidConfig, w, strings.Join(workloadNames(list), ","))
+		}
+	}
+	return nil
+}
+
+// runHeader opens a harness's results (CompareResult, ProxiesResult):
+// how it was run.
+type runHeader struct {
+	Command     string `json:"command"`
+	Rounds      int    `json:"rounds"`
+	RunDuration string `json:"run_duration"` // of each run
+}
+
+func (h *Harness) header() runHeader {
+	return runHeader{Command: h.Command, Rounds: h.Rounds, RunDuration: h.Duration.String()}
+}
+
+// realConfig is what h asks of the real environment, measured on the cores
+// of cpus (the load's among them), the load at SCHED_FIFO priority
+// loadPrio.
+func (h *Harness) realConfig(cpus []string, loadPrio int) realConfig {
+	return realConfig{vbcache: h.Vbcache, memcached: h.Memcached, cpus: cpus, loadCPU: h.LoadCPU,
+		realTime: !h.NoRealTime, prio: h.RTPriority, loadPrio: loadPrio, log: h.Log}
+}
+
+// inRealEnv runs a harness's logic with its config c in the real
+// environment that setUp creates and describes, and cleans that up after:
+// every process it started stops, its scratch files go.
+func inRealEnv[C, I, R any](ctx context.Context, c *C, setUp func(context.Context, *C) (*env, I, error),
+	logic func(context.Context, *C, *env, I) (R, error)) (R, error) {
+	e, info, err := setUp(ctx, c)
+	if err != nil {
+		var none R
+		return none, err
+	}
+	defer e.cleanup()
+	return logic(ctx, c, e, info)
+}
+
 // runner runs a harness's steps over an env. It keeps the processes it
 // started, so that stopAll stops them, and the command lines they started
 // with, for the report.
 type runner struct {
 	e       *env
-	log     io.Writer
 	procs   []*serverProc // started and not yet stopped, in order
 	started []string      // the command line of every process started, in order
 }
 
-func newRunner(e *env, log io.Writer) *runner { return &runner{e: e, log: log} }
+func newRunner(e *env) *runner { return &runner{e: e} }
 
 // start starts the process s describes; stopAll stops it.
 func (r *runner) start(ctx context.Context, s procSpec) ([]*serverProc, error) {
@@ -177,11 +277,7 @@ type measurement struct {
 // measure runs the load cfg and measures, around it, the CPU time of each
 // group in charge and the busy time of the cores.
 func (r *runner) measure(ctx context.Context, cfg Config, charge ...[]*serverProc) (measurement, error) {
-	cpu0, err := r.cpu(charge)
-	if err != nil {
-		return measurement{}, err
-	}
-	cores0, err := r.e.cores()
+	before, err := r.usage(charge)
 	if err != nil {
 		return measurement{}, err
 	}
@@ -191,34 +287,38 @@ func (r *runner) measure(ctx context.Context, cfg Config, charge ...[]*serverPro
 		return measurement{}, err
 	}
 	wall := r.e.now().Sub(t0)
-	cpu1, err := r.cpu(charge)
-	if err != nil {
-		return measurement{}, err
-	}
-	cores1, err := r.e.cores()
+	after, err := r.usage(charge)
 	if err != nil {
 		return measurement{}, err
 	}
 	m := measurement{res: res, wall: wall, loadCPU: loadCPU}
-	for i := range cpu0 {
-		m.charged = append(m.charged, cpu1[i]-cpu0[i])
+	for i := range before.cpu {
+		m.charged = append(m.charged, after.cpu[i]-before.cpu[i])
 	}
 	if capacity := 2 * wall.Seconds(); capacity > 0 {
-		other := (cores1.Busy - cores0.Busy).Seconds()
+		other := (after.cores.Busy - before.cores.Busy).Seconds()
 		for _, d := range m.charged {
 			other -= d.Seconds()
 		}
 		other -= loadCPU.Seconds()
 		m.other = math.Max(0, 100*other/capacity)
-		m.steal = 100 * (cores1.Steal - cores0.Steal).Seconds() / capacity
+		m.steal = 100 * (after.cores.Steal - before.cores.Steal).Seconds() / capacity
 	}
 	return m, nil
 }
 
-// cpu returns the CPU time so far of each group, counting a process once
-// per group (the servers of a pool may be the ports of one process).
-func (r *runner) cpu(groups [][]*serverProc) ([]time.Duration, error) {
-	out := make([]time.Duration, len(groups))
+// usage is what measure reads before and after a run: the CPU time so far
+// of each group in charge and the cores' times.
+type usage struct {
+	cpu   []time.Duration
+	cores coreTimes
+}
+
+// usage reads the CPU time of each group, counting a process once per
+// group (the servers of a pool may be the ports of one process), then the
+// cores' times.
+func (r *runner) usage(groups [][]*serverProc) (usage, error) {
+	u := usage{cpu: make([]time.Duration, len(groups))}
 	for i, g := range groups {
 		seen := map[int]bool{}
 		for _, p := range g {
@@ -228,12 +328,14 @@ func (r *runner) cpu(groups [][]*serverProc) ([]time.Duration, error) {
 			seen[p.Pid] = true
 			d, err := r.e.cpu(p)
 			if err != nil {
-				return nil, err
+				return usage{}, err
 			}
-			out[i] += d
+			u.cpu[i] += d
 		}
 	}
-	return out, nil
+	var err error
+	u.cores, err = r.e.cores()
+	return u, err
 }
 
 // target is one column of a harness's rounds.
@@ -305,25 +407,8 @@ func rotate[T any](s []T, r int) []T {
 type Workload struct {
 	Name    string
 	Title   string
-	Load    Config // Servers, Duration, Rate and Seed are filled in per run (target.load)
+	Load    Config // Servers, Duration, Rate, Seed (and Clients, for some targets) are filled in per run: target.load
 	Preload bool   // store every key of the key space before the rounds
-}
-
-// validatePlan reports a number of rounds, a run duration or workloads (by
-// name, out of list) that a harness cannot run.
-func validatePlan(rounds int, d time.Duration, workloads []string, list []Workload) error {
-	switch {
-	case rounds < 1:
-		return fmt.Errorf("%w: rounds must be at least 1", ErrInvalidConfig)
-	case d < 100*time.Millisecond:
-		return fmt.Errorf("%w: run duration %v is too short", ErrInvalidConfig, d)
-	}
-	for _, w := range workloads {
-		if _, ok := findWorkload(list, w); !ok {
-			return fmt.Errorf("%w: unknown workload %q (have %s)", ErrInvalidConfig, w, strings.Join(workloadNames(list), ","))
-		}
-	}
-	return nil
 }
 
 // workloadNames returns the names of the workloads in list.
@@ -343,121 +428,4 @@ func findWorkload(list []Workload, name string) (Workload, bool) {
 		}
 	}
 	return Workload{}, false
-}
-
-// figures are what every sample has, whatever the harness: what the
-// summaries and the noise notes read.
-type figures struct {
-	ops, p50, p99, p999  float64
-	other, steal         float64 // percent
-	errors, hits, misses uint64
-}
-
-// medians summarize one workload on one target over its rounds.
-type medians struct {
-	rounds              int
-	ops, p50, p99, p999 float64 // medians
-	opsSpread           float64 // spread of ops/s, percent
-	other               float64 // median, percent
-	errors              uint64  // summed
-	hitRatio            float64
-}
-
-// group is the samples of one workload on one target, in the order they
-// ran.
-type group[S any] struct {
-	workload, target string
-	samples          []S
-}
-
-// groups splits samples by workload × target, in the order of workloads
-// and targets, leaving out the pairs without samples. key returns a
-// sample's workload and target.
-func groups[S any](samples []S, workloads, targets []string, key func(S) (string, string)) []group[S] {
-	var out []group[S]
-	for _, w := range workloads {
-		for _, t := range targets {
-			g := group[S]{workload: w, target: t}
-			for _, s := range samples {
-				if sw, st := key(s); sw == w && st == t {
-					g.samples = append(g.samples, s)
-				}
-			}
-			if len(g.samples) > 0 {
-				out = append(out, g)
-			}
-		}
-	}
-	return out
-}
-
-// mediansOf summarizes the figures of a group's samples.
-func mediansOf[S any](samples []S, fig func(S) figures) medians {
-	var ops, p50, p99, p999, other []float64
-	var m medians
-	var hits, misses uint64
-	for _, s := range samples {
-		f := fig(s)
-		ops = append(ops, f.ops)
-		p50 = append(p50, f.p50)
-		p99 = append(p99, f.p99)
-		p999 = append(p999, f.p999)
-		other = append(other, f.other)
-		m.errors += f.errors
-		hits += f.hits
-		misses += f.misses
-	}
-	m.rounds = len(ops)
-	m.ops, m.p50, m.p99, m.p999 = median(ops), median(p50), median(p99), median(p999)
-	m.opsSpread, m.other = spread(ops), median(other)
-	if hits+misses > 0 {
-		m.hitRatio = float64(hits) / float64(hits+misses)
-	}
-	return m
-}
-
-// noise is the other CPU of a harness's runs, its mean and its worst, and
-// the worst steal time, all in percent; runs is how many there were.
-type noise struct {
-	runs                         int
-	meanOther, worstOther, steal float64
-}
-
-func noiseOf[S any](samples []S, fig func(S) figures) noise {
-	var n noise
-	var sum float64
-	for _, s := range samples {
-		f := fig(s)
-		n.worstOther = math.Max(n.worstOther, f.other)
-		sum += f.other
-		n.steal = math.Max(n.steal, f.steal)
-		n.runs++
-	}
-	if n.runs > 0 {
-		n.meanOther = sum / float64(n.runs)
-	}
-	return n
-}
-
-// median returns the median of v (the mean of the middle two for an even
-// count), or 0 for none.
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-// spread returns (max-min)/median in percent.
-func spread(v []float64) float64 {
-	m := median(v)
-	if m == 0 {
-		return 0
-	}
-	return 100 * (slices.Max(v) - slices.Min(v)) / m
 }
