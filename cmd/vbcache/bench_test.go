@@ -10,8 +10,8 @@ import (
 	"github.com/vbcache/vbcache/internal/bench"
 )
 
-// TestBenchArgsRoundTrip checks that bench.Config.Args (used by the compare
-// harness to start the load) and the flag parser agree.
+// TestBenchArgsRoundTrip checks that bench.Config.Args (used by the
+// harnesses to start the load) and the flag parser agree.
 func TestBenchArgsRoundTrip(t *testing.T) {
 	for _, c := range []bench.Config{
 		{Servers: []string{"127.0.0.1:1"}},

@@ -65,7 +65,7 @@ const (
 	// Sequential gives each connection its own contiguous slice of the
 	// range and walks it in order, wrapping around. With Requests equal
 	// to the number of keys and no gets, every key is written exactly once
-	// (this is how the compare harness preloads).
+	// (this is how the harnesses preload).
 	Sequential
 )
 

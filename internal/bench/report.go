@@ -9,7 +9,7 @@ import (
 )
 
 // Result is the outcome of one Run. Its JSON form is what "vbcache bench
-// --json" prints and what the compare harness reads back.
+// --json" prints and what the harnesses read back.
 type Result struct {
 	Protocol      string   `json:"protocol"`
 	Servers       []string `json:"servers"`
