@@ -1,6 +1,7 @@
 package server
 
 import (
+	"math"
 	"strconv"
 	"sync"
 
@@ -99,29 +100,9 @@ func (c *conn) lruCrawler() {
 		c.out = append(c.out, "END\r\n"...)
 		s.crawlerStarts.Add(1)
 	case t.N == 4 && sub == "tocrawl":
-		v, ok := protocol.ParseUint32(t.T[2])
-		if !ok {
-			c.reply("CLIENT_ERROR bad command line format")
-			return
-		}
-		s.tun.mu.Lock()
-		s.tun.crawlerToCrawl = int(v)
-		s.tun.mu.Unlock()
-		c.reply("OK")
+		c.setTunable(&s.tun.crawlerToCrawl, t.T[2], math.MaxUint32, "")
 	case t.N == 4 && sub == "sleep":
-		v, ok := protocol.ParseUint32(t.T[2])
-		if !ok {
-			c.reply("CLIENT_ERROR bad command line format")
-			return
-		}
-		if v > 1000000 {
-			c.reply("CLIENT_ERROR sleep must be one second or less")
-			return
-		}
-		s.tun.mu.Lock()
-		s.tun.crawlerSleep = int(v)
-		s.tun.mu.Unlock()
-		c.reply("OK")
+		c.setTunable(&s.tun.crawlerSleep, t.T[2], 1000000, "CLIENT_ERROR sleep must be one second or less")
 	case t.N == 3 && sub == "enable":
 		s.crawlerOn.Store(true)
 		s.store.SetCrawler(true)
@@ -133,6 +114,28 @@ func (c *conn) lruCrawler() {
 	default:
 		c.reply("ERROR")
 	}
+}
+
+// setTunable is the shape shared by the admin commands that set one
+// numeric tunable: tok must be an unsigned 32-bit number ("CLIENT_ERROR
+// bad command line format" if not) no greater than limit (tooLarge if it
+// is); then *field, which must be a field of c.s.tun, takes it under
+// c.s.tun.mu and the reply is OK.
+func (c *conn) setTunable(field *int, tok []byte, limit uint32, tooLarge string) {
+	v, ok := protocol.ParseUint32(tok)
+	if !ok {
+		c.reply("CLIENT_ERROR bad command line format")
+		return
+	}
+	if v > limit {
+		c.reply(tooLarge)
+		return
+	}
+	tu := &c.s.tun
+	tu.mu.Lock()
+	*field = int(v)
+	tu.mu.Unlock()
+	c.reply("OK")
 }
 
 // validClassList accepts "all" or a comma-separated list of class ids
@@ -214,19 +217,7 @@ func (c *conn) slabs() {
 			c.reply("OK")
 			return
 		}
-		lvl, ok := protocol.ParseUint32(t.T[2])
-		if !ok {
-			c.reply("CLIENT_ERROR bad command line format")
-			return
-		}
-		if lvl > 2 {
-			c.reply("ERROR")
-			return
-		}
-		s.tun.mu.Lock()
-		s.tun.slabAutomove = int(lvl)
-		s.tun.mu.Unlock()
-		c.reply("OK")
+		c.setTunable(&s.tun.slabAutomove, t.T[2], 2, "ERROR")
 		return
 	}
 	c.reply("ERROR")
