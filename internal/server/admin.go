@@ -19,9 +19,10 @@ import (
 
 // tunables are the settings that admin commands change at run time.
 type tunables struct {
-	// mu protects every field. settingsStats holds it while it reads the
-	// store's class stats (the store's locks, which never lead back here);
-	// nothing under it touches a socket: replies go to c.out.
+	// mu protects every field. settingsStats holds it while it appends
+	// the settings to c.out; lru tune and lru mode copy what the store
+	// needs and release it before they call store.SetLRU. Nothing under
+	// it takes another lock or touches a socket: replies go to c.out.
 	mu              sync.Mutex
 	slabAutomove    int
 	automoveRatio   float64
@@ -247,8 +248,9 @@ func (c *conn) lru() {
 		default:
 			tu.mu.Lock()
 			tu.hotPct, tu.warmPct, tu.hotFactor, tu.warmFactor = int(hot), int(warm), hf, wf
+			flat := !tu.segmented
 			tu.mu.Unlock()
-			s.store.SetLRU(int(hot), int(warm), !tu.segmented)
+			s.store.SetLRU(int(hot), int(warm), flat)
 			c.reply("OK")
 		}
 	case sub == "mode" && t.N >= 4 && !s.cfg.NoLRUMaintainer:
