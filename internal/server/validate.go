@@ -81,31 +81,9 @@ func (c *Config) SetDefaults() {
 	if c.PrefixDelim == 0 {
 		c.PrefixDelim = ':'
 	}
-	s := &c.Store
-	if s.MaxBytes == 0 {
-		s.MaxBytes = 64 << 20
-	}
-	if s.ItemSizeMax == 0 {
-		s.ItemSizeMax = 1 << 20
-	}
-	if s.ChunkSizeMin == 0 {
-		s.ChunkSizeMin = 48
-	}
-	if s.GrowthFactor == 0 {
-		s.GrowthFactor = 1.25
-	}
-	if s.SlabPageSize == 0 {
-		s.SlabPageSize = 1 << 20
-	}
-	if s.SlabChunkMax == 0 {
-		s.SlabChunkMax = s.SlabPageSize / 2
-	}
-	if s.HotLRUPct == 0 {
-		s.HotLRUPct = 20
-	}
-	if s.WarmLRUPct == 0 {
-		s.WarmLRUPct = 40
-	}
+	// The store's sizing (-m, -I, -n, -f, the slab page and chunk sizes,
+	// the LRU split) defaults to what the store itself would use.
+	c.Store.SetSizingDefaults()
 	// HashPower stays 0: the store picks its own initial size, and
 	// memcached reports hashpower_init 0 when it was not set.
 }

@@ -26,7 +26,14 @@ const (
 	maxClasses        = 255
 )
 
-func (cfg *Config) setDefaults() {
+// SetSizingDefaults replaces every zero sizing field of cfg (MaxBytes,
+// ItemSizeMax, ChunkSizeMin, GrowthFactor, SlabPageSize, SlabChunkMax,
+// HotLRUPct, WarmLRUPct) with memcached 1.6's default, the value New uses
+// for it. It leaves Shards, HashPower and Clock alone: they are not
+// memcached settings, and New picks them itself. A caller that checks or
+// reports the sizing before New (the server's Config.Validate, "stats
+// settings") calls it so that there is one source of the defaults.
+func (cfg *Config) SetSizingDefaults() {
 	if cfg.MaxBytes == 0 {
 		cfg.MaxBytes = 64 << 20
 	}
@@ -51,6 +58,11 @@ func (cfg *Config) setDefaults() {
 	if cfg.WarmLRUPct == 0 {
 		cfg.WarmLRUPct = 40
 	}
+}
+
+// setDefaults fills every zero field of cfg with the value New uses.
+func (cfg *Config) setDefaults() {
+	cfg.SetSizingDefaults()
 	if cfg.Shards == 0 {
 		n := 4 * runtime.GOMAXPROCS(0)
 		cfg.Shards = max(16, 1<<bits.Len(uint(n-1)))
