@@ -39,9 +39,7 @@ type Node struct {
 	// pending (the consumer still a replica, this node still active).
 	drainedPause time.Duration
 
-	ctx    context.Context // ends at Close: replication goroutines stop
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // replication goroutines
+	wg sync.WaitGroup // replication goroutines
 
 	// ackMu and acks: Replicated's waiters sleep on acks, broadcast when
 	// a consumer acknowledges or a producer goes away. ackMu protects no
@@ -63,6 +61,7 @@ type Node struct {
 	reps      map[string]*replicator           // replication by source node
 	repOf     map[uint16]string                // vbucket → its replication source
 	takeovers map[uint16]*takeoverRun          // takeovers in progress, by vbucket
+	closed    bool                             // Close has stopped replication: a replicator started since stops at once
 }
 
 // takeoverRun is a takeover in progress on this node (the consumer side).
@@ -85,7 +84,6 @@ func NewNode(st *store.Store, states *vbucket.Table, maxRing int) *Node {
 		consumers: map[string]map[*cstream]struct{}{}, reps: map[string]*replicator{},
 		repOf: map[uint16]string{}, takeovers: map[uint16]*takeoverRun{}}
 	n.acks = sync.NewCond(&n.ackMu)
-	n.ctx, n.cancel = context.WithCancel(context.Background())
 	if d, err := time.ParseDuration(os.Getenv("VBCACHE_FAILPOINT_HANDOVER_PAUSE")); err == nil {
 		n.handoverPause = d
 	}
@@ -96,9 +94,15 @@ func NewNode(st *store.Store, states *vbucket.Table, maxRing int) *Node {
 }
 
 // Close stops replication and waits for its goroutines. Producers end
-// with their connections, which the server closes.
+// with their connections, which the server closes; takeovers end with
+// their callers' contexts.
 func (n *Node) Close() {
-	n.cancel()
+	n.mu.Lock()
+	n.closed = true
+	for _, r := range n.reps {
+		r.cancel()
+	}
+	n.mu.Unlock()
 	n.wg.Wait()
 }
 
@@ -335,7 +339,8 @@ func (n *Node) AbortTakeover(vb int) {
 
 // replicator keeps one consumer connection to a source node streaming the
 // vbuckets replicated from it, reconnecting with backoff. Its goroutine is
-// owned by the Node (Node.wg) and stops when its context is cancelled.
+// owned by the Node (Node.wg) and stops when its cancel is called: by
+// StopReplication when its last vbucket goes, or by Node.Close.
 //
 // Changing the set of vbuckets restarts the connection (the consumer
 // resumes every stream from where it was, which costs a round trip, not a
@@ -445,10 +450,15 @@ func (n *Node) StopReplication(vb int) {
 }
 
 // startReplicatorLocked starts the goroutine for src. n.mu is held.
+// The goroutine's context is its own, not a caller's: it lives until
+// r.cancel, which StopReplication or Close calls.
 func (n *Node) startReplicatorLocked(src string) *replicator {
-	ctx, cancel := context.WithCancel(n.ctx)
+	ctx, cancel := context.WithCancel(context.Background())
 	r := &replicator{src: src, vbs: map[uint16]struct{}{}, cancel: cancel, done: make(chan struct{}),
 		changed: make(chan struct{}, 1)}
+	if n.closed {
+		cancel()
+	}
 	n.reps[src] = r
 	n.wg.Add(1)
 	go func() {
