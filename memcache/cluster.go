@@ -77,9 +77,8 @@ type cluster struct {
 	// sleep waits d or until ctx ends; tests replace it.
 	sleep func(ctx context.Context, d time.Duration) error
 
-	ctx      context.Context // ends at Close: the refresh goroutine's lifetime
-	cancel   context.CancelFunc
-	done     chan struct{} // closed when the refresh goroutine has exited
+	cancel   context.CancelFunc // called at Close: ends the refresh goroutine's context
+	done     chan struct{}      // closed when the refresh goroutine has exited
 	stopOnce sync.Once
 }
 
@@ -165,13 +164,16 @@ func newCluster(ctx context.Context, seeds []string, opts *ClusterOptions, ticks
 		return nil, fmt.Errorf("%w: %w", ErrNoClusterConfig, lastErr)
 	}
 	c.selector, c.cl = cl.vb, cl
-	cl.ctx, cl.cancel = context.WithCancel(context.Background())
+	// The refresher lives until Close, not as long as the bootstrap's
+	// ctx: its context is its own, and cl.cancel ends it.
+	rctx, cancel := context.WithCancel(context.Background())
+	cl.cancel = cancel
 	switch {
 	case ticks != nil:
-		go cl.refreshLoop(ticks, func() {})
+		go cl.refreshLoop(rctx, ticks, func() {})
 	case o.RefreshInterval > 0:
 		t := time.NewTicker(o.RefreshInterval)
-		go cl.refreshLoop(t.C, t.Stop)
+		go cl.refreshLoop(rctx, t.C, t.Stop)
 	default:
 		close(cl.done)
 	}
@@ -500,16 +502,17 @@ func (cl *cluster) getMulti(ctx context.Context, keys []string) (map[string]*Ite
 	}
 }
 
-// refreshLoop polls for a newer config on every tick until Close.
-func (cl *cluster) refreshLoop(ticks <-chan time.Time, stopTicks func()) {
+// refreshLoop polls for a newer config on every tick until ctx ends
+// (Close cancels it).
+func (cl *cluster) refreshLoop(ctx context.Context, ticks <-chan time.Time, stopTicks func()) {
 	defer close(cl.done)
 	defer stopTicks()
 	for {
 		select {
-		case <-cl.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-ticks:
-			cl.refresh(cl.ctx, nil, 1)
+			cl.refresh(ctx, nil, 1)
 		}
 	}
 }
