@@ -209,8 +209,15 @@ func (m *Manager) Handler() http.Handler {
 	mux.HandleFunc("POST /rebalance/stop", change(func(ctx context.Context, r *http.Request) (any, error) {
 		return nil, m.StopRebalance(ctx)
 	}))
-	mux.HandleFunc("POST /failover", change(func(ctx context.Context, r *http.Request) (any, error) {
-		return nil, m.Failover(m.leaderContext(), node(r), FailoverOptions{Rebuild: true, Force: r.FormValue("force") != ""})
+	mux.HandleFunc("POST /failover", change(func(_ context.Context, r *http.Request) (any, error) {
+		// Not the request's context: a failover outlives a client that
+		// hangs up, and ends with the leadership.
+		addr, opt := node(r), FailoverOptions{Rebuild: true, Force: r.FormValue("force") != ""}
+		res := make(chan error, 1)
+		m.inLeadership(func(ctx context.Context) {
+			go func() { res <- m.Failover(ctx, addr, opt) }() // owned by this handler, which waits for it
+		})
+		return nil, <-res
 	}))
 	return mux
 }

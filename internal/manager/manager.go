@@ -141,8 +141,12 @@ type Manager struct {
 	// when it ends.
 	told    map[string]bool
 	telling map[string]chan struct{}
-	moving  map[int]bool    // vbuckets being moved now
-	leadCtx context.Context // the current leadership's context (nil when following)
+	moving  map[int]bool // vbuckets being moved now
+	// While a leadership runs, inLeadership hands work to the goroutine
+	// lead starts for it on leadWork; leadEnd is the leadership's
+	// context's Done. Both nil when following.
+	leadWork chan<- func(context.Context)
+	leadEnd  <-chan struct{}
 	// failovers counts the failovers running (failover): while one
 	// runs, its new actives may not be active yet, which the restart
 	// check must not take for a restart (restart.go).
@@ -448,8 +452,22 @@ func (m *Manager) campaign(ctx context.Context) error {
 // lead runs the leader's duties until ctx ends: bring every node in line
 // with the map, resume a rebalance, probe and fail over.
 func (m *Manager) lead(ctx context.Context) {
+	work := make(chan func(context.Context))
+	served := make(chan struct{})
+	go func() { // owned by lead, which waits for it: inLeadership's work
+		defer close(served)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case fn := <-work:
+				fn(ctx)
+			}
+		}
+	}()
+	defer func() { <-served }()
 	m.mu.Lock()
-	m.leadCtx = ctx
+	m.leadWork, m.leadEnd = work, ctx.Done()
 	m.epoch, m.leadSince, m.leases = rand.Uint64()|1, m.cfg.Clock.Now(), map[string]*leaseRec{}
 	for _, h := range m.health {
 		// The restart rule counts this leadership's answers (restart.go).
@@ -458,7 +476,7 @@ func (m *Manager) lead(ctx context.Context) {
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
-		m.leadCtx = nil
+		m.leadWork, m.leadEnd = nil, nil
 		m.mu.Unlock()
 	}()
 	s := m.State()
@@ -473,6 +491,34 @@ func (m *Manager) lead(ctx context.Context) {
 	m.mu.Unlock()
 	if done != nil {
 		<-done
+	}
+}
+
+// inLeadership runs fn with the current leadership's context, for work
+// that another goroutine starts for the leader (StartRebalance's
+// rebalance goroutine, a failover asked for over HTTP): fn runs on the
+// goroutine lead keeps for this (so it must not block: it starts its
+// work and returns), and what it starts ends with the leadership, the
+// moment lead's context does. inLeadership returns when fn has. When the
+// leadership has ended but lead has not returned yet, fn gets a context
+// that has ended; when this manager does not lead, it gets
+// context.Background().
+func (m *Manager) inLeadership(fn func(ctx context.Context)) {
+	m.mu.Lock()
+	work, end := m.leadWork, m.leadEnd
+	m.mu.Unlock()
+	if work == nil {
+		fn(context.Background())
+		return
+	}
+	done := make(chan struct{})
+	select {
+	case work <- func(ctx context.Context) { defer close(done); fn(ctx) }:
+		<-done
+	case <-end:
+		ended, cancel := context.WithCancel(context.Background())
+		cancel()
+		fn(ended)
 	}
 }
 

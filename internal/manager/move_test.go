@@ -717,7 +717,7 @@ func startSwap(t *testing.T, m *Manager, vb int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.launchRebalance(m.leaderContext())
+	m.inLeadership(m.launchRebalance)
 }
 
 // TestSwapKeepsOldCopy swaps a vbucket's active a and replica b: the

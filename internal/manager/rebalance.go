@@ -62,18 +62,8 @@ func (m *Manager) StartRebalance(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m.launchRebalance(m.leaderContext())
+	m.inLeadership(m.launchRebalance)
 	return nil
-}
-
-// leaderContext is the context of the current leadership (set by lead).
-func (m *Manager) leaderContext() context.Context {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.leadCtx == nil {
-		return context.Background()
-	}
-	return m.leadCtx
 }
 
 // StopRebalance asks the running rebalance to stop after the moves in
