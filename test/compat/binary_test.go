@@ -106,40 +106,53 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/test/nodeproc"
 )
 
-// Binary protocol opcodes (memcached's protocol_binary.h).
-var binOpcodes = map[string]byte{
-	"get": 0x00, "set": 0x01, "add": 0x02, "replace": 0x03, "delete": 0x04,
-	"incr": 0x05, "decr": 0x06, "quit": 0x07, "flush": 0x08, "getq": 0x09,
-	"noop": 0x0a, "version": 0x0b, "getk": 0x0c, "getkq": 0x0d, "append": 0x0e,
-	"prepend": 0x0f, "stat": 0x10, "setq": 0x11, "addq": 0x12, "replaceq": 0x13,
-	"deleteq": 0x14, "incrq": 0x15, "decrq": 0x16, "quitq": 0x17, "flushq": 0x18,
-	"appendq": 0x19, "prependq": 0x1a, "verbosity": 0x1b, "touch": 0x1c,
-	"gat": 0x1d, "gatq": 0x1e, "sasl-list": 0x20, "sasl-auth": 0x21,
-	"sasl-step": 0x22, "gatk": 0x23, "gatkq": 0x24,
+// The script names of the binary protocol opcodes (memcached's
+// protocol_binary.h; internal/protocol has the numbers).
+var binOpcodes = map[string]protocol.Opcode{
+	"get": protocol.OpGet, "set": protocol.OpSet, "add": protocol.OpAdd,
+	"replace": protocol.OpReplace, "delete": protocol.OpDelete,
+	"incr": protocol.OpIncrement, "decr": protocol.OpDecrement,
+	"quit": protocol.OpQuit, "flush": protocol.OpFlush, "getq": protocol.OpGetQ,
+	"noop": protocol.OpNoop, "version": protocol.OpVersion, "getk": protocol.OpGetK,
+	"getkq": protocol.OpGetKQ, "append": protocol.OpAppend, "prepend": protocol.OpPrepend,
+	"stat": protocol.OpStat, "setq": protocol.OpSetQ, "addq": protocol.OpAddQ,
+	"replaceq": protocol.OpReplaceQ, "deleteq": protocol.OpDeleteQ,
+	"incrq": protocol.OpIncrementQ, "decrq": protocol.OpDecrementQ,
+	"quitq": protocol.OpQuitQ, "flushq": protocol.OpFlushQ, "appendq": protocol.OpAppendQ,
+	"prependq": protocol.OpPrependQ, "verbosity": protocol.OpVerbosity,
+	"touch": protocol.OpTouch, "gat": protocol.OpGAT, "gatq": protocol.OpGATQ,
+	"sasl-list": protocol.OpSASLList, "sasl-auth": protocol.OpSASLAuth,
+	"sasl-step": protocol.OpSASLStep, "gatk": protocol.OpGATK, "gatkq": protocol.OpGATKQ,
 }
 
-var binOpNames = func() map[byte]string {
-	m := map[byte]string{}
+var binOpNames = func() map[protocol.Opcode]string {
+	m := map[protocol.Opcode]string{}
 	for k, v := range binOpcodes {
 		m[v] = strings.ToUpper(k)
 	}
 	return m
 }()
 
-var binStatusNames = map[uint16]string{
-	0x00: "OK", 0x01: "KEY_ENOENT", 0x02: "KEY_EEXISTS", 0x03: "E2BIG",
-	0x04: "EINVAL", 0x05: "NOT_STORED", 0x06: "DELTA_BADVAL",
-	0x07: "NOT_MY_VBUCKET", 0x20: "AUTH_ERROR", 0x21: "AUTH_CONTINUE",
-	0x81: "UNKNOWN_COMMAND", 0x82: "ENOMEM", 0x83: "NOT_SUPPORTED",
-	0x84: "EINTERNAL", 0x85: "EBUSY", 0x86: "ETMPFAIL",
+// binStatusNames are the rendered names of reply statuses.
+var binStatusNames = map[protocol.Status]string{
+	protocol.StatusOK: "OK", protocol.StatusKeyNotFound: "KEY_ENOENT",
+	protocol.StatusKeyExists: "KEY_EEXISTS", protocol.StatusTooLarge: "E2BIG",
+	protocol.StatusInvalid: "EINVAL", protocol.StatusNotStored: "NOT_STORED",
+	protocol.StatusDeltaBadValue: "DELTA_BADVAL", protocol.StatusNotMyVBucket: "NOT_MY_VBUCKET",
+	protocol.StatusAuthError: "AUTH_ERROR", protocol.StatusAuthContinue: "AUTH_CONTINUE",
+	protocol.StatusUnknown: "UNKNOWN_COMMAND", protocol.StatusNoMemory: "ENOMEM",
+	// memcached's NOT_SUPPORTED, EINTERNAL and EBUSY, which
+	// internal/protocol does not name.
+	0x83: "NOT_SUPPORTED", 0x84: "EINTERNAL", 0x85: "EBUSY",
+	protocol.StatusTmpFail: "ETMPFAIL",
 }
 
 const (
-	binHeaderLen = 24
-	frameOpaque  = 0xf00df00d
+	frameOpaque = 0xf00df00d
 	// binRawQuiet ends an @raw step's read. Longer than the text suite's
 	// 300 ms: here @raw steps often expect a reply (an unframeable one), and
 	// on a loaded 2-core machine 300 ms of silence came before it.
@@ -148,7 +161,8 @@ const (
 
 // binPacket is a request as a script line describes it.
 type binPacket struct {
-	magic, op, dtype   byte
+	magic, dtype       byte
+	op                 protocol.Opcode
 	vbucket            uint16
 	opaque             uint32
 	cas                uint64
@@ -157,20 +171,12 @@ type binPacket struct {
 	bodylen            int64
 }
 
-// encode builds the 24-byte header and body:
-//
-//	 0      1      2      3      4      5      6      7
-//	+------+------+------+------+------+------+------+------+
-//	|magic |opcode| key length  |extlen|dtype | vbucket     |
-//	+------+------+------+------+------+------+------+------+
-//	| total body length         | opaque                    |
-//	+------+------+------+------+------+------+------+------+
-//	| cas                                                   |
-//	+------+------+------+------+------+------+------+------+
-//	| extras | key | value ...
+// encode builds the 24-byte header (protocol.AppendHeader; the diagram is
+// in internal/protocol's binary.go) and the body: extras, key, value. The
+// vbucket goes into bytes 6-7 whatever the magic byte says (a script may
+// send magic=0x81), and keylen=, extlen= and bodylen= overwrite the
+// lengths as the header's field widths truncate them.
 func (p *binPacket) encode() []byte {
-	b := make([]byte, binHeaderLen, binHeaderLen+len(p.extras)+len(p.key)+len(p.value))
-	b[0], b[1] = p.magic, p.op
 	kl, el, bl := int64(len(p.key)), int64(len(p.extras)), int64(len(p.extras)+len(p.key)+len(p.value))
 	if p.keylen >= 0 {
 		kl = int64(p.keylen)
@@ -181,12 +187,20 @@ func (p *binPacket) encode() []byte {
 	if p.bodylen >= 0 {
 		bl = p.bodylen
 	}
-	binary.BigEndian.PutUint16(b[2:], uint16(kl))
-	b[4], b[5] = byte(el), p.dtype
-	binary.BigEndian.PutUint16(b[6:], p.vbucket)
-	binary.BigEndian.PutUint32(b[8:], uint32(bl))
-	binary.BigEndian.PutUint32(b[12:], p.opaque)
-	binary.BigEndian.PutUint64(b[16:], p.cas)
+	h := protocol.Header{
+		Magic:    p.magic,
+		Opcode:   p.op,
+		KeyLen:   uint16(kl),
+		ExtLen:   uint8(el),
+		DataType: p.dtype,
+		VBucket:  p.vbucket,                  // bytes 6-7 of a request
+		Status:   protocol.Status(p.vbucket), // and of a packet with the response magic
+		BodyLen:  uint32(bl),
+		Opaque:   p.opaque,
+		CAS:      p.cas,
+	}
+	b := make([]byte, 0, protocol.HeaderLen+len(p.extras)+len(p.key)+len(p.value))
+	b = protocol.AppendHeader(b, &h)
 	b = append(b, p.extras...)
 	b = append(b, p.key...)
 	return append(b, p.value...)
@@ -216,11 +230,11 @@ func encodeBinLine(line string, v vars) ([]byte, error) {
 		}
 		return b, nil
 	}
-	p := &binPacket{magic: 0x80, keylen: -1, extlen: -1, bodylen: -1}
+	p := &binPacket{magic: protocol.MagicRequest, keylen: -1, extlen: -1, bodylen: -1}
 	if op, ok := binOpcodes[f[0]]; ok {
 		p.op = op
 	} else if n, err := strconv.ParseUint(f[0], 0, 8); err == nil && strings.HasPrefix(f[0], "0x") {
-		p.op = byte(n)
+		p.op = protocol.Opcode(n)
 	} else {
 		return nil, fmt.Errorf("unknown opcode %q", f[0])
 	}
@@ -262,26 +276,26 @@ func encodeBinLine(line string, v vars) ([]byte, error) {
 	p.key, p.value = fields["key"], fields["value"]
 	delete(fields, "key")
 	delete(fields, "value")
-	p.magic = byte(get("magic", 8, 0x80))
+	p.magic = byte(get("magic", 8, protocol.MagicRequest))
 	p.dtype = byte(get("datatype", 8, 0))
 	p.vbucket = uint16(get("vbucket", 16, 0))
 	p.opaque = uint32(get("opaque", 32, 0))
 	p.cas = get("cas", 64, 0)
 	u32 := func(b []byte, n uint64) []byte { return binary.BigEndian.AppendUint32(b, uint32(n)) }
 	switch p.op {
-	case 0x01, 0x02, 0x03, 0x11, 0x12, 0x13: // set add replace (+Q)
+	case protocol.OpSet, protocol.OpAdd, protocol.OpReplace, protocol.OpSetQ, protocol.OpAddQ, protocol.OpReplaceQ:
 		p.extras = u32(u32(nil, get("flags", 32, 0)), get("exptime", 32, 0))
-	case 0x05, 0x06, 0x15, 0x16: // incr decr (+Q)
+	case protocol.OpIncrement, protocol.OpDecrement, protocol.OpIncrementQ, protocol.OpDecrementQ:
 		p.extras = binary.BigEndian.AppendUint64(nil, get("delta", 64, 0))
 		p.extras = binary.BigEndian.AppendUint64(p.extras, get("initial", 64, 0))
 		p.extras = u32(p.extras, get("exptime", 32, 0))
-	case 0x1c, 0x1d, 0x1e, 0x23, 0x24: // touch gat gatq gatk gatkq
+	case protocol.OpTouch, protocol.OpGAT, protocol.OpGATQ, protocol.OpGATK, protocol.OpGATKQ:
 		p.extras = u32(nil, get("exptime", 32, 0))
-	case 0x08, 0x18: // flush (+Q): the delay extra is optional
+	case protocol.OpFlush, protocol.OpFlushQ: // the delay extra is optional
 		if _, ok := fields["exptime"]; ok {
 			p.extras = u32(nil, get("exptime", 32, 0))
 		}
-	case 0x1b: // verbosity
+	case protocol.OpVerbosity:
 		p.extras = u32(nil, get("level", 32, 0))
 	}
 	if x, ok := fields["extras"]; ok {
@@ -422,11 +436,11 @@ func playBin(t *testing.T, sc *binScript, node *nodeproc.Node) [][]string {
 	}
 	// The frame is a NOOP; under SASL a VERSION, which memcached answers
 	// before authentication (a NOOP then gets Auth error and a close).
-	frameOp := byte(0x0a)
+	frameOp := protocol.OpNoop
 	if sc.sasl != "" {
-		frameOp = 0x0b
+		frameOp = protocol.OpVersion
 	}
-	noop := (&binPacket{magic: 0x80, op: frameOp, opaque: frameOpaque, keylen: -1, extlen: -1, bodylen: -1}).encode()
+	noop := (&binPacket{magic: protocol.MagicRequest, op: frameOp, opaque: frameOpaque, keylen: -1, extlen: -1, bodylen: -1}).encode()
 	out := make([][]string, len(sc.steps))
 	timeouts := 0
 	for i, st := range sc.steps {
@@ -511,24 +525,25 @@ func playBin(t *testing.T, sc *binScript, node *nodeproc.Node) [][]string {
 // packet (opcode op, opaque frameOpaque) and returns what came before it;
 // status is "" when the frame was answered OK, "status-0xNNNN" when it was
 // answered with an error, else "eof" or "timeout".
-func readBinFramed(c net.Conn, op byte) ([]byte, string) {
+func readBinFramed(c net.Conn, op protocol.Opcode) ([]byte, string) {
 	deadline := time.Now().Add(stepTimeout)
 	var buf []byte
 	tmp := make([]byte, 64<<10)
 	for {
 		// Walk the complete packets received so far.
-		for off := 0; len(buf)-off >= binHeaderLen && buf[off] == 0x81; {
-			blen := int(binary.BigEndian.Uint32(buf[off+8:]))
-			if len(buf)-off < binHeaderLen+blen {
+		var h protocol.Header
+		for off := 0; protocol.ParseHeader(buf[off:], &h) == nil && h.Magic == protocol.MagicResponse; {
+			blen := int(h.BodyLen)
+			if len(buf)-off < protocol.HeaderLen+blen {
 				break
 			}
-			if buf[off+1] == op && binary.BigEndian.Uint32(buf[off+12:]) == frameOpaque {
-				if st := binary.BigEndian.Uint16(buf[off+6:]); st != 0 {
-					return buf[:off], fmt.Sprintf("status-0x%04x", st)
+			if h.Opcode == op && h.Opaque == frameOpaque {
+				if h.Status != protocol.StatusOK {
+					return buf[:off], fmt.Sprintf("status-0x%04x", uint16(h.Status))
 				}
 				return buf[:off], ""
 			}
-			off += binHeaderLen + blen
+			off += protocol.HeaderLen + blen
 		}
 		_ = c.SetReadDeadline(deadline)
 		n, err := c.Read(tmp)
@@ -552,28 +567,29 @@ func readBinFramed(c net.Conn, op byte) ([]byte, string) {
 func renderBin(b []byte, norm *normalizer) []string {
 	var lines []string
 	for len(b) > 0 {
-		if len(b) < binHeaderLen || b[0] != 0x81 {
+		var h protocol.Header
+		if protocol.ParseHeader(b, &h) != nil || h.Magic != protocol.MagicResponse {
 			lines = append(lines, render(norm.reply(b))...)
 			break
 		}
-		op, klen, elen := b[1], int(binary.BigEndian.Uint16(b[2:])), int(b[4])
-		dtype, status := b[5], binary.BigEndian.Uint16(b[6:])
-		blen := int(binary.BigEndian.Uint32(b[8:]))
-		opaque, cas := binary.BigEndian.Uint32(b[12:]), binary.BigEndian.Uint64(b[16:])
-		if len(b) < binHeaderLen+blen {
-			lines = append(lines, fmt.Sprintf("!truncated-packet (%d of %d body bytes)", len(b)-binHeaderLen, blen))
+		op, klen, elen := h.Opcode, int(h.KeyLen), int(h.ExtLen)
+		dtype, status := h.DataType, h.Status
+		blen := int(h.BodyLen)
+		opaque, cas := h.Opaque, h.CAS
+		if len(b) < protocol.HeaderLen+blen {
+			lines = append(lines, fmt.Sprintf("!truncated-packet (%d of %d body bytes)", len(b)-protocol.HeaderLen, blen))
 			lines = append(lines, render(b)...)
 			break
 		}
-		body := b[binHeaderLen : binHeaderLen+blen]
-		b = b[binHeaderLen+blen:]
+		body := b[protocol.HeaderLen : protocol.HeaderLen+blen]
+		b = b[protocol.HeaderLen+blen:]
 		opName, ok := binOpNames[op]
 		if !ok {
-			opName = fmt.Sprintf("op=0x%02x", op)
+			opName = fmt.Sprintf("op=0x%02x", byte(op))
 		}
 		stName, ok := binStatusNames[status]
 		if !ok {
-			stName = fmt.Sprintf("status=0x%04x", status)
+			stName = fmt.Sprintf("status=0x%04x", uint16(status))
 		}
 		var sb strings.Builder
 		fmt.Fprintf(&sb, "< %s %s opaque=%d cas=%s", opName, stName, opaque, norm.cas(strconv.FormatUint(cas, 10)))
@@ -586,7 +602,12 @@ func renderBin(b []byte, norm *normalizer) []string {
 			continue
 		}
 		extras, key, value := body[:elen], string(body[elen:elen+klen]), body[elen+klen:]
-		getFamily := op == 0x00 || op == 0x09 || op == 0x0c || op == 0x0d || op == 0x1d || op == 0x1e || op == 0x23 || op == 0x24
+		var getFamily bool
+		switch op {
+		case protocol.OpGet, protocol.OpGetQ, protocol.OpGetK, protocol.OpGetKQ,
+			protocol.OpGAT, protocol.OpGATQ, protocol.OpGATK, protocol.OpGATKQ:
+			getFamily = true
+		}
 		switch {
 		case len(extras) == 4 && getFamily:
 			fmt.Fprintf(&sb, " flags=%d", binary.BigEndian.Uint32(extras))
@@ -595,13 +616,13 @@ func renderBin(b []byte, norm *normalizer) []string {
 		}
 		val := escape(value)
 		switch {
-		case op == 0x10 && status == 0 && klen > 0: // Stat: normalize like STAT lines
+		case op == protocol.OpStat && status == protocol.StatusOK && klen > 0: // Stat: normalize like STAT lines
 			s := norm.stat(key, string(value))
 			key, val, _ = strings.Cut(s, " ")
 			val = escape(sortPrefixLines([]byte(val)))
-		case op == 0x0b && status == 0: // B1
+		case op == protocol.OpVersion && status == protocol.StatusOK: // B1
 			val = "*"
-		case op == 0x20 && status == 0: // B2
+		case op == protocol.OpSASLList && status == protocol.StatusOK: // B2
 			var keep []string
 			for _, m := range strings.Fields(string(value)) {
 				if !strings.HasPrefix(m, "SCRAM-SHA") {
@@ -609,7 +630,8 @@ func renderBin(b []byte, norm *normalizer) []string {
 				}
 			}
 			val = escape([]byte(strings.Join(keep, " ")))
-		case (op == 0x05 || op == 0x06 || op == 0x15 || op == 0x16) && status == 0 && len(value) == 8:
+		case (op == protocol.OpIncrement || op == protocol.OpDecrement || op == protocol.OpIncrementQ || op == protocol.OpDecrementQ) &&
+			status == protocol.StatusOK && len(value) == 8:
 			val = "u64:" + strconv.FormatUint(binary.BigEndian.Uint64(value), 10)
 		}
 		if klen > 0 {
