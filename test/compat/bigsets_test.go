@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -26,12 +25,7 @@ import (
 // eviction search without a victim at the 65th set ("SERVER_ERROR out of
 // memory storing object").
 func TestLeakyBinaryGetBigSets(t *testing.T) {
-	if _, err := exec.LookPath("memcached"); err != nil {
-		nodeproc.Absent(t, "memcached not found in PATH (the reference implementation)")
-	}
-	if buildErr != nil {
-		t.Fatalf("cannot build vbcache: %v", buildErr)
-	}
+	requireServers(t)
 	flags := []string{"-m", "64", "-o", "no_modern"}
 	big := "a big value that's > .5M and < 1M. "
 	for len(big)*2 < 1<<20 {

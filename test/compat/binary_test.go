@@ -99,7 +99,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -356,34 +355,22 @@ func parseBinScript(name, text string) (*binScript, error) {
 // TestBinaryCompat plays every testdata/binary/*.txt script against
 // memcached and the target and requires identical normalized replies.
 func TestBinaryCompat(t *testing.T) {
-	if _, err := exec.LookPath("memcached"); err != nil {
-		nodeproc.Absent(t, "memcached not found in PATH (the reference implementation)")
-	}
-	if buildErr != nil {
-		t.Fatalf("cannot build vbcache: %v", buildErr)
-	}
-	files, err := filepath.Glob("testdata/binary/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no scripts in testdata/binary: %v", err)
-	}
-	total := 0
-	for _, f := range files {
-		name := strings.TrimSuffix(filepath.Base(f), ".txt")
+	requireServers(t)
+	playScripts(t, "testdata/binary/*.txt", "binary scripts", func(f string) (*script, func(*testing.T, string), error) {
 		b, err := os.ReadFile(f)
 		if err != nil {
-			t.Fatal(err)
+			return nil, nil, err
 		}
 		sc, err := parseBinScript(filepath.Base(f), string(b))
 		if err != nil {
-			t.Fatal(err)
+			return nil, nil, err
 		}
-		total += len(sc.steps)
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			runBinCompat(t, sc, strings.TrimSuffix(f, ".txt")+".golden")
-		})
-	}
-	t.Logf("%d binary scripts, %d steps; target %s", len(files), total, target)
+		run := func(t *testing.T, goldenPath string) {
+			start := func(kind nodeproc.Kind) *nodeproc.Node { return startBin(t, sc, kind) }
+			differential(t, sc.script, goldenPath, start, func(n *nodeproc.Node) [][]string { return playBin(t, sc, n) })
+		}
+		return sc.script, run, nil
+	})
 }
 
 func startBin(t *testing.T, sc *binScript, kind nodeproc.Kind) *nodeproc.Node {
@@ -393,29 +380,6 @@ func startBin(t *testing.T, sc *binScript, kind nodeproc.Kind) *nodeproc.Node {
 		env = nodeproc.SASLEnv(t, user, pass, kind == nodeproc.Memcached)
 	}
 	return nodeproc.StartEnv(t, kind, vbcacheBin, env, sc.flags...)
-}
-
-func runBinCompat(t *testing.T, sc *binScript, goldenPath string) {
-	ref := startBin(t, sc, nodeproc.Memcached)
-	want := playBin(t, sc, ref)
-	ref.Stop()
-
-	golden := renderGolden(sc.script, want)
-	if *rewrite {
-		if err := os.WriteFile(goldenPath, []byte(golden), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	} else if old, err := os.ReadFile(goldenPath); err != nil {
-		t.Logf("warning: no golden file %s (run with -rewrite): %v", goldenPath, err)
-	} else if string(old) != golden {
-		t.Logf("warning: live memcached differs from %s (review, then -rewrite):\n%s",
-			goldenPath, diffLines(strings.Split(string(old), "\n"), strings.Split(golden, "\n"), "golden", "memcached"))
-	}
-
-	other := startBin(t, sc, target)
-	got := playBin(t, sc, other)
-
-	compareSteps(t, sc.name, sc.steps, want, got, target)
 }
 
 // playBin runs the script against one server and returns, per step, the

@@ -57,41 +57,81 @@ const (
 	maxTimeouts = 3
 )
 
-// TestCompat plays every testdata/*.txt script against memcached and the
-// target and requires identical normalized replies.
-func TestCompat(t *testing.T) {
+// requireServers skips the test when memcached, the reference, is not
+// installed, and fails it when vbcache could not be built.
+func requireServers(t *testing.T) {
+	t.Helper()
 	if _, err := exec.LookPath("memcached"); err != nil {
 		nodeproc.Absent(t, "memcached not found in PATH (the reference implementation)")
 	}
 	if buildErr != nil {
 		t.Fatalf("cannot build vbcache: %v", buildErr)
 	}
-	files, err := filepath.Glob("testdata/*.txt")
+}
+
+// TestCompat plays every testdata/*.txt script against memcached and the
+// target and requires identical normalized replies.
+func TestCompat(t *testing.T) {
+	requireServers(t)
+	playScripts(t, "testdata/*.txt", "scripts", func(f string) (*script, func(*testing.T, string), error) {
+		sc, err := loadScript(f, filepath.Base(f))
+		if err != nil {
+			return nil, nil, err
+		}
+		run := func(t *testing.T, goldenPath string) {
+			start := func(kind nodeproc.Kind) *nodeproc.Node { return nodeproc.Start(t, kind, vbcacheBin, sc.flags...) }
+			differential(t, sc, goldenPath, start, func(n *nodeproc.Node) [][]string { return play(t, sc, n) })
+		}
+		return sc, run, nil
+	})
+}
+
+// playScripts runs a parallel subtest for every script file that matches
+// pattern, named after the file without ".txt". load parses one file and
+// returns the script and how to run it, given the path of its golden
+// file. what names the scripts in the closing log line.
+func playScripts(t *testing.T, pattern, what string, load func(path string) (*script, func(t *testing.T, goldenPath string), error)) {
+	t.Helper()
+	files, err := filepath.Glob(pattern)
 	if err != nil || len(files) == 0 {
-		t.Fatalf("no scripts in testdata: %v", err)
+		t.Fatalf("no scripts in %s: %v", filepath.Dir(pattern), err)
 	}
 	total := 0
 	for _, f := range files {
 		name := strings.TrimSuffix(filepath.Base(f), ".txt")
-		sc, err := loadScript(f, filepath.Base(f))
+		sc, run, err := load(f)
 		if err != nil {
 			t.Fatal(err)
 		}
 		total += len(sc.steps)
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			runCompat(t, sc, strings.TrimSuffix(f, ".txt")+".golden")
+			run(t, strings.TrimSuffix(f, ".txt")+".golden")
 		})
 	}
-	t.Logf("%d scripts, %d steps; target %s", len(files), total, target)
+	t.Logf("%d %s, %d steps; target %s", len(files), what, total, target)
 }
 
-func runCompat(t *testing.T, sc *script, goldenPath string) {
-	ref := nodeproc.Start(t, nodeproc.Memcached, "", sc.flags...)
-	want := play(t, sc, ref)
+// differential plays sc against memcached (start(nodeproc.Memcached), then
+// play), stops it, checks its replies against the golden file, plays sc
+// against the target and requires the same replies.
+func differential(t *testing.T, sc *script, goldenPath string, start func(nodeproc.Kind) *nodeproc.Node, play func(*nodeproc.Node) [][]string) {
+	ref := start(nodeproc.Memcached)
+	want := play(ref)
 	ref.Stop()
 
-	golden := renderGolden(sc, want)
+	checkGolden(t, goldenPath, renderGolden(sc, want))
+
+	got := play(start(target))
+
+	compareSteps(t, sc.name, sc.steps, want, got, target)
+}
+
+// checkGolden writes golden, memcached's rendered replies, to goldenPath
+// with -rewrite; otherwise it logs a warning when the file is missing or
+// says something else (the live memcached is the reference).
+func checkGolden(t *testing.T, goldenPath, golden string) {
+	t.Helper()
 	if *rewrite {
 		if err := os.WriteFile(goldenPath, []byte(golden), 0o644); err != nil {
 			t.Fatal(err)
@@ -102,11 +142,6 @@ func runCompat(t *testing.T, sc *script, goldenPath string) {
 		t.Logf("warning: live memcached differs from %s (review, then -rewrite):\n%s",
 			goldenPath, diffLines(strings.Split(string(old), "\n"), strings.Split(golden, "\n"), "golden", "memcached"))
 	}
-
-	other := nodeproc.Start(t, target, vbcacheBin, sc.flags...)
-	got := play(t, sc, other)
-
-	compareSteps(t, sc.name, sc.steps, want, got, target)
 }
 
 // compareSteps fails the test for every step whose replies differ between
