@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/vbcache/vbcache/internal/server"
+	"github.com/vbcache/vbcache/internal/server/cmdline"
 )
 
 // daemonEnv marks the re-executed child of -d, which must not daemonize
@@ -19,48 +20,48 @@ import (
 const daemonEnv = "VBCACHE_DAEMON_CHILD"
 
 // runServer is "vbcache server": memcached's start-up sequence with the
-// same order of checks (flags, settings, limits, user, daemon, memory
-// lock, listen, pid file), then serving until SIGINT, SIGTERM or the
-// shutdown command.
+// same order of checks (flags and settings, which internal/server/cmdline
+// reads; then limits, user, daemon, memory lock, listen, pid file), then
+// serving until SIGINT, SIGTERM or the shutdown command.
 func runServer(args []string, stdout, stderr io.Writer) int {
-	o, err := parseServerFlags(args, os.Getenv)
+	o, err := cmdline.Parse(args, os.Getenv)
 	if err != nil {
 		return report(stderr, err)
 	}
-	switch o.action {
-	case actHelp:
+	switch o.Action {
+	case cmdline.ActionHelp:
 		printServerHelp(stdout)
 		return 0
-	case actVersion:
+	case cmdline.ActionVersion:
 		fmt.Fprintf(stdout, "vbcache %s\n", version())
 		return 0
-	case actLicense:
+	case cmdline.ActionLicense:
 		fmt.Fprintf(stdout, "vbcache %s\n\n%s", version(), licenseText)
 		return 0
 	}
-	for _, w := range o.warnings {
+	for _, w := range o.Warnings {
 		fmt.Fprintln(stderr, w)
 	}
-	printed := len(o.warnings)
-	if err := o.finish(); err != nil {
+	printed := len(o.Warnings)
+	if err := o.Finish(); err != nil {
 		return report(stderr, err)
 	}
-	for _, w := range o.warnings[printed:] { // from loading the TLS settings
+	for _, w := range o.Warnings[printed:] { // from loading the TLS settings
 		fmt.Fprintln(stderr, w)
 	}
-	o.cfg.Version = version()
-	if err := o.prepareProcess(stderr); err != nil {
+	o.Config.Version = version()
+	if err := prepareProcess(o, stderr); err != nil {
 		return report(stderr, err)
 	}
-	if o.daemonize && os.Getenv(daemonEnv) == "" {
+	if o.Daemonize && os.Getenv(daemonEnv) == "" {
 		if err := daemonize(); err != nil {
 			fmt.Fprintf(stderr, "failed to daemon() in order to daemonize: %v\n", err)
-			return exitFailure
+			return cmdline.ExitFailure
 		}
 		return 0
 	}
 	os.Unsetenv(daemonEnv)
-	if o.lockMemory {
+	if o.LockMemory {
 		if err := lockMemory(); err != nil {
 			fmt.Fprintf(stderr, "warning: -k invalid, mlockall() failed: %v\n", err)
 		}
@@ -71,37 +72,37 @@ func runServer(args []string, stdout, stderr io.Writer) int {
 // prepareProcess does what memcached does to the process before it
 // daemonizes: the core file limit (-r), the open files limit (-c), and
 // dropping root for -u.
-func (o *serverOptions) prepareProcess(stderr io.Writer) error {
-	if o.coreDumps {
+func prepareProcess(o *cmdline.Options, stderr io.Writer) error {
+	if o.CoreDumps {
 		if err := enableCoreDumps(); err != nil {
-			return fail(exitOSErr, "failed to ensure corefile creation")
+			return fail(cmdline.ExitOSErr, "failed to ensure corefile creation")
 		}
 	}
-	maxConns := o.cfg.MaxConns
+	maxConns := o.Config.MaxConns
 	if maxConns == 0 {
 		maxConns = 1024
 	}
 	if err := raiseFileLimit(maxConns); err != nil {
-		return fail(exitOSErr, "failed to set rlimit for open files. Try starting as root or requesting smaller maxconns value.")
+		return fail(cmdline.ExitOSErr, "failed to set rlimit for open files. Try starting as root or requesting smaller maxconns value.")
 	}
 	// memcached refuses to run as root without -u; vbcache runs (containers
 	// start as root), and -u only matters when started as root.
-	if os.Geteuid() == 0 && o.user != "" && o.user != "root" {
-		return switchUser(o.user)
+	if os.Geteuid() == 0 && o.User != "" && o.User != "root" {
+		return switchUser(o.User)
 	}
 	return nil
 }
 
 // serve builds the node, opens its listeners, writes the pid file and
 // serves until a signal or the shutdown command.
-func serve(o *serverOptions, stderr io.Writer) int {
-	srv, err := server.New(o.cfg)
+func serve(o *cmdline.Options, stderr io.Writer) int {
+	srv, err := server.New(o.Config)
 	if err != nil {
-		code := exitUsage
+		code := cmdline.ExitUsage
 		if errors.Is(err, server.ErrListenAddr) {
-			code = exitOSErr
+			code = cmdline.ExitOSErr
 		} else if !errors.Is(err, server.ErrInvalidConfig) {
-			code = exitFailure
+			code = cmdline.ExitFailure
 		}
 		fmt.Fprintln(stderr, err)
 		return code
@@ -113,28 +114,34 @@ func serve(o *serverOptions, stderr io.Writer) int {
 
 	if err := srv.Listen(); err != nil {
 		fmt.Fprintln(stderr, err)
-		return exitOSErr
+		return cmdline.ExitOSErr
 	}
-	if o.pidFile != "" {
-		savePID(o.pidFile, stderr)
-		defer removePID(o.pidFile, stderr)
+	if o.PIDFile != "" {
+		savePID(o.PIDFile, stderr)
+		defer removePID(o.PIDFile, stderr)
 	}
 	if err := srv.Serve(ctx); err != nil {
 		fmt.Fprintln(stderr, err)
-		return exitFailure
+		return cmdline.ExitFailure
 	}
 	return 0
 }
 
+// fail is a start-up failure of the process (limits, user), reported as
+// cmdline reports the command line's.
+func fail(code int, format string, args ...any) error {
+	return &cmdline.ExitError{Code: code, Msg: fmt.Sprintf(format, args...)}
+}
+
 // report prints a start-up error and returns its exit status.
 func report(stderr io.Writer, err error) int {
-	var e *exitError
+	var e *cmdline.ExitError
 	if errors.As(err, &e) {
-		fmt.Fprintln(stderr, e.msg)
-		return e.code
+		fmt.Fprintln(stderr, e.Msg)
+		return e.Code
 	}
 	fmt.Fprintln(stderr, err)
-	return exitFailure
+	return cmdline.ExitFailure
 }
 
 // savePID writes the pid file through a temporary name and a rename, as

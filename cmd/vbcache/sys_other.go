@@ -2,7 +2,11 @@
 
 package main
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/vbcache/vbcache/internal/server/cmdline"
+)
 
 var errNotUnix = errors.New("not supported on this platform")
 
@@ -10,6 +14,6 @@ func daemonize() error           { return errNotUnix }
 func enableCoreDumps() error     { return errNotUnix }
 func raiseFileLimit(n int) error { return nil }
 func switchUser(name string) error {
-	return fail(exitUsage, "vbcache: -u is not supported on this platform")
+	return fail(cmdline.ExitUsage, "vbcache: -u is not supported on this platform")
 }
 func processAlive(pid int) bool { return false }

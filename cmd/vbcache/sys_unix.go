@@ -10,6 +10,8 @@ import (
 	"runtime/debug"
 	"strconv"
 	"syscall"
+
+	"github.com/vbcache/vbcache/internal/server/cmdline"
 )
 
 // daemonize starts this command line again as a detached process (new
@@ -82,18 +84,18 @@ func raiseFileLimit(n int) error {
 func switchUser(name string) error {
 	u, err := user.Lookup(name)
 	if err != nil {
-		return fail(exitNoUser, "can't find the user %s to switch to", name)
+		return fail(cmdline.ExitNoUser, "can't find the user %s to switch to", name)
 	}
 	uid, err1 := strconv.Atoi(u.Uid)
 	gid, err2 := strconv.Atoi(u.Gid)
 	if err1 != nil || err2 != nil {
-		return fail(exitNoUser, "can't find the user %s to switch to", name)
+		return fail(cmdline.ExitNoUser, "can't find the user %s to switch to", name)
 	}
 	if err := syscall.Setgroups(nil); err != nil && !errors.Is(err, syscall.EPERM) {
-		return fail(exitOSErr, "failed to drop supplementary groups: %v", err)
+		return fail(cmdline.ExitOSErr, "failed to drop supplementary groups: %v", err)
 	}
 	if syscall.Setgid(gid) != nil || syscall.Setuid(uid) != nil {
-		return fail(exitOSErr, "failed to assume identity of user %s", name)
+		return fail(cmdline.ExitOSErr, "failed to assume identity of user %s", name)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package main
+package cmdline
 
 // Authentication and TLS flags: -S (SASL), -Y (ascii auth file), -Z
 // (TLS) and the -o ssl_* options, read as memcached 1.6.18 reads them.
@@ -27,18 +27,18 @@ const saslPWDBEnv = "MEMCACHED_SASL_PWDB"
 
 // applySSLSubopt applies one -o ssl_* item; it reports whether key was
 // one of them.
-func (o *serverOptions) applySSLSubopt(key, val string, hasVal bool) (bool, error) {
+func (o *Options) applySSLSubopt(key, val string, hasVal bool) (bool, error) {
 	t := &o.tlsOpts
 	missing := func() error {
 		if hasVal {
 			return nil
 		}
-		return fail(exitFailure, "Missing %s argument", key)
+		return fail(ExitFailure, "Missing %s argument", key)
 	}
 	number := func() (int64, error) {
 		n, ok := parseInt(val)
 		if !ok {
-			return 0, fail(exitFailure, "could not parse argument to %s", key)
+			return 0, fail(ExitFailure, "could not parse argument to %s", key)
 		}
 		return n, nil
 	}
@@ -87,7 +87,7 @@ func (o *serverOptions) applySSLSubopt(key, val string, hasVal bool) (bool, erro
 			return true, err
 		}
 		if n < 0 || n > 3 {
-			return true, fail(exitFailure, "Invalid ssl_verify_mode. Use help to see valid options.")
+			return true, fail(ExitFailure, "Invalid ssl_verify_mode. Use help to see valid options.")
 		}
 		t.VerifyMode = tlsconf.VerifyMode(n)
 	case "ssl_min_version":
@@ -105,7 +105,7 @@ func (o *serverOptions) applySSLSubopt(key, val string, hasVal bool) (bool, erro
 		}
 		n, err := strconv.ParseUint(strings.TrimSpace(val), 10, 32)
 		if err != nil {
-			return true, fail(exitFailure, "could not parse argument to %s", key)
+			return true, fail(ExitFailure, "could not parse argument to %s", key)
 		}
 		t.WBufSize = int(n)
 	case "ssl_session_cache":
@@ -141,18 +141,18 @@ func parseMinVersion(val string) (uint16, error) {
 	}
 	n, ok := parseInt(val)
 	if !ok {
-		return 0, fail(exitFailure, "could not parse argument to ssl_min_version")
+		return 0, fail(ExitFailure, "could not parse argument to ssl_min_version")
 	}
 	if n < 0 || n >= int64(len(versions)) {
-		return 0, fail(exitFailure, "Invalid ssl_min_version. Use help to see valid options.")
+		return 0, fail(ExitFailure, "Invalid ssl_min_version. Use help to see valid options.")
 	}
 	return versions[n], nil
 }
 
 // checkSASLProtocol is memcached's rule that SASL is binary-only: -S
 // selects -B binary unless -B was given, and refuses any other -B.
-func (o *serverOptions) checkSASLProtocol() error {
-	c := &o.cfg
+func (o *Options) checkSASLProtocol() error {
+	c := &o.Config
 	if !c.SASL {
 		return nil
 	}
@@ -161,7 +161,7 @@ func (o *serverOptions) checkSASLProtocol() error {
 		return nil
 	}
 	if c.Protocol != server.ProtoBinary {
-		return fail(exitUsage, "ERROR: You cannot allow the ASCII protocol while using SASL.")
+		return fail(ExitUsage, "ERROR: You cannot allow the ASCII protocol while using SASL.")
 	}
 	return nil
 }
@@ -169,8 +169,8 @@ func (o *serverOptions) checkSASLProtocol() error {
 // checkAuthFileProtocol is memcached's rule that ascii tokens (-Y) are
 // text-only: -Y selects -B ascii unless -B was given, and refuses any
 // other -B.
-func (o *serverOptions) checkAuthFileProtocol() error {
-	c := &o.cfg
+func (o *Options) checkAuthFileProtocol() error {
+	c := &o.Config
 	if o.authFile == "" {
 		return nil
 	}
@@ -179,26 +179,26 @@ func (o *serverOptions) checkAuthFileProtocol() error {
 		return nil
 	}
 	if c.Protocol != server.ProtoASCII {
-		return fail(exitUsage, "ERROR: You cannot allow the BINARY protocol while using ascii authentication tokens.")
+		return fail(ExitUsage, "ERROR: You cannot allow the BINARY protocol while using ascii authentication tokens.")
 	}
 	return nil
 }
 
 // finishSecurity reads the files -Z, -S and -Y name, once every other
 // setting has been checked.
-func (o *serverOptions) finishSecurity() error {
-	c := &o.cfg
+func (o *Options) finishSecurity() error {
+	c := &o.Config
 	if o.tlsEnabled {
 		if c.PortSet && c.Port == 0 {
-			return fail(exitUsage, "ERROR: You cannot enable SSL without a TCP port.")
+			return fail(ExitUsage, "ERROR: You cannot enable SSL without a TCP port.")
 		}
 		opts := o.tlsOpts
 		opts.Warnf = func(format string, args ...any) {
-			o.warnings = append(o.warnings, "WARNING: "+fmt.Sprintf(format, args...))
+			o.Warnings = append(o.Warnings, "WARNING: "+fmt.Sprintf(format, args...))
 		}
 		r, err := tlsconf.New(opts)
 		if err != nil {
-			return fail(exitUsage, "%v", err)
+			return fail(ExitUsage, "%v", err)
 		}
 		o.tlsReloader = r
 		c.TLS = r.Config()
@@ -206,7 +206,7 @@ func (o *serverOptions) finishSecurity() error {
 	}
 	if c.SASL {
 		if o.saslPWDB == "" {
-			return fail(exitFailure, "vbcache: -S needs %s to name a user:password file", saslPWDBEnv)
+			return fail(ExitFailure, "vbcache: -S needs %s to name a user:password file", saslPWDBEnv)
 		}
 		creds, err := loadPasswordFile(o.saslPWDB)
 		if err != nil {
@@ -239,8 +239,8 @@ var (
 func credentialError(err error, openFormat, path string) error {
 	var pe *fs.PathError
 	if errors.As(err, &pe) && !errors.Is(err, sasl.ErrCredentialFile) {
-		return fail(exitFailure, openFormat, path, pe.Err)
+		return fail(ExitFailure, openFormat, path, pe.Err)
 	}
 	msg := strings.TrimPrefix(err.Error(), sasl.ErrCredentialFile.Error()+": ")
-	return fail(exitFailure, "vbcache: %s", msg)
+	return fail(ExitFailure, "vbcache: %s", msg)
 }

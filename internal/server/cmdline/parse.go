@@ -1,17 +1,4 @@
-package main
-
-// Flag parsing for "vbcache server": memcached 1.6.18's command line, read
-// the way its getopt_long loop reads it. Short flags combine ("-vv",
-// "-vdA"), values attach or follow ("-p11211", "-p 11211"), long names take
-// "--name=value" or "--name value" and may be abbreviated to any unique
-// prefix, and "--" ends the flags. Checks that memcached makes while it
-// reads the flags are made here, in the same order and with the same
-// messages and exit status; checks on the finished settings are
-// server.Config.Validate's.
-//
-// Where memcached reads a number with atoi and silently takes garbage as 0
-// (or "12abc" as 12), vbcache refuses the value with an "illegal value"
-// message instead.
+package cmdline
 
 import (
 	"errors"
@@ -27,54 +14,57 @@ import (
 
 // Exit statuses, as memcached uses them (sysexits.h).
 const (
-	exitFailure = 1  // EXIT_FAILURE: most flag errors
-	exitUsage   = 64 // EX_USAGE: settings that do not fit together
-	exitNoUser  = 67 // EX_NOUSER: -u names no user
-	exitOSErr   = 71 // EX_OSERR: cannot bind, cannot set limits
+	ExitFailure = 1  // EXIT_FAILURE: most flag errors
+	ExitUsage   = 64 // EX_USAGE: settings that do not fit together
+	ExitNoUser  = 67 // EX_NOUSER: -u names no user
+	ExitOSErr   = 71 // EX_OSERR: cannot bind, cannot set limits
 )
 
-// exitError is a start-up failure: msg goes to stderr as is, and the
-// process exits with code.
-type exitError struct {
-	code int
-	msg  string
+// ExitError is a start-up failure: Msg goes to stderr as is, and the
+// process exits with Code.
+type ExitError struct {
+	Code int
+	Msg  string
 }
 
-func (e *exitError) Error() string { return e.msg }
+func (e *ExitError) Error() string { return e.Msg }
 
 func fail(code int, format string, args ...any) error {
-	return &exitError{code: code, msg: fmt.Sprintf(format, args...)}
+	return &ExitError{Code: code, Msg: fmt.Sprintf(format, args...)}
 }
 
-// action is what "vbcache server" was asked to do.
-type action uint8
+// Action is what "vbcache server" was asked to do.
+type Action uint8
 
 const (
-	actRun action = iota
-	actHelp
-	actVersion
-	actLicense
+	ActionRun     Action = iota // start the node
+	ActionHelp                  // -h: print HelpText
+	ActionVersion               // -V: print the version
+	ActionLicense               // -i: print the license
 )
 
-// serverOptions is the parsed command line: the node's Config, plus what
+// Options is the parsed command line: the node's Config, plus what
 // belongs to the process rather than the node (daemon, pid file, user,
-// memory locking) and the memcached settings vbcache accepts but has no
-// use for, kept so that they are checked as memcached checks them.
-type serverOptions struct {
-	cfg    server.Config
-	action action
+// memory locking), which the caller acts on, and the memcached settings
+// vbcache accepts but has no use for, kept so that they are checked as
+// memcached checks them.
+type Options struct {
+	Config server.Config
+	Action Action
 
-	daemonize  bool   // -d
-	pidFile    string // -P
-	user       string // -u
-	lockMemory bool   // -k
-	coreDumps  bool   // -r
-	largePages bool   // -L (accepted; huge pages are the default, -o no_hugepages turns them off)
+	Daemonize  bool   // -d
+	PIDFile    string // -P
+	User       string // -u
+	LockMemory bool   // -k
+	CoreDumps  bool   // -r
+	LargePages bool   // -L (accepted; huge pages are the default, -o no_hugepages turns them off)
 
-	warnings []string // printed to stderr before starting
+	// Warnings are for stderr before starting: Parse's, then those
+	// Finish adds while it loads the TLS settings.
+	Warnings []string
 
 	// Raw values whose zero means something other than "default" to
-	// memcached, checked after the flags (finish).
+	// memcached, checked after the flags (Finish).
 	memSet       bool
 	memMB        int64
 	itemSizeSet  bool
@@ -89,10 +79,10 @@ type serverOptions struct {
 	listenRaw    []string
 
 	// Authentication and TLS (security.go): the files are read by
-	// finish, after every other check, as memcached reads them.
+	// Finish, after every other check, as memcached reads them.
 	tlsEnabled  bool              // -Z
 	tlsOpts     tlsconf.Options   // -o ssl_*
-	tlsReloader *tlsconf.Reloader // built by finish under -Z; serves cfg.TLS
+	tlsReloader *tlsconf.Reloader // built by Finish under -Z; serves Config.TLS
 	saslPWDB    string            // MEMCACHED_SASL_PWDB, read by -S
 	authFile    string            // -Y
 
@@ -201,7 +191,7 @@ func findLong(name string) (option, error) {
 	}
 	switch len(matches) {
 	case 0:
-		return option{}, fail(exitFailure, "vbcache server: unrecognized option '--%s'", name)
+		return option{}, fail(ExitFailure, "vbcache server: unrecognized option '--%s'", name)
 	case 1:
 		return matches[0], nil
 	}
@@ -209,35 +199,36 @@ func findLong(name string) (option, error) {
 	for i, m := range matches {
 		names[i] = "'--" + m.long + "'"
 	}
-	return option{}, fail(exitFailure, "vbcache server: option '--%s' is ambiguous; possibilities: %s",
+	return option{}, fail(ExitFailure, "vbcache server: option '--%s' is ambiguous; possibilities: %s",
 		name, strings.Join(names, " "))
 }
 
-// parseServerFlags reads memcached-style flags into serverOptions. getenv
-// supplies the environment (MEMCACHED_PORT_FILENAME, MEMCACHED_SASL_PWDB). It stops at the
-// first -h, -V or -i, as memcached does, returning that action. The
-// returned error is an *exitError.
-func parseServerFlags(args []string, getenv func(string) string) (*serverOptions, error) {
-	o := &serverOptions{action: actRun}
-	o.cfg.MaxConnsFast = true
-	o.cfg.LRUCrawler = true
-	o.cfg.SlabReassign = true
+// Parse reads memcached-style flags into Options. getenv supplies the
+// environment (MEMCACHED_PORT_FILENAME, MEMCACHED_SASL_PWDB). It stops at
+// the first -h, -V or -i, as memcached does, returning that Action. The
+// returned error is an *ExitError. For ActionRun the caller prints
+// Warnings and then calls Finish.
+func Parse(args []string, getenv func(string) string) (*Options, error) {
+	o := &Options{Action: ActionRun}
+	o.Config.MaxConnsFast = true
+	o.Config.LRUCrawler = true
+	o.Config.SlabReassign = true
 	o.lruMaintain = true
-	o.cfg.PortFile = getenv("MEMCACHED_PORT_FILENAME")
+	o.Config.PortFile = getenv("MEMCACHED_PORT_FILENAME")
 	o.saslPWDB = getenv(saslPWDBEnv)
 
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if a == "--" {
 			if i+1 < len(args) {
-				return nil, fail(exitUsage, "vbcache server: unexpected argument %q", args[i+1])
+				return nil, fail(ExitUsage, "vbcache server: unexpected argument %q", args[i+1])
 			}
 			break
 		}
 		if len(a) < 2 || a[0] != '-' {
 			// GNU getopt would set these aside and memcached ignore
 			// them; they are always a mistake, so say so.
-			return nil, fail(exitUsage, "vbcache server: unexpected argument %q", a)
+			return nil, fail(ExitUsage, "vbcache server: unexpected argument %q", a)
 		}
 		if a[1] == '-' { // --name[=value]
 			name, val, hasVal := strings.Cut(a[2:], "=")
@@ -248,19 +239,19 @@ func parseServerFlags(args []string, getenv func(string) string) (*serverOptions
 			switch {
 			case opt.arg && !hasVal:
 				if i+1 >= len(args) {
-					return nil, fail(exitFailure, "vbcache server: option '--%s' requires an argument", opt.long)
+					return nil, fail(ExitFailure, "vbcache server: option '--%s' requires an argument", opt.long)
 				}
 				i++
 				val = args[i]
 			case !opt.arg && hasVal && opt.short != 'v':
 				// memcached declares --verbose with an optional
 				// argument that it ignores.
-				return nil, fail(exitFailure, "vbcache server: option '--%s' doesn't allow an argument", opt.long)
+				return nil, fail(ExitFailure, "vbcache server: option '--%s' doesn't allow an argument", opt.long)
 			}
 			if err := o.apply(opt, val); err != nil {
 				return nil, err
 			}
-			if o.action != actRun {
+			if o.Action != ActionRun {
 				return o, nil
 			}
 			continue
@@ -268,7 +259,7 @@ func parseServerFlags(args []string, getenv func(string) string) (*serverOptions
 		for j := 1; j < len(a); j++ { // -abc, -p11211, -p 11211
 			opt, ok := findShort(a[j])
 			if !ok {
-				return nil, fail(exitFailure, "vbcache server: invalid option -- '%c'", a[j])
+				return nil, fail(ExitFailure, "vbcache server: invalid option -- '%c'", a[j])
 			}
 			val := ""
 			if opt.arg {
@@ -278,13 +269,13 @@ func parseServerFlags(args []string, getenv func(string) string) (*serverOptions
 					i++
 					val = args[i]
 				} else {
-					return nil, fail(exitFailure, "vbcache server: option requires an argument -- '%c'", opt.short)
+					return nil, fail(ExitFailure, "vbcache server: option requires an argument -- '%c'", opt.short)
 				}
 			}
 			if err := o.apply(opt, val); err != nil {
 				return nil, err
 			}
-			if o.action != actRun {
+			if o.Action != ActionRun {
 				return o, nil
 			}
 			if opt.arg {
@@ -307,7 +298,7 @@ func flagName(opt option) string {
 }
 
 func illegal(what, val, want string) error {
-	return fail(exitFailure, "vbcache: illegal value %q for %s (want %s)", val, what, want)
+	return fail(ExitFailure, "vbcache: illegal value %q for %s (want %s)", val, what, want)
 }
 
 // parseInt reads a decimal integer, allowing surrounding blanks as atoi
@@ -317,7 +308,7 @@ func parseInt(s string) (int64, bool) {
 	return n, err == nil
 }
 
-func (o *serverOptions) intArg(opt option, val string) (int, error) {
+func (o *Options) intArg(opt option, val string) (int, error) {
 	n, ok := parseInt(val)
 	if !ok || n > math.MaxInt32 || n < math.MinInt32 {
 		return 0, illegal(flagName(opt), val, "an integer")
@@ -327,15 +318,15 @@ func (o *serverOptions) intArg(opt option, val string) (int, error) {
 
 // apply records one flag. The checks made here are those memcached makes
 // inside its getopt loop.
-func (o *serverOptions) apply(opt option, val string) error {
-	c := &o.cfg
+func (o *Options) apply(opt option, val string) error {
+	c := &o.Config
 	switch opt.short {
 	case 'h':
-		o.action = actHelp
+		o.Action = ActionHelp
 	case 'V':
-		o.action = actVersion
+		o.Action = ActionVersion
 	case 'i':
-		o.action = actLicense
+		o.Action = ActionLicense
 	case 'A':
 		c.EnableShutdown = true
 	case optVBuckets:
@@ -392,11 +383,11 @@ func (o *serverOptions) apply(opt option, val string) error {
 			return err
 		}
 		if n <= 0 {
-			return fail(exitFailure, "Maximum connections must be greater than 0")
+			return fail(ExitFailure, "Maximum connections must be greater than 0")
 		}
 		c.MaxConns = n
 	case 'k':
-		o.lockMemory = true
+		o.LockMemory = true
 	case 'v':
 		c.Verbose++
 	case 'l':
@@ -407,31 +398,31 @@ func (o *serverOptions) apply(opt option, val string) error {
 		}
 		c.Listen = o.listenRaw
 	case 'd':
-		o.daemonize = true
+		o.Daemonize = true
 	case 'r':
-		o.coreDumps = true
+		o.CoreDumps = true
 	case 'R':
 		n, err := o.intArg(opt, val)
 		if err != nil {
 			return err
 		}
 		if n <= 0 { // memcached checks only == 0 and then misbehaves
-			return fail(exitFailure, "Number of requests per event must be greater than 0")
+			return fail(ExitFailure, "Number of requests per event must be greater than 0")
 		}
 		c.ReqsPerEvent = n
 	case 'u':
-		o.user = val
+		o.User = val
 	case 'P':
-		o.pidFile = val
+		o.PIDFile = val
 	case 'e':
-		return fail(exitUsage, "vbcache: -e (restartable memory file) is not supported")
+		return fail(ExitUsage, "vbcache: -e (restartable memory file) is not supported")
 	case 'f':
 		f, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
 		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
 			return illegal(flagName(opt), val, "a number")
 		}
 		if f <= 1.0 {
-			return fail(exitFailure, "Factor must be greater than 1")
+			return fail(ExitFailure, "Factor must be greater than 1")
 		}
 		c.Store.GrowthFactor = f
 	case 'n':
@@ -440,7 +431,7 @@ func (o *serverOptions) apply(opt option, val string) error {
 			return err
 		}
 		if n <= 0 { // memcached checks only == 0
-			return fail(exitFailure, "Chunk size must be greater than 0")
+			return fail(ExitFailure, "Chunk size must be greater than 0")
 		}
 		c.Store.ChunkSizeMin = n
 	case 't':
@@ -449,22 +440,22 @@ func (o *serverOptions) apply(opt option, val string) error {
 			return err
 		}
 		if n <= 0 {
-			return fail(exitFailure, "Number of threads must be greater than 0")
+			return fail(ExitFailure, "Number of threads must be greater than 0")
 		}
 		if n > 64 {
-			o.warnings = append(o.warnings, "WARNING: Setting a high number of worker"+
+			o.Warnings = append(o.Warnings, "WARNING: Setting a high number of worker"+
 				"threads is not recommended.\n"+
 				" Set this value to the number of cores in your machine or less.")
 		}
 		c.Threads = n
 	case 'D':
 		if val == "" {
-			return fail(exitFailure, "No delimiter specified")
+			return fail(ExitFailure, "No delimiter specified")
 		}
 		c.PrefixDelim = val[0]
 		c.DetailEnabled = true
 	case 'L':
-		o.largePages = true
+		o.LargePages = true
 	case 'C':
 		c.Store.DisableCAS = true
 	case 'b':
@@ -483,7 +474,7 @@ func (o *serverOptions) apply(opt option, val string) error {
 		case "ascii":
 			c.Protocol = server.ProtoASCII
 		default:
-			return fail(exitUsage, "Invalid value for binding protocol: %s\n"+
+			return fail(ExitUsage, "Invalid value for binding protocol: %s\n"+
 				" -- should be one of auto, binary, or ascii", val)
 		}
 	case 'I':
@@ -510,7 +501,7 @@ func (o *serverOptions) apply(opt option, val string) error {
 			return err
 		}
 		if n <= 0 {
-			return fail(exitFailure, "Maximum number of NAPI IDs must be greater than 0")
+			return fail(ExitFailure, "Maximum number of NAPI IDs must be greater than 0")
 		}
 		o.napiIDs = n
 	case 'o':
@@ -573,7 +564,7 @@ func parseSize(s string) (int64, bool) {
 // applyExtended reads -o's comma-separated key[=value] list, in order,
 // like glibc's getsubopt loop in memcached: an empty item in the middle of
 // the list is an illegal suboption, a trailing comma is not.
-func (o *serverOptions) applyExtended(list string) error {
+func (o *Options) applyExtended(list string) error {
 	for list != "" {
 		item, rest, _ := strings.Cut(list, ",")
 		list = rest
@@ -587,14 +578,14 @@ func (o *serverOptions) applyExtended(list string) error {
 
 // applySubopt applies one -o item. The messages and their exit status
 // (1) are memcached's.
-func (o *serverOptions) applySubopt(item, key, val string, hasVal bool) error {
-	c := &o.cfg
+func (o *Options) applySubopt(item, key, val string, hasVal bool) error {
+	c := &o.Config
 	s := &c.Store
 	missing := func(format string) error {
 		if hasVal {
 			return nil
 		}
-		return fail(exitFailure, format, key)
+		return fail(ExitFailure, format, key)
 	}
 	num := func() (int, error) {
 		n, ok := parseInt(val)
@@ -606,7 +597,7 @@ func (o *serverOptions) applySubopt(item, key, val string, hasVal bool) error {
 	unsigned := func() (uint64, error) {
 		n, err := strconv.ParseUint(strings.TrimSpace(val), 10, 32)
 		if err != nil {
-			return 0, fail(exitFailure, "could not parse argument to %s", key)
+			return 0, fail(ExitFailure, "could not parse argument to %s", key)
 		}
 		return n, nil
 	}
@@ -632,10 +623,10 @@ func (o *serverOptions) applySubopt(item, key, val string, hasVal bool) error {
 			return err
 		}
 		if n < 12 {
-			return fail(exitFailure, "Initial hashtable multiplier of %d is too low", n)
+			return fail(ExitFailure, "Initial hashtable multiplier of %d is too low", n)
 		}
 		if n > 32 {
-			return fail(exitFailure, "Initial hashtable multiplier of %d is too high\n"+
+			return fail(ExitFailure, "Initial hashtable multiplier of %d is too high\n"+
 				"Choose a value based on \"STAT hash_power_level\" from a running instance", n)
 		}
 		s.HashPower = n
@@ -652,7 +643,7 @@ func (o *serverOptions) applySubopt(item, key, val string, hasVal bool) error {
 				return err
 			}
 			if n < 0 || n > 2 {
-				return fail(exitFailure, "slab_automove must be between 0 and 2")
+				return fail(ExitFailure, "slab_automove must be between 0 and 2")
 			}
 		}
 	case "no_slab_automove":
@@ -665,7 +656,7 @@ func (o *serverOptions) applySubopt(item, key, val string, hasVal bool) error {
 			return err
 		}
 		if f <= 0 || f > 1 {
-			return fail(exitFailure, "slab_automove_ratio must be > 0 and < 1")
+			return fail(ExitFailure, "slab_automove_ratio must be > 0 and < 1")
 		}
 	case "slab_automove_window":
 		if err := missing("Missing %s argument"); err != nil {
@@ -676,7 +667,7 @@ func (o *serverOptions) applySubopt(item, key, val string, hasVal bool) error {
 			return err
 		}
 		if n < 3 {
-			return fail(exitFailure, "slab_automove_window must be > 2")
+			return fail(ExitFailure, "slab_automove_window must be > 2")
 		}
 	case "slab_automove_freeratio": // an extstore tuning; harmless
 		if err := missing("Missing %s argument"); err != nil {
@@ -694,7 +685,7 @@ func (o *serverOptions) applySubopt(item, key, val string, hasVal bool) error {
 			return err
 		}
 		if n < 10 {
-			return fail(exitFailure, "Cannot set tail_repair_time to less than 10 seconds")
+			return fail(ExitFailure, "Cannot set tail_repair_time to less than 10 seconds")
 		}
 	case "hash_algorithm":
 		if err := missing("Missing %s argument"); err != nil {
@@ -704,7 +695,7 @@ func (o *serverOptions) applySubopt(item, key, val string, hasVal bool) error {
 		case "jenkins", "murmur3", "xxh3":
 			o.hashAlgo = val
 		default:
-			return fail(exitFailure, "Unknown hash_algorithm option (jenkins, murmur3, xxh3)")
+			return fail(ExitFailure, "Unknown hash_algorithm option (jenkins, murmur3, xxh3)")
 		}
 	case "lru_crawler":
 		c.LRUCrawler = true
@@ -719,14 +710,14 @@ func (o *serverOptions) applySubopt(item, key, val string, hasVal bool) error {
 			return err
 		}
 		if n > 1000000 || n < 0 {
-			return fail(exitFailure, "LRU crawler sleep must be between 0 and 1 second")
+			return fail(ExitFailure, "LRU crawler sleep must be between 0 and 1 second")
 		}
 	case "lru_crawler_tocrawl":
 		if err := missing("Missing %s value"); err != nil {
 			return err
 		}
 		if _, err := strconv.ParseUint(strings.TrimSpace(val), 10, 32); err != nil {
-			return fail(exitFailure, "lru_crawler_tocrawl takes a numeric 32bit value")
+			return fail(ExitFailure, "lru_crawler_tocrawl takes a numeric 32bit value")
 		}
 	case "lru_maintainer":
 		o.lruMaintain, s.FlatLRU, c.NoLRUMaintainer = true, false, false
@@ -741,7 +732,7 @@ func (o *serverOptions) applySubopt(item, key, val string, hasVal bool) error {
 			return err
 		}
 		if n < 1 || n >= 80 {
-			return fail(exitFailure, "%s must be > 1 and < 80", key)
+			return fail(ExitFailure, "%s must be > 1 and < 80", key)
 		}
 		if key == "hot_lru_pct" {
 			s.HotLRUPct = n
@@ -757,7 +748,7 @@ func (o *serverOptions) applySubopt(item, key, val string, hasVal bool) error {
 			return err
 		}
 		if f <= 0 {
-			return fail(exitFailure, "%s must be > 0", key)
+			return fail(ExitFailure, "%s must be > 0", key)
 		}
 	case "temporary_ttl":
 		if err := missing("Missing %s argument"); err != nil {
@@ -787,7 +778,7 @@ func (o *serverOptions) applySubopt(item, key, val string, hasVal bool) error {
 			return err
 		}
 	case "resp_obj_mem_limit":
-		o.warnings = append(o.warnings, "DEPRECATED: resp_obj_mem_limit no longer used. See read_buf_mem_limit,")
+		o.Warnings = append(o.Warnings, "DEPRECATED: resp_obj_mem_limit no longer used. See read_buf_mem_limit,")
 	case "slab_sizes":
 		if err := missing("Missing %s argument"); err != nil {
 			return err
@@ -800,10 +791,10 @@ func (o *serverOptions) applySubopt(item, key, val string, hasVal bool) error {
 		}
 		n, ok := parseInt(val)
 		if !ok || n > math.MaxInt32 || n < math.MinInt32 {
-			return fail(exitFailure, "could not parse argument to slab_chunk_max")
+			return fail(ExitFailure, "could not parse argument to slab_chunk_max")
 		}
 		if n <= 0 {
-			return fail(exitFailure, "slab_chunk_max must be greater than 0")
+			return fail(ExitFailure, "slab_chunk_max must be greater than 0")
 		}
 		// memcached 1.6.18's -h says kilobytes, but it reads bytes.
 		s.SlabChunkMax, o.chunkMaxSet = int(n), true
@@ -834,22 +825,22 @@ func (o *serverOptions) applySubopt(item, key, val string, hasVal bool) error {
 		}
 		switch {
 		case strings.HasPrefix(key, "ext_"):
-			return fail(exitUsage, "vbcache: -o %s (extstore) is not supported", key)
+			return fail(ExitUsage, "vbcache: -o %s (extstore) is not supported", key)
 		case strings.HasPrefix(key, "proxy_"):
-			return fail(exitUsage, "vbcache: -o %s (memcached's built-in proxy) is not supported", key)
+			return fail(ExitUsage, "vbcache: -o %s (memcached's built-in proxy) is not supported", key)
 		}
-		return fail(exitFailure, "Illegal suboption \"%s\"", item)
+		return fail(ExitFailure, "Illegal suboption \"%s\"", item)
 	}
 	return nil
 }
 
-// finish applies what memcached decides after reading all flags (UDP port
+// Finish applies what memcached decides after reading all flags (UDP port
 // standing in for the TCP port, -m and -I in bytes, the chunk size for
 // large items, slab_sizes, temporary_ttl, -S forcing the binary
 // protocol), in memcached's order, leaves the rest to Config.Validate, and
 // then reads the TLS certificates and credential files.
-func (o *serverOptions) finish() error {
-	c := &o.cfg
+func (o *Options) Finish() error {
+	c := &o.Config
 	s := &c.Store
 	if o.napiIDs > 0 {
 		threads := c.Threads
@@ -857,20 +848,20 @@ func (o *serverOptions) finish() error {
 			threads = 4
 		}
 		if o.napiIDs > threads {
-			return fail(exitUsage, "Number of napi_ids(%d) cannot be greater than number of threads(%d)",
+			return fail(ExitUsage, "Number of napi_ids(%d) cannot be greater than number of threads(%d)",
 				o.napiIDs, threads)
 		}
 	}
 	if o.itemSizeSet {
 		if o.itemSize < 1024 {
-			return fail(exitUsage, "Item max size cannot be less than 1024 bytes.")
+			return fail(ExitUsage, "Item max size cannot be less than 1024 bytes.")
 		}
 		s.ItemSizeMax = int(o.itemSize)
 	}
 	if o.memSet {
 		if o.memMB <= 0 {
 			// memcached: 0 (or garbage) leaves no room for any item.
-			return fail(exitUsage, "Cannot set item size limit higher than 1/2 of memory max.")
+			return fail(ExitUsage, "Cannot set item size limit higher than 1/2 of memory max.")
 		}
 		s.MaxBytes = o.memMB << 20
 	}
@@ -894,10 +885,10 @@ func (o *serverOptions) finish() error {
 		o.slabSizes = sizes
 	}
 	if d.Store.HotLRUPct+d.Store.WarmLRUPct > 80 {
-		return fail(exitUsage, "hot_lru_pct + warm_lru_pct cannot be more than 80%% combined")
+		return fail(ExitUsage, "hot_lru_pct + warm_lru_pct cannot be more than 80%% combined")
 	}
 	if o.tempTTLSet && !o.lruMaintain {
-		return fail(exitUsage, "temporary_ttl requires lru_maintainer to be enabled")
+		return fail(ExitUsage, "temporary_ttl requires lru_maintainer to be enabled")
 	}
 	if err := o.checkSASLProtocol(); err != nil {
 		return err
@@ -907,7 +898,7 @@ func (o *serverOptions) finish() error {
 	}
 	err := c.Validate()
 	if err != nil && !errors.Is(err, server.ErrListenAddr) {
-		return &exitError{code: exitUsage, msg: err.Error()}
+		return &ExitError{Code: ExitUsage, Msg: err.Error()}
 	}
 	// memcached finds bad -l entries when it binds, after it has loaded
 	// the certificates and the auth file; and a "notls:" entry is only
@@ -917,11 +908,11 @@ func (o *serverOptions) finish() error {
 	}
 	if err != nil {
 		if err := c.Validate(); err != nil {
-			code := exitUsage
+			code := ExitUsage
 			if errors.Is(err, server.ErrListenAddr) {
-				code = exitOSErr
+				code = ExitOSErr
 			}
-			return &exitError{code: code, msg: err.Error()}
+			return &ExitError{Code: code, Msg: err.Error()}
 		}
 	}
 	return nil
@@ -934,7 +925,7 @@ func checkItemSize(d *server.Config) error {
 	probe.Store.HotLRUPct, probe.Store.WarmLRUPct = 0, 0
 	probe.Store.HashPower = 0
 	if err := probe.Validate(); err != nil {
-		return &exitError{code: exitUsage, msg: err.Error()}
+		return &ExitError{Code: ExitUsage, Msg: err.Error()}
 	}
 	return nil
 }
@@ -945,7 +936,7 @@ func checkItemSize(d *server.Config) error {
 func parseSlabSizes(list string, minSize, maxSize int) ([]int, error) {
 	const chunkAlign = 8
 	if list == "" {
-		return nil, fail(exitUsage, "slab size 0 is out of valid range")
+		return nil, fail(ExitUsage, "slab size 0 is out of valid range")
 	}
 	var sizes []int
 	last := 0
@@ -953,18 +944,18 @@ func parseSlabSizes(list string, minSize, maxSize int) ([]int, error) {
 		n, err := strconv.ParseUint(strings.TrimSpace(p), 10, 32)
 		size := int(n)
 		if err != nil || size < minSize || size > maxSize {
-			return nil, fail(exitUsage, "slab size %d is out of valid range", size)
+			return nil, fail(ExitUsage, "slab size %d is out of valid range", size)
 		}
 		if last >= size {
-			return nil, fail(exitUsage, "slab size %d cannot be lower than or equal to a previous class size", size)
+			return nil, fail(ExitUsage, "slab size %d cannot be lower than or equal to a previous class size", size)
 		}
 		if size <= last+chunkAlign {
-			return nil, fail(exitUsage, "slab size %d must be at least %d bytes larger than previous class", size, chunkAlign)
+			return nil, fail(ExitUsage, "slab size %d must be at least %d bytes larger than previous class", size, chunkAlign)
 		}
 		sizes = append(sizes, size)
 		last = size
 		if len(sizes) >= 63 { // MAX_NUMBER_OF_SLAB_CLASSES-1
-			return nil, fail(exitUsage, "too many slab classes specified")
+			return nil, fail(ExitUsage, "too many slab classes specified")
 		}
 	}
 	return sizes, nil

@@ -1,7 +1,6 @@
-package main
+package cmdline
 
 import (
-	"bytes"
 	"strings"
 	"testing"
 	"time"
@@ -11,15 +10,15 @@ import (
 
 // parse runs the flag parser and the post-flag checks as runServer does,
 // with env as the environment.
-func parse(args []string, env map[string]string) (*serverOptions, error) {
-	o, err := parseServerFlags(args, func(k string) string { return env[k] })
+func parse(args []string, env map[string]string) (*Options, error) {
+	o, err := Parse(args, func(k string) string { return env[k] })
 	if err != nil {
 		return nil, err
 	}
-	if o.action != actRun {
+	if o.Action != ActionRun {
 		return o, nil
 	}
-	if err := o.finish(); err != nil {
+	if err := o.Finish(); err != nil {
 		return nil, err
 	}
 	return o, nil
@@ -29,10 +28,10 @@ func TestServerFlags(t *testing.T) {
 	tests := []struct {
 		name  string
 		args  string
-		check func(t *testing.T, o *serverOptions)
+		check func(t *testing.T, o *Options)
 	}{
-		{"defaults", "", func(t *testing.T, o *serverOptions) {
-			c := o.cfg
+		{"defaults", "", func(t *testing.T, o *Options) {
+			c := o.Config
 			if c.Port != 0 || c.PortSet || c.UDPPort != 0 || c.MaxConns != 0 || c.Threads != 0 {
 				t.Errorf("zero config expected, got %+v", c)
 			}
@@ -48,49 +47,49 @@ func TestServerFlags(t *testing.T) {
 				t.Errorf("defaults: %+v", c)
 			}
 		}},
-		{"separate values", "-p 11311 -U 11312 -c 10 -t 8 -m 128 -R 5 -b 64 -n 32 -f 1.5", func(t *testing.T, o *serverOptions) {
-			c := o.cfg
+		{"separate values", "-p 11311 -U 11312 -c 10 -t 8 -m 128 -R 5 -b 64 -n 32 -f 1.5", func(t *testing.T, o *Options) {
+			c := o.Config
 			if c.Port != 11311 || !c.PortSet || c.UDPPort != 11312 || c.MaxConns != 10 || c.Threads != 8 ||
 				c.Store.MaxBytes != 128<<20 || c.ReqsPerEvent != 5 || c.Backlog != 64 ||
 				c.Store.ChunkSizeMin != 32 || c.Store.GrowthFactor != 1.5 {
 				t.Errorf("got %+v", c)
 			}
 		}},
-		{"attached values", "-p11311 -c10 -t8 -m128 -I2m", func(t *testing.T, o *serverOptions) {
-			c := o.cfg
+		{"attached values", "-p11311 -c10 -t8 -m128 -I2m", func(t *testing.T, o *Options) {
+			c := o.Config
 			if c.Port != 11311 || c.MaxConns != 10 || c.Threads != 8 || c.Store.MaxBytes != 128<<20 ||
 				c.Store.ItemSizeMax != 2<<20 {
 				t.Errorf("got %+v", c)
 			}
 		}},
-		{"combined short flags", "-vvAMCFXW", func(t *testing.T, o *serverOptions) {
-			c := o.cfg
+		{"combined short flags", "-vvAMCFXW", func(t *testing.T, o *Options) {
+			c := o.Config
 			if c.Verbose != 2 || !c.EnableShutdown || !c.Store.NoEvict || !c.Store.DisableCAS ||
 				!c.DisableFlush || !c.DisableDumps || !c.DisableWatch {
 				t.Errorf("got %+v", c)
 			}
 		}},
-		{"combined with value at the end", "-vvp 1234", func(t *testing.T, o *serverOptions) {
-			if o.cfg.Verbose != 2 || o.cfg.Port != 1234 {
-				t.Errorf("got %+v", o.cfg)
+		{"combined with value at the end", "-vvp 1234", func(t *testing.T, o *Options) {
+			if o.Config.Verbose != 2 || o.Config.Port != 1234 {
+				t.Errorf("got %+v", o.Config)
 			}
 		}},
-		{"combined with attached value", "-vp1234", func(t *testing.T, o *serverOptions) {
-			if o.cfg.Verbose != 1 || o.cfg.Port != 1234 {
-				t.Errorf("got %+v", o.cfg)
+		{"combined with attached value", "-vp1234", func(t *testing.T, o *Options) {
+			if o.Config.Verbose != 1 || o.Config.Port != 1234 {
+				t.Errorf("got %+v", o.Config)
 			}
 		}},
-		{"vvv", "-vvv -v", func(t *testing.T, o *serverOptions) {
-			if o.cfg.Verbose != 4 {
-				t.Errorf("verbose %d", o.cfg.Verbose)
+		{"vvv", "-vvv -v", func(t *testing.T, o *Options) {
+			if o.Config.Verbose != 4 {
+				t.Errorf("verbose %d", o.Config.Verbose)
 			}
 		}},
 		{"long names", "--port=1 --udp-port 2 --listen=127.0.0.1 --memory-limit=100 --conn-limit=9 --threads=3 " +
 			"--max-item-size=4m --enable-shutdown --disable-cas --disable-evictions --disable-flush-all " +
 			"--protocol=ascii --verbose --verbose=1 --listen-backlog=7 --max-reqs-per-event=3 " +
 			"--slab-growth-factor=2 --slab-min-size=64 --disable-dumping --disable-watch --extended=track_sizes",
-			func(t *testing.T, o *serverOptions) {
-				c := o.cfg
+			func(t *testing.T, o *Options) {
+				c := o.Config
 				if c.Port != 1 || c.UDPPort != 2 || len(c.Listen) != 1 || c.Listen[0] != "127.0.0.1" ||
 					c.Store.MaxBytes != 100<<20 || c.MaxConns != 9 || c.Threads != 3 ||
 					c.Store.ItemSizeMax != 4<<20 || !c.EnableShutdown || !c.Store.DisableCAS ||
@@ -100,139 +99,139 @@ func TestServerFlags(t *testing.T) {
 					t.Errorf("got %+v", c)
 				}
 			}},
-		{"long name prefix", "--memory-l=10 --conn 5", func(t *testing.T, o *serverOptions) {
-			if o.cfg.Store.MaxBytes != 10<<20 || o.cfg.MaxConns != 5 {
-				t.Errorf("got %+v", o.cfg)
+		{"long name prefix", "--memory-l=10 --conn 5", func(t *testing.T, o *Options) {
+			if o.Config.Store.MaxBytes != 10<<20 || o.Config.MaxConns != 5 {
+				t.Errorf("got %+v", o.Config)
 			}
 		}},
-		{"process flags", "-d -P /tmp/x.pid -u nobody -k -r -L --daemon", func(t *testing.T, o *serverOptions) {
-			if !o.daemonize || o.pidFile != "/tmp/x.pid" || o.user != "nobody" || !o.lockMemory || !o.coreDumps || !o.largePages {
+		{"process flags", "-d -P /tmp/x.pid -u nobody -k -r -L --daemon", func(t *testing.T, o *Options) {
+			if !o.Daemonize || o.PIDFile != "/tmp/x.pid" || o.User != "nobody" || !o.LockMemory || !o.CoreDumps || !o.LargePages {
 				t.Errorf("got %+v", o)
 			}
 		}},
-		{"item size suffixes", "-I 512k", func(t *testing.T, o *serverOptions) {
-			if o.cfg.Store.ItemSizeMax != 512<<10 {
-				t.Errorf("got %d", o.cfg.Store.ItemSizeMax)
+		{"item size suffixes", "-I 512k", func(t *testing.T, o *Options) {
+			if o.Config.Store.ItemSizeMax != 512<<10 {
+				t.Errorf("got %d", o.Config.Store.ItemSizeMax)
 			}
 		}},
-		{"item size upper-case suffix", "-I 2M", func(t *testing.T, o *serverOptions) {
-			if o.cfg.Store.ItemSizeMax != 2<<20 || o.cfg.Store.SlabChunkMax != 0 {
-				t.Errorf("got %+v", o.cfg.Store)
+		{"item size upper-case suffix", "-I 2M", func(t *testing.T, o *Options) {
+			if o.Config.Store.ItemSizeMax != 2<<20 || o.Config.Store.SlabChunkMax != 0 {
+				t.Errorf("got %+v", o.Config.Store)
 			}
 		}},
-		{"item size in bytes", "-I 1048576", func(t *testing.T, o *serverOptions) {
-			if o.cfg.Store.ItemSizeMax != 1<<20 {
-				t.Errorf("got %d", o.cfg.Store.ItemSizeMax)
+		{"item size in bytes", "-I 1048576", func(t *testing.T, o *Options) {
+			if o.Config.Store.ItemSizeMax != 1<<20 {
+				t.Errorf("got %d", o.Config.Store.ItemSizeMax)
 			}
 		}},
-		{"item size 1024m", "-I 1024m -m 4096", func(t *testing.T, o *serverOptions) {
-			if o.cfg.Store.ItemSizeMax != 1<<30 {
-				t.Errorf("got %d", o.cfg.Store.ItemSizeMax)
+		{"item size 1024m", "-I 1024m -m 4096", func(t *testing.T, o *Options) {
+			if o.Config.Store.ItemSizeMax != 1<<30 {
+				t.Errorf("got %d", o.Config.Store.ItemSizeMax)
 			}
 		}},
-		{"memory in gigabytes", "-m 2g", func(t *testing.T, o *serverOptions) {
-			if o.cfg.Store.MaxBytes != 2<<30 {
-				t.Errorf("got %d", o.cfg.Store.MaxBytes)
+		{"memory in gigabytes", "-m 2g", func(t *testing.T, o *Options) {
+			if o.Config.Store.MaxBytes != 2<<30 {
+				t.Errorf("got %d", o.Config.Store.MaxBytes)
 			}
 		}},
-		{"unix socket", "-s /tmp/mc.sock -a 755", func(t *testing.T, o *serverOptions) {
-			if o.cfg.UnixSocket != "/tmp/mc.sock" || o.cfg.UnixMask != 0o755 {
-				t.Errorf("got %+v", o.cfg)
+		{"unix socket", "-s /tmp/mc.sock -a 755", func(t *testing.T, o *Options) {
+			if o.Config.UnixSocket != "/tmp/mc.sock" || o.Config.UnixMask != 0o755 {
+				t.Errorf("got %+v", o.Config)
 			}
 		}},
-		{"listen list", "-l 127.0.0.1,::1 -l [::1]:11300 -l 127.0.0.1", func(t *testing.T, o *serverOptions) {
+		{"listen list", "-l 127.0.0.1,::1 -l [::1]:11300 -l 127.0.0.1", func(t *testing.T, o *Options) {
 			want := []string{"127.0.0.1", "::1", "[::1]:11300"}
-			if strings.Join(o.cfg.Listen, " ") != strings.Join(want, " ") {
-				t.Errorf("got %q", o.cfg.Listen)
+			if strings.Join(o.Config.Listen, " ") != strings.Join(want, " ") {
+				t.Errorf("got %q", o.Config.Listen)
 			}
 		}},
-		{"listen with port and localhost", "-l localhost:11400", func(t *testing.T, o *serverOptions) {
-			if len(o.cfg.Listen) != 1 {
-				t.Errorf("got %q", o.cfg.Listen)
+		{"listen with port and localhost", "-l localhost:11400", func(t *testing.T, o *Options) {
+			if len(o.Config.Listen) != 1 {
+				t.Errorf("got %q", o.Config.Listen)
 			}
 		}},
-		{"udp port stands in for tcp port", "-U 11500", func(t *testing.T, o *serverOptions) {
-			if o.cfg.Port != 11500 || !o.cfg.PortSet || o.cfg.UDPPort != 11500 {
-				t.Errorf("got %+v", o.cfg)
+		{"udp port stands in for tcp port", "-U 11500", func(t *testing.T, o *Options) {
+			if o.Config.Port != 11500 || !o.Config.PortSet || o.Config.UDPPort != 11500 {
+				t.Errorf("got %+v", o.Config)
 			}
 		}},
-		{"udp port with tcp port", "-p 1 -U 2", func(t *testing.T, o *serverOptions) {
-			if o.cfg.Port != 1 || o.cfg.UDPPort != 2 {
-				t.Errorf("got %+v", o.cfg)
+		{"udp port with tcp port", "-p 1 -U 2", func(t *testing.T, o *Options) {
+			if o.Config.Port != 1 || o.Config.UDPPort != 2 {
+				t.Errorf("got %+v", o.Config)
 			}
 		}},
-		{"tcp off", "-p 0", func(t *testing.T, o *serverOptions) {
-			if o.cfg.Port != 0 || !o.cfg.PortSet {
-				t.Errorf("got %+v", o.cfg)
+		{"tcp off", "-p 0", func(t *testing.T, o *Options) {
+			if o.Config.Port != 0 || !o.Config.PortSet {
+				t.Errorf("got %+v", o.Config)
 			}
 		}},
-		{"ephemeral port", "-p -1", func(t *testing.T, o *serverOptions) {
-			if o.cfg.Port != -1 {
-				t.Errorf("got %+v", o.cfg)
+		{"ephemeral port", "-p -1", func(t *testing.T, o *Options) {
+			if o.Config.Port != -1 {
+				t.Errorf("got %+v", o.Config)
 			}
 		}},
-		{"protocols", "-B binary", func(t *testing.T, o *serverOptions) {
-			if o.cfg.Protocol != server.ProtoBinary {
-				t.Errorf("got %v", o.cfg.Protocol)
+		{"protocols", "-B binary", func(t *testing.T, o *Options) {
+			if o.Config.Protocol != server.ProtoBinary {
+				t.Errorf("got %v", o.Config.Protocol)
 			}
 		}},
-		{"prefix delimiter", "-D /", func(t *testing.T, o *serverOptions) {
-			if o.cfg.PrefixDelim != '/' || !o.cfg.DetailEnabled {
-				t.Errorf("got %+v", o.cfg)
+		{"prefix delimiter", "-D /", func(t *testing.T, o *Options) {
+			if o.Config.PrefixDelim != '/' || !o.Config.DetailEnabled {
+				t.Errorf("got %+v", o.Config)
 			}
 		}},
-		{"no_modern", "-o no_modern", func(t *testing.T, o *serverOptions) {
-			c := o.cfg
+		{"no_modern", "-o no_modern", func(t *testing.T, o *Options) {
+			c := o.Config
 			if !c.Store.FlatLRU || c.SlabReassign || !c.Store.NoSlabReassign || c.MaxConnsFast ||
 				c.LRUCrawler || c.Store.SlabChunkMax != 1<<20 {
 				t.Errorf("got %+v", c)
 			}
 		}},
-		{"no_modern then lru_crawler", "-o no_modern,lru_crawler,slab_reassign", func(t *testing.T, o *serverOptions) {
-			if !o.cfg.LRUCrawler || !o.cfg.SlabReassign || o.cfg.Store.NoSlabReassign {
-				t.Errorf("got %+v", o.cfg)
+		{"no_modern then lru_crawler", "-o no_modern,lru_crawler,slab_reassign", func(t *testing.T, o *Options) {
+			if !o.Config.LRUCrawler || !o.Config.SlabReassign || o.Config.Store.NoSlabReassign {
+				t.Errorf("got %+v", o.Config)
 			}
 		}},
-		{"no_modern with big items keeps half-page chunks", "-o no_modern -I 2m", func(t *testing.T, o *serverOptions) {
-			if o.cfg.Store.SlabChunkMax != 0 {
-				t.Errorf("chunk max %d", o.cfg.Store.SlabChunkMax)
+		{"no_modern with big items keeps half-page chunks", "-o no_modern -I 2m", func(t *testing.T, o *Options) {
+			if o.Config.Store.SlabChunkMax != 0 {
+				t.Errorf("chunk max %d", o.Config.Store.SlabChunkMax)
 			}
 		}},
 		{"modern toggles", "-o no_maxconns_fast,no_lru_crawler,no_slab_reassign,no_lru_maintainer,track_sizes",
-			func(t *testing.T, o *serverOptions) {
-				c := o.cfg
+			func(t *testing.T, o *Options) {
+				c := o.Config
 				if c.MaxConnsFast || c.LRUCrawler || c.SlabReassign || !c.Store.NoSlabReassign || !c.Store.FlatLRU || !c.TrackSizes {
 					t.Errorf("got %+v", c)
 				}
 			}},
-		{"no huge pages", "-o no_hugepages", func(t *testing.T, o *serverOptions) {
-			if !o.cfg.Store.NoHugePages {
-				t.Errorf("got %+v", o.cfg.Store)
+		{"no huge pages", "-o no_hugepages", func(t *testing.T, o *Options) {
+			if !o.Config.Store.NoHugePages {
+				t.Errorf("got %+v", o.Config.Store)
 			}
 		}},
-		{"lru percentages", "-o hot_lru_pct=30,warm_lru_pct=50", func(t *testing.T, o *serverOptions) {
-			if o.cfg.Store.HotLRUPct != 30 || o.cfg.Store.WarmLRUPct != 50 {
-				t.Errorf("got %+v", o.cfg.Store)
+		{"lru percentages", "-o hot_lru_pct=30,warm_lru_pct=50", func(t *testing.T, o *Options) {
+			if o.Config.Store.HotLRUPct != 30 || o.Config.Store.WarmLRUPct != 50 {
+				t.Errorf("got %+v", o.Config.Store)
 			}
 		}},
-		{"hashpower and idle timeout", "-o hashpower=20 -o idle_timeout=30", func(t *testing.T, o *serverOptions) {
-			if o.cfg.Store.HashPower != 20 || o.cfg.IdleTimeout != 30*time.Second {
-				t.Errorf("got %+v", o.cfg)
+		{"hashpower and idle timeout", "-o hashpower=20 -o idle_timeout=30", func(t *testing.T, o *Options) {
+			if o.Config.Store.HashPower != 20 || o.Config.IdleTimeout != 30*time.Second {
+				t.Errorf("got %+v", o.Config)
 			}
 		}},
-		{"slab_chunk_max in bytes", "-o slab_chunk_max=262144", func(t *testing.T, o *serverOptions) {
-			if o.cfg.Store.SlabChunkMax != 256<<10 {
-				t.Errorf("got %d", o.cfg.Store.SlabChunkMax)
+		{"slab_chunk_max in bytes", "-o slab_chunk_max=262144", func(t *testing.T, o *Options) {
+			if o.Config.Store.SlabChunkMax != 256<<10 {
+				t.Errorf("got %d", o.Config.Store.SlabChunkMax)
 			}
 		}},
-		{"slab_chunk_max kept for big items", "-o slab_chunk_max=262144 -I 4m", func(t *testing.T, o *serverOptions) {
-			if o.cfg.Store.SlabChunkMax != 256<<10 {
-				t.Errorf("got %d", o.cfg.Store.SlabChunkMax)
+		{"slab_chunk_max kept for big items", "-o slab_chunk_max=262144 -I 4m", func(t *testing.T, o *Options) {
+			if o.Config.Store.SlabChunkMax != 256<<10 {
+				t.Errorf("got %d", o.Config.Store.SlabChunkMax)
 			}
 		}},
-		{"no_chunked_items", "-o no_chunked_items", func(t *testing.T, o *serverOptions) {
-			if o.cfg.Store.SlabChunkMax != 1<<20 {
-				t.Errorf("got %d", o.cfg.Store.SlabChunkMax)
+		{"no_chunked_items", "-o no_chunked_items", func(t *testing.T, o *Options) {
+			if o.Config.Store.SlabChunkMax != 1<<20 {
+				t.Errorf("got %d", o.Config.Store.SlabChunkMax)
 			}
 		}},
 		{"accepted and ignored sub-options", "-o modern,lru_maintainer,lru_crawler_sleep=100,lru_crawler_tocrawl=5," +
@@ -241,48 +240,48 @@ func TestServerFlags(t *testing.T) {
 			"watcher_logbuf_size=256,worker_logbuf_size=64,read_buf_mem_limit=0,drop_privileges,no_drop_privileges," +
 			"inline_ascii_resp,no_inline_ascii_resp,sock_cookie_id=1,maxconns_fast,relaxed_privileges," +
 			"slab_sizes=96-120-152,",
-			func(t *testing.T, o *serverOptions) {
+			func(t *testing.T, o *Options) {
 				if o.hashAlgo != "xxh3" || len(o.slabSizes) != 3 {
 					t.Errorf("got %+v", o)
 				}
 			}},
-		{"deprecated resp_obj_mem_limit warns", "-o resp_obj_mem_limit=5", func(t *testing.T, o *serverOptions) {
-			if len(o.warnings) != 1 || !strings.HasPrefix(o.warnings[0], "DEPRECATED: resp_obj_mem_limit") {
-				t.Errorf("warnings %q", o.warnings)
+		{"deprecated resp_obj_mem_limit warns", "-o resp_obj_mem_limit=5", func(t *testing.T, o *Options) {
+			if len(o.Warnings) != 1 || !strings.HasPrefix(o.Warnings[0], "DEPRECATED: resp_obj_mem_limit") {
+				t.Errorf("warnings %q", o.Warnings)
 			}
 		}},
-		{"many threads warn", "-t 65", func(t *testing.T, o *serverOptions) {
-			if len(o.warnings) != 1 || !strings.HasPrefix(o.warnings[0], "WARNING: Setting a high number of worker") {
-				t.Errorf("warnings %q", o.warnings)
+		{"many threads warn", "-t 65", func(t *testing.T, o *Options) {
+			if len(o.Warnings) != 1 || !strings.HasPrefix(o.Warnings[0], "WARNING: Setting a high number of worker") {
+				t.Errorf("warnings %q", o.Warnings)
 			}
 		}},
 		{"empty -o", "-o ''", nil},
-		{"double dash ends flags", "-v --", func(t *testing.T, o *serverOptions) {
-			if o.cfg.Verbose != 1 {
-				t.Errorf("got %+v", o.cfg)
+		{"double dash ends flags", "-v --", func(t *testing.T, o *Options) {
+			if o.Config.Verbose != 1 {
+				t.Errorf("got %+v", o.Config)
 			}
 		}},
-		{"help stops at once", "-h -c 0", func(t *testing.T, o *serverOptions) {
-			if o.action != actHelp {
-				t.Errorf("action %v", o.action)
+		{"help stops at once", "-h -c 0", func(t *testing.T, o *Options) {
+			if o.Action != ActionHelp {
+				t.Errorf("action %v", o.Action)
 			}
 		}},
-		{"version", "-V", func(t *testing.T, o *serverOptions) {
-			if o.action != actVersion {
-				t.Errorf("action %v", o.action)
+		{"version", "-V", func(t *testing.T, o *Options) {
+			if o.Action != ActionVersion {
+				t.Errorf("action %v", o.Action)
 			}
 		}},
-		{"long version", "--version", func(t *testing.T, o *serverOptions) {
-			if o.action != actVersion {
-				t.Errorf("action %v", o.action)
+		{"long version", "--version", func(t *testing.T, o *Options) {
+			if o.Action != ActionVersion {
+				t.Errorf("action %v", o.Action)
 			}
 		}},
-		{"license", "-i", func(t *testing.T, o *serverOptions) {
-			if o.action != actLicense {
-				t.Errorf("action %v", o.action)
+		{"license", "-i", func(t *testing.T, o *Options) {
+			if o.Action != ActionLicense {
+				t.Errorf("action %v", o.Action)
 			}
 		}},
-		{"napi ids", "-N 2", func(t *testing.T, o *serverOptions) {
+		{"napi ids", "-N 2", func(t *testing.T, o *Options) {
 			if o.napiIDs != 2 {
 				t.Errorf("got %d", o.napiIDs)
 			}
@@ -306,8 +305,8 @@ func TestServerFlagsPortFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.cfg.PortFile != "/tmp/ports" {
-		t.Errorf("PortFile %q", o.cfg.PortFile)
+	if o.Config.PortFile != "/tmp/ports" {
+		t.Errorf("PortFile %q", o.Config.PortFile)
 	}
 }
 
@@ -461,12 +460,12 @@ func TestServerFlagErrors(t *testing.T) {
 			if err == nil {
 				t.Fatalf("%s: no error, want %q", tt.args, tt.msg)
 			}
-			e, ok := err.(*exitError)
+			e, ok := err.(*ExitError)
 			if !ok {
-				t.Fatalf("%s: error %T %v is not an exitError", tt.args, err, err)
+				t.Fatalf("%s: error %T %v is not an ExitError", tt.args, err, err)
 			}
-			if e.msg != tt.msg || e.code != tt.code {
-				t.Errorf("%s:\n got %d %q\nwant %d %q", tt.args, e.code, e.msg, tt.code, tt.msg)
+			if e.Msg != tt.msg || e.Code != tt.code {
+				t.Errorf("%s:\n got %d %q\nwant %d %q", tt.args, e.Code, e.Msg, tt.code, tt.msg)
 			}
 		})
 	}
@@ -484,50 +483,6 @@ func splitArgs(s string) []string {
 	return out
 }
 
-func TestRunExitCodes(t *testing.T) {
-	tests := []struct {
-		args      []string
-		code      int
-		out, err  string // substrings expected in stdout / stderr
-		notInHelp []string
-	}{
-		{args: nil, code: 2, err: "Usage: vbcache <command>"},
-		{args: []string{"-h"}, code: 0, out: "server"},
-		{args: []string{"help"}, code: 0, out: "version"},
-		{args: []string{"bogus"}, code: 2, err: `unknown command "bogus"`},
-		{args: []string{"version"}, code: 0, out: "vbcache "},
-		{args: []string{"server", "-V"}, code: 0, out: "vbcache "},
-		{args: []string{"server", "-c", "0"}, code: 1, err: "Maximum connections must be greater than 0\n"},
-		{args: []string{"server", "-I", "256m"}, code: 64, err: "Cannot set item size limit higher than 1/2 of memory max.\n"},
-		{args: []string{"help", "server"}, code: 0, out: "--unix-socket",
-			// memcached's test harness greps -h for these to decide
-			// which suites to run; vbcache must not claim them.
-			notInHelp: []string{"ext_path", "proxy_config", "no_drop_privileges"}},
-		// ... and for these, which vbcache supports.
-		{args: []string{"server", "-h"}, code: 0, out: "--enable-sasl"},
-		{args: []string{"server", "-h"}, code: 0, out: "--enable-ssl"},
-		{args: []string{"server", "-h"}, code: 0, out: "-o, --extended"},
-	}
-	for _, tt := range tests {
-		var stdout, stderr bytes.Buffer
-		code := run(tt.args, &stdout, &stderr)
-		if code != tt.code {
-			t.Errorf("%q: exit %d, want %d (stderr %q)", tt.args, code, tt.code, stderr.String())
-		}
-		if !strings.Contains(stdout.String(), tt.out) {
-			t.Errorf("%q: stdout %q lacks %q", tt.args, stdout.String(), tt.out)
-		}
-		if !strings.Contains(stderr.String(), tt.err) {
-			t.Errorf("%q: stderr %q lacks %q", tt.args, stderr.String(), tt.err)
-		}
-		for _, s := range tt.notInHelp {
-			if strings.Contains(strings.ToLower(stdout.String()), s) {
-				t.Errorf("%q: output mentions %q", tt.args, s)
-			}
-		}
-	}
-}
-
 // TestHelpCoversFlags checks that -h lists every flag vbcache accepts.
 func TestHelpCoversFlags(t *testing.T) {
 	refused := map[byte]bool{'e': true}
@@ -535,10 +490,10 @@ func TestHelpCoversFlags(t *testing.T) {
 		if refused[o.short] {
 			continue
 		}
-		if o.short > ' ' && !strings.Contains(serverHelp, "-"+string(o.short)) {
+		if o.short > ' ' && !strings.Contains(HelpText, "-"+string(o.short)) {
 			t.Errorf("help lacks -%c", o.short)
 		}
-		if o.long != "" && !strings.Contains(serverHelp, "--"+o.long) {
+		if o.long != "" && !strings.Contains(HelpText, "--"+o.long) {
 			t.Errorf("help lacks --%s", o.long)
 		}
 	}
@@ -550,7 +505,7 @@ func TestHelpCoversFlags(t *testing.T) {
 		"inline_ascii_resp", "sock_cookie_id", "modern", "no_modern", "ssl_chain_cert", "ssl_key",
 		"ssl_keyformat", "ssl_verify_mode", "ssl_ciphers", "ssl_ca_cert", "ssl_wbuf_size", "ssl_session_cache",
 		"ssl_kernel_tls", "ssl_min_version", "MEMCACHED_SASL_PWDB"} {
-		if !strings.Contains(serverHelp, sub) {
+		if !strings.Contains(HelpText, sub) {
 			t.Errorf("help lacks -o %s", sub)
 		}
 	}
@@ -569,23 +524,23 @@ func TestVBucketsFlag(t *testing.T) {
 		{[]string{"--vbuckets=0"}, 0},
 		{[]string{"--vbuck=8"}, 8},
 	} {
-		o, err := parseServerFlags(c.args, env)
+		o, err := Parse(c.args, env)
 		if err != nil {
 			t.Errorf("%q: %v", c.args, err)
 			continue
 		}
-		if o.cfg.VBuckets != c.want {
-			t.Errorf("%q: VBuckets = %d, want %d", c.args, o.cfg.VBuckets, c.want)
+		if o.Config.VBuckets != c.want {
+			t.Errorf("%q: VBuckets = %d, want %d", c.args, o.Config.VBuckets, c.want)
 		}
 	}
 	for _, bad := range []string{"3", "1000", "131072", "-2", "x", ""} {
-		_, err := parseServerFlags([]string{"--vbuckets=" + bad}, env)
+		_, err := Parse([]string{"--vbuckets=" + bad}, env)
 		want := `vbcache: illegal value "` + bad + `" for --vbuckets (want a power of two from 1 to 65536, or 0 for standalone)`
 		if err == nil || err.Error() != want {
 			t.Errorf("--vbuckets=%s: err %v, want %s", bad, err, want)
 		}
 	}
-	if _, err := parseServerFlags([]string{"-\x01", "8"}, env); err == nil {
+	if _, err := Parse([]string{"-\x01", "8"}, env); err == nil {
 		t.Error("a control byte reached the long-only option")
 	}
 }

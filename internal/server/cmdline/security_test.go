@@ -1,4 +1,4 @@
-package main
+package cmdline
 
 import (
 	"crypto/ecdsa"
@@ -77,33 +77,33 @@ func TestSecurityFlags(t *testing.T) {
 		name  string
 		args  string
 		pwdb  string // MEMCACHED_SASL_PWDB
-		check func(t *testing.T, o *serverOptions)
+		check func(t *testing.T, o *Options)
 	}{
-		{"-S implies binary", "-S", "$D/good.pw", func(t *testing.T, o *serverOptions) {
-			c := o.cfg
+		{"-S implies binary", "-S", "$D/good.pw", func(t *testing.T, o *Options) {
+			c := o.Config
 			if !c.SASL || c.Protocol != server.ProtoBinary || len(c.SASLPasswords) != 2 || c.SASLPasswords["u"] != "p" {
 				t.Errorf("got SASL %v protocol %v passwords %v", c.SASL, c.Protocol, c.SASLPasswords)
 			}
 		}},
-		{"-S with -B binary", "--enable-sasl -B binary", "$D/good.pw", func(t *testing.T, o *serverOptions) {
-			if !o.cfg.SASL || o.cfg.Protocol != server.ProtoBinary {
-				t.Errorf("got %+v", o.cfg)
+		{"-S with -B binary", "--enable-sasl -B binary", "$D/good.pw", func(t *testing.T, o *Options) {
+			if !o.Config.SASL || o.Config.Protocol != server.ProtoBinary {
+				t.Errorf("got %+v", o.Config)
 			}
 		}},
 		{"-B binary before -S", "-B binary -S", "$D/good.pw", nil},
-		{"-Y", "-Y $D/good.pw", "", func(t *testing.T, o *serverOptions) {
-			c := o.cfg
+		{"-Y", "-Y $D/good.pw", "", func(t *testing.T, o *Options) {
+			c := o.Config
 			if c.AuthTokens["v"] != "q" || len(c.AuthTokens) != 2 || c.SASL || c.Protocol != server.ProtoASCII || c.AuthFile == "" {
 				t.Errorf("got tokens %v SASL %v protocol %v", c.AuthTokens, c.SASL, c.Protocol)
 			}
 		}},
-		{"--auth-file", "--auth-file=$D/good.pw", "", func(t *testing.T, o *serverOptions) {
-			if len(o.cfg.AuthTokens) != 2 {
-				t.Errorf("got %v", o.cfg.AuthTokens)
+		{"--auth-file", "--auth-file=$D/good.pw", "", func(t *testing.T, o *Options) {
+			if len(o.Config.AuthTokens) != 2 {
+				t.Errorf("got %v", o.Config.AuthTokens)
 			}
 		}},
-		{"-Z defaults", tlsArgs, "", func(t *testing.T, o *serverOptions) {
-			c := o.cfg.TLS
+		{"-Z defaults", tlsArgs, "", func(t *testing.T, o *Options) {
+			c := o.Config.TLS
 			if c == nil || o.tlsReloader == nil || c != o.tlsReloader.Config() {
 				t.Fatalf("TLS %v, reloader %v", c, o.tlsReloader)
 			}
@@ -115,15 +115,15 @@ func TestSecurityFlags(t *testing.T) {
 			if err != nil || cert.Leaf.Subject.CommonName != "localhost" {
 				t.Errorf("certificate %v, %v", cert, err)
 			}
-			if len(o.warnings) != 0 {
-				t.Errorf("warnings %q", o.warnings)
+			if len(o.Warnings) != 0 {
+				t.Errorf("warnings %q", o.Warnings)
 			}
 		}},
 		{"-Z with every ssl option", "--enable-ssl -o ssl_chain_cert=$D/cert.pem,ssl_key=$D/key.pem," +
 			"ssl_keyformat=1,ssl_verify_mode=2,ssl_ca_cert=$D/cert.pem,ssl_min_version=3,ssl_session_cache," +
 			"ssl_kernel_tls,ssl_wbuf_size=32,ssl_ciphers=ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384",
-			"", func(t *testing.T, o *serverOptions) {
-				c := o.cfg.TLS
+			"", func(t *testing.T, o *Options) {
+				c := o.Config.TLS
 				if c.MinVersion != tls.VersionTLS13 || c.ClientAuth != tls.RequireAndVerifyClientCert ||
 					c.SessionTicketsDisabled || len(c.CipherSuites) != 2 ||
 					c.CipherSuites[0] != tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 {
@@ -134,52 +134,52 @@ func TestSecurityFlags(t *testing.T) {
 				}
 			}},
 		{"ssl options by name", tlsArgs + " -o ssl_keyformat=PEM,ssl_min_version=tlsv1.3,ssl_verify_mode=1", "",
-			func(t *testing.T, o *serverOptions) {
-				if c := o.cfg.TLS; c.MinVersion != tls.VersionTLS13 || c.ClientAuth != tls.VerifyClientCertIfGiven {
+			func(t *testing.T, o *Options) {
+				if c := o.Config.TLS; c.MinVersion != tls.VersionTLS13 || c.ClientAuth != tls.VerifyClientCertIfGiven {
 					t.Errorf("got %+v", c)
 				}
 			}},
 		{"ssl_min_version 0 and verify mode 3", tlsArgs + " -o ssl_min_version=0,ssl_verify_mode=3,ssl_ca_cert=$D/cert.pem", "",
-			func(t *testing.T, o *serverOptions) {
-				if c := o.cfg.TLS; c.MinVersion != tls.VersionTLS10 || c.ClientAuth != tls.RequireAndVerifyClientCert {
+			func(t *testing.T, o *Options) {
+				if c := o.Config.TLS; c.MinVersion != tls.VersionTLS10 || c.ClientAuth != tls.RequireAndVerifyClientCert {
 					t.Errorf("got %+v", c)
 				}
 			}},
 		{"ssl_session_cache=no", tlsArgs + " -o ssl_session_cache,ssl_session_cache=no", "",
-			func(t *testing.T, o *serverOptions) {
-				if !o.cfg.TLS.SessionTicketsDisabled {
+			func(t *testing.T, o *Options) {
+				if !o.Config.TLS.SessionTicketsDisabled {
 					t.Errorf("session tickets on")
 				}
 			}},
-		{"OpenSSL cipher keywords warn", tlsArgs + " -o ssl_ciphers=HIGH:!aNULL", "", func(t *testing.T, o *serverOptions) {
-			if o.cfg.TLS.CipherSuites != nil || len(o.warnings) != 1 ||
-				!strings.HasPrefix(o.warnings[0], "WARNING: ssl_ciphers: OpenSSL cipher expressions") {
-				t.Errorf("suites %v, warnings %q", o.cfg.TLS.CipherSuites, o.warnings)
+		{"OpenSSL cipher keywords warn", tlsArgs + " -o ssl_ciphers=HIGH:!aNULL", "", func(t *testing.T, o *Options) {
+			if o.Config.TLS.CipherSuites != nil || len(o.Warnings) != 1 ||
+				!strings.HasPrefix(o.Warnings[0], "WARNING: ssl_ciphers: OpenSSL cipher expressions") {
+				t.Errorf("suites %v, warnings %q", o.Config.TLS.CipherSuites, o.Warnings)
 			}
 		}},
-		{"verify without a CA warns", tlsArgs + " -o ssl_verify_mode=1", "", func(t *testing.T, o *serverOptions) {
-			if len(o.warnings) != 1 || !strings.Contains(o.warnings[0], "without ssl_ca_cert") {
-				t.Errorf("warnings %q", o.warnings)
+		{"verify without a CA warns", tlsArgs + " -o ssl_verify_mode=1", "", func(t *testing.T, o *Options) {
+			if len(o.Warnings) != 1 || !strings.Contains(o.Warnings[0], "without ssl_ca_cert") {
+				t.Errorf("warnings %q", o.Warnings)
 			}
 		}},
 		{"ssl options without -Z are ignored", "-o ssl_chain_cert=/nonexistent,ssl_verify_mode=2", "",
-			func(t *testing.T, o *serverOptions) {
-				if o.cfg.TLS != nil {
+			func(t *testing.T, o *Options) {
+				if o.Config.TLS != nil {
 					t.Errorf("TLS on without -Z")
 				}
 			}},
-		{"-Z with a unix socket", tlsArgs + " -s $D/sock", "", func(t *testing.T, o *serverOptions) {
-			if o.cfg.TLS == nil {
+		{"-Z with a unix socket", tlsArgs + " -s $D/sock", "", func(t *testing.T, o *Options) {
+			if o.Config.TLS == nil {
 				t.Errorf("TLS not built")
 			}
 		}},
-		{"notls listener with -Z", tlsArgs + " -l notls:127.0.0.1:11312,127.0.0.1", "", func(t *testing.T, o *serverOptions) {
-			if o.cfg.TLS == nil || len(o.cfg.Listen) != 2 {
-				t.Errorf("got %+v", o.cfg)
+		{"notls listener with -Z", tlsArgs + " -l notls:127.0.0.1:11312,127.0.0.1", "", func(t *testing.T, o *Options) {
+			if o.Config.TLS == nil || len(o.Config.Listen) != 2 {
+				t.Errorf("got %+v", o.Config)
 			}
 		}},
-		{"everything", tlsArgs + " -S -Y $D/good.pw -p 11311", "$D/good.pw", func(t *testing.T, o *serverOptions) {
-			c := o.cfg
+		{"everything", tlsArgs + " -S -Y $D/good.pw -p 11311", "$D/good.pw", func(t *testing.T, o *Options) {
+			c := o.Config
 			if c.TLS == nil || !c.SASL || len(c.SASLPasswords) != 2 || len(c.AuthTokens) != 2 {
 				t.Errorf("got %+v", c)
 			}
@@ -263,13 +263,13 @@ func TestSecurityFlagErrors(t *testing.T) {
 			if err == nil {
 				t.Fatalf("no error, want %q", tt.msg)
 			}
-			e, ok := err.(*exitError)
+			e, ok := err.(*ExitError)
 			if !ok {
-				t.Fatalf("error %T %v is not an exitError", err, err)
+				t.Fatalf("error %T %v is not an ExitError", err, err)
 			}
 			want := strings.ReplaceAll(tt.msg, "$D", dir)
-			if e.msg != want || e.code != tt.code {
-				t.Errorf("\n got %d %q\nwant %d %q", e.code, e.msg, tt.code, want)
+			if e.Msg != want || e.Code != tt.code {
+				t.Errorf("\n got %d %q\nwant %d %q", e.Code, e.Msg, tt.code, want)
 			}
 		})
 	}
