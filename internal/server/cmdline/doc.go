@@ -33,6 +33,12 @@
 // trimmed to what vbcache accepts; a test checks it names every flag in
 // the option table.
 //
+// The files: options.go holds Options and the option table (short
+// letter, long name, whether it takes a value); parse.go the getopt loop
+// and the flags' values; extended.go the -o sub-options; security.go -S,
+// -Y, -Z and the -o ssl_* options, and loading their files; finish.go the
+// checks after the flags; help.go the -h text.
+//
 // Nothing here keeps state between calls; an Options belongs to its
 // caller.
 package cmdline
