@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"slices"
 	"time"
+
+	"github.com/vbcache/vbcache/internal/manager/mgrclient"
 )
 
 // The HTTP API. Reads are served by any manager from its copy of the
@@ -25,61 +27,17 @@ import (
 //	POST /rebalance/stop             stop it after the moves in flight
 //	POST /failover?node=HOST:PORT[&force=1]  fail a node over (once it surely stopped serving; force: at once)
 //
-// Errors are JSON {"error": "..."} with a 4xx or 5xx status.
+// Errors are JSON {"error": "..."} with a 4xx or 5xx status. mgrclient is
+// the client of this API.
 
-// Status is what GET /status answers.
-type Status struct {
-	Leader      string                `json:"leader"`
-	This        string                `json:"this"`
-	Leading     bool                  `json:"leading"`
-	Rev         int64                 `json:"rev"`
-	NumVBuckets int                   `json:"numVBuckets"`
-	Replicas    int                   `json:"replicas"`
-	Nodes       []NodeStatus          `json:"nodes"`
-	FailedOver  []string              `json:"failedOver,omitempty"`
-	Rebalance   *Rebalance            `json:"rebalance,omitempty"`
-	Health      map[string]nodeHealth `json:"-"`
-}
-
-// NodeStatus is one server's line in Status.
-type NodeStatus struct {
-	Addr     string `json:"addr"`
-	Member   bool   `json:"member"`
-	Healthy  bool   `json:"healthy"`
-	Active   int    `json:"active"`
-	Replica  int    `json:"replica"`
-	DownFor  string `json:"downFor,omitempty"`
-	LastErr  string `json:"error,omitempty"`
-	Probed   bool   `json:"probed"`
-	Incoming int    `json:"incoming,omitempty"` // vbuckets the rebalance will give it
-	// Lease is what this leader's grants gave the node (fencing.go).
-	Lease *LeaseStatus `json:"lease,omitempty"`
-	// Incarnation and Holds are what the node's last answer to a grant
-	// said (restart.go): its incarnation, in hex, chosen at its start,
-	// and the vbuckets it holds as active, replica or pending. Absent
-	// when not known (no answer yet, or a node too old to say).
-	Incarnation string `json:"incarnation,omitempty"`
-	Holds       *int   `json:"holds,omitempty"`
-	// Restarted: the node answered, twice in a row, that it holds no
-	// vbuckets while the map gives it actives: it restarted and lost its
-	// data, and is failed over (or, with automatic failover off or no
-	// replicas, waits for an operator's).
-	Restarted bool `json:"restarted,omitempty"`
-}
-
-// LeaseStatus is the leader's view of a node's lease.
-type LeaseStatus struct {
-	Grants   uint64 `json:"grants"`                // grants sent
-	Answered uint64 `json:"answered"`              // the newest grant answered
-	Ago      string `json:"answeredAgo,omitempty"` // how long ago
-	// Vouched is how long the node has held a lease without a break,
-	// as far as the leader can be sure.
-	Vouched string `json:"vouchedFor,omitempty"`
-	// Quorums are the quorum sets the node may hold (more than one
-	// while it has not answered a grant naming the newest).
-	Quorums [][]string `json:"quorums,omitempty"`
-	Stopped bool       `json:"stopped,omitempty"` // no more grants: being failed over
-}
+// The API's documents are defined in mgrclient, which ctl, the proxy
+// and the tests use without importing this package (and etcd with it);
+// these names are the manager's own for them.
+type (
+	Status      = mgrclient.Status      // GET /status
+	NodeStatus  = mgrclient.NodeStatus  // a node's line in Status
+	LeaseStatus = mgrclient.LeaseStatus // the leader's view of a node's lease
+)
 
 // Status returns the cluster's status as this manager sees it.
 func (m *Manager) Status() Status {
@@ -154,7 +112,7 @@ func (m *Manager) Handler() http.Handler {
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, m.Status()) })
 	mux.HandleFunc("GET /map", func(w http.ResponseWriter, r *http.Request) {
 		s := m.State()
-		writeJSON(w, http.StatusOK, map[string]any{"rev": s.Rev, "servers": s.Servers, "vBucketMap": s.Map, "vBucketMapForward": s.Forward, "replicas": s.Replicas})
+		writeJSON(w, http.StatusOK, mgrclient.Map{Rev: s.Rev, Servers: s.Servers, Map: s.Map, Forward: s.Forward, Replicas: s.Replicas})
 	})
 	change := func(fn func(ctx context.Context, r *http.Request) (any, error)) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"time"
 
+	"github.com/vbcache/vbcache/internal/manager/mgrclient"
 	"github.com/vbcache/vbcache/internal/vbmap"
 )
 
@@ -40,23 +40,9 @@ type State struct {
 }
 
 // Rebalance is a rebalance's progress, kept in the state so a new leader
-// resumes it.
-type Rebalance struct {
-	Running  bool      `json:"running"`
-	Stopping bool      `json:"stopping,omitempty"`
-	Target   []string  `json:"target"`
-	Total    int       `json:"total"` // vbuckets whose row changes
-	Done     int       `json:"done"`
-	Bytes    uint64    `json:"bytes"` // bytes of the vbuckets moved so far
-	Started  time.Time `json:"started"`
-	Finished time.Time `json:"finished,omitzero"`
-	Err      string    `json:"error,omitempty"`
-	// Moving holds the vbuckets whose new active is committed but whose
-	// move is not finished (replicas, deleting the old copy), each with
-	// its old active: a new leader finishes them, though their row may
-	// already equal the forward row.
-	Moving map[int]string `json:"moving,omitempty"`
-}
+// resumes it. It is also the rebalance's part of Status, so it is defined
+// with the API's documents in mgrclient.
+type Rebalance = mgrclient.Rebalance
 
 // clone returns a deep copy.
 func (s *State) clone() *State {
