@@ -2,23 +2,25 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/vbcache/vbcache/internal/manager"
+	"github.com/vbcache/vbcache/internal/manager/mgrclient"
 )
 
 // The manager's subcommands of "vbcache ctl": they talk to a manager's
-// HTTP API (internal/manager/http.go), found with --manager URL or the
-// VBCACHE_MANAGER environment variable.
+// HTTP API through internal/manager/mgrclient, the manager found with
+// --manager URL or the VBCACHE_MANAGER environment variable. Each parses
+// its flags, makes one request (rebalance --wait then polls the status)
+// and prints the answer.
 
 func init() {
 	cmds := []ctlCommand{
@@ -50,41 +52,10 @@ func managerURL(fs *flag.FlagSet) *string {
 	return fs.String("manager", def, "the manager's URL (or VBCACHE_MANAGER)")
 }
 
-// mgrCall sends a request to the manager and decodes a JSON answer into
-// out (when not nil). A non-2xx answer is an error with the manager's
-// message.
-func mgrCall(base, method, path string, q url.Values, out any) error {
-	u := strings.TrimRight(base, "/") + path
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
-	req, err := http.NewRequest(method, u, nil)
-	if err != nil {
-		return err
-	}
-	client := &http.Client{Timeout: 60 * time.Second}
-	resp, err := client.Do(req)
-	if err != nil {
-		return fmt.Errorf("manager %s: %w", base, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode/100 != 2 {
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			return fmt.Errorf("%s", e.Error)
-		}
-		return fmt.Errorf("manager answered %s: %s", resp.Status, bytes.TrimSpace(body))
-	}
-	if out != nil {
-		return json.Unmarshal(body, out)
-	}
-	return nil
+// ctlManager is the client of the manager at base; each request may take
+// a minute.
+func ctlManager(base string) *mgrclient.Client {
+	return &mgrclient.Client{Base: base, HTTP: &http.Client{Timeout: 60 * time.Second}}
 }
 
 // ctlOneNode parses "[--manager URL] HOST:PORT".
@@ -111,7 +82,7 @@ func ctlAddNode(args []string, stdout, stderr io.Writer) int {
 	if done {
 		return st
 	}
-	if err := mgrCall(base, "POST", "/nodes", url.Values{"node": {node}}, nil); err != nil {
+	if err := ctlManager(base).AddNode(context.Background(), node); err != nil {
 		fmt.Fprintf(stderr, "vbcache ctl add-node: %v\n", err)
 		return 1
 	}
@@ -124,7 +95,7 @@ func ctlRemoveNode(args []string, stdout, stderr io.Writer) int {
 	if done {
 		return st
 	}
-	if err := mgrCall(base, "DELETE", "/nodes", url.Values{"node": {node}}, nil); err != nil {
+	if err := ctlManager(base).RemoveNode(context.Background(), node); err != nil {
 		fmt.Fprintf(stderr, "vbcache ctl remove-node: %v\n", err)
 		return 1
 	}
@@ -149,11 +120,7 @@ func ctlFailover(args []string, stdout, stderr io.Writer) int {
 	if err := ctlAddr("node", node); err != nil {
 		return ctlUsageErr(stderr, fs, "%v", err)
 	}
-	v := url.Values{"node": {node}}
-	if *force {
-		v.Set("force", "1")
-	}
-	if err := mgrCall(*mu, "POST", "/failover", v, nil); err != nil {
+	if err := ctlManager(*mu).Failover(context.Background(), node, *force); err != nil {
 		fmt.Fprintf(stderr, "vbcache ctl failover: %v\n", err)
 		return 1
 	}
@@ -167,7 +134,7 @@ func ctlStopRebalance(args []string, stdout, stderr io.Writer) int {
 	if st, done := parseCtl(fs, args, stderr); done {
 		return st
 	}
-	if err := mgrCall(*mu, "POST", "/rebalance/stop", nil, nil); err != nil {
+	if err := ctlManager(*mu).StopRebalance(context.Background()); err != nil {
 		fmt.Fprintf(stderr, "vbcache ctl stop-rebalance: %v\n", err)
 		return 1
 	}
@@ -181,8 +148,8 @@ func ctlStatus(args []string, stdout, stderr io.Writer) int {
 	if st, done := parseCtl(fs, args, stderr); done {
 		return st
 	}
-	var s manager.Status
-	if err := mgrCall(*mu, "GET", "/status", nil, &s); err != nil {
+	s, err := ctlManager(*mu).Status(context.Background())
+	if err != nil {
 		fmt.Fprintf(stderr, "vbcache ctl status: %v\n", err)
 		return 1
 	}
@@ -220,7 +187,7 @@ func ctlStatus(args []string, stdout, stderr io.Writer) int {
 }
 
 // rebalanceLine describes a rebalance in one line.
-func rebalanceLine(r *manager.Rebalance) string {
+func rebalanceLine(r *mgrclient.Rebalance) string {
 	switch {
 	case r.Running && r.Stopping:
 		return fmt.Sprintf("rebalance stopping: %d of %d vbuckets moved", r.Done, r.Total)
@@ -241,7 +208,8 @@ func ctlRebalance(args []string, stdout, stderr io.Writer) int {
 	if st, done := parseCtl(fs, args, stderr); done {
 		return st
 	}
-	if err := mgrCall(*mu, "POST", "/rebalance", nil, nil); err != nil {
+	mc := ctlManager(*mu)
+	if err := mc.StartRebalance(context.Background()); err != nil {
 		fmt.Fprintf(stderr, "vbcache ctl rebalance: %v\n", err)
 		return 1
 	}
@@ -251,8 +219,8 @@ func ctlRebalance(args []string, stdout, stderr io.Writer) int {
 	}
 	start := time.Now()
 	for {
-		var s manager.Status
-		if err := mgrCall(*mu, "GET", "/status", nil, &s); err != nil {
+		s, err := mc.Status(context.Background())
+		if err != nil {
 			fmt.Fprintf(stderr, "\nvbcache ctl rebalance: %v\n", err)
 			return 1
 		}
@@ -276,7 +244,7 @@ func ctlRebalance(args []string, stdout, stderr io.Writer) int {
 }
 
 // progressBar renders "[#####.....] 412/768 vbuckets  12.3 MB  ETA 5s".
-func progressBar(r *manager.Rebalance, elapsed time.Duration) string {
+func progressBar(r *mgrclient.Rebalance, elapsed time.Duration) string {
 	const width = 30
 	frac := 1.0
 	if r.Total > 0 {
@@ -300,25 +268,23 @@ func ctlMap(args []string, stdout, stderr io.Writer) int {
 	if st, done := parseCtl(fs, args, stderr); done {
 		return st
 	}
+	mc := ctlManager(*mu)
 	if *asJSON {
-		var raw json.RawMessage
-		if err := mgrCall(*mu, "GET", "/pools/default/b/default", nil, &raw); err != nil {
+		raw, err := mc.Config(context.Background())
+		var buf bytes.Buffer
+		if err == nil {
+			err = json.Indent(&buf, raw, "", "  ") // refuses what is not JSON
+		}
+		if err != nil {
 			fmt.Fprintf(stderr, "vbcache ctl map: %v\n", err)
 			return 1
 		}
-		var buf bytes.Buffer
-		json.Indent(&buf, raw, "", "  ")
 		buf.WriteByte('\n')
 		stdout.Write(buf.Bytes())
 		return 0
 	}
-	var m struct {
-		Rev     int64    `json:"rev"`
-		Servers []string `json:"servers"`
-		Map     [][]int  `json:"vBucketMap"`
-		Forward [][]int  `json:"vBucketMapForward"`
-	}
-	if err := mgrCall(*mu, "GET", "/map", nil, &m); err != nil {
+	m, err := mc.Map(context.Background())
+	if err != nil {
 		fmt.Fprintf(stderr, "vbcache ctl map: %v\n", err)
 		return 1
 	}
