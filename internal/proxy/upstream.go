@@ -1,19 +1,18 @@
 package proxy
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/vbcache/vbcache/internal/manager/mgrclient"
 	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/vbmap"
 	"github.com/vbcache/vbcache/memcache"
@@ -94,10 +93,10 @@ func newUpstream(ctx context.Context, cfg *Config, st *serverStats) (*upstream, 
 	seeds := cfg.Cluster.Nodes
 	var body []byte
 	if m := cfg.Cluster.Manager; m != "" {
-		b, err := httpGet(ctx, strings.TrimRight(m, "/")+"/pools/default/b/default")
+		b, err := managerConfig(ctx, m)
 		if err != nil {
 			cancel()
-			return nil, fmt.Errorf("proxy: manager %s: %w", m, err)
+			return nil, err
 		}
 		c, err := vbmap.Parse(b)
 		if err != nil {
@@ -157,22 +156,18 @@ func (u *upstream) setMirror(body []byte) (newer bool) {
 // instead of at its next NOT_MY_VBUCKET or poll.
 func (u *upstream) followManager(ctx context.Context, base string) {
 	defer close(u.done)
-	url := strings.TrimRight(base, "/") + "/pools/default/bs/default"
+	mc := &mgrclient.Client{Base: base}
 	for ctx.Err() == nil {
-		err := streamConfigs(ctx, url, func(body []byte) {
-			u.setMirror(body)
-			c, err := vbmap.Parse(body)
-			if err != nil {
-				return
+		if s, err := mc.StreamConfigs(ctx); err == nil {
+			for {
+				body, err := s.Next()
+				if err != nil {
+					break
+				}
+				u.managerSent(ctx, body)
 			}
-			e, r := u.mc.ConfigRevision()
-			if c.RevEpoch > e || (c.RevEpoch == e && c.Rev > r) {
-				rctx, cancel := context.WithTimeout(ctx, u.timeout)
-				u.mc.RefreshConfig(rctx)
-				cancel()
-			}
-		})
-		_ = err
+			s.Close()
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(500 * time.Millisecond):
@@ -180,40 +175,20 @@ func (u *upstream) followManager(ctx context.Context, base string) {
 	}
 }
 
-// streamConfigs calls f for each config of a streaming endpoint.
-func streamConfigs(ctx context.Context, url string, f func([]byte)) error {
-	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+// managerSent takes a config the manager streamed: into the stats
+// mirror, and, when it is newer than the client's, the client refreshes.
+func (u *upstream) managerSent(ctx context.Context, body []byte) {
+	u.setMirror(body)
+	c, err := vbmap.Parse(body)
 	if err != nil {
-		return err
+		return
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
+	e, r := u.mc.ConfigRevision()
+	if c.RevEpoch > e || (c.RevEpoch == e && c.Rev > r) {
+		rctx, cancel := context.WithTimeout(ctx, u.timeout)
+		u.mc.RefreshConfig(rctx)
+		cancel()
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 64<<20)
-	sc.Split(func(data []byte, atEOF bool) (int, []byte, error) {
-		if i := bytes.Index(data, []byte("\n\n\n\n")); i >= 0 {
-			return i + 4, data[:i], nil
-		}
-		if atEOF && len(data) > 0 {
-			return len(data), data, nil
-		}
-		return 0, nil, nil
-	})
-	for sc.Scan() {
-		if b := bytes.TrimSpace(sc.Bytes()); len(b) > 0 {
-			f(append([]byte(nil), b...))
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return err
-	}
-	return io.ErrUnexpectedEOF
 }
 
 // followNodes keeps the stats mirror in step with the client's map: when
@@ -286,26 +261,23 @@ func fetchClusterConfig(ctx context.Context, servers []string, timeout time.Dura
 	return nil, lastErr
 }
 
-func httpGet(ctx context.Context, url string) ([]byte, error) {
+// managerConfig fetches the cluster config from the manager at base,
+// within 10 s. Its errors say "proxy: manager BASE: " and why.
+func managerConfig(ctx context.Context, base string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
-	if err != nil {
-		return nil, err
+	b, err := (&mgrclient.Client{Base: base}).Config(ctx)
+	var se *mgrclient.StatusError
+	var ue *url.Error
+	switch {
+	case err == nil:
+		return b, nil
+	case errors.As(err, &se):
+		return nil, fmt.Errorf("proxy: manager %s: GET %s: %s", base, se.URL, se.Status)
+	case errors.As(err, &ue): // no answer: mgrclient's text names the manager
+		return nil, fmt.Errorf("proxy: %w", err)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return b, nil
+	return nil, fmt.Errorf("proxy: manager %s: %w", base, err)
 }
 
 // acquire takes a reference for one request; false if u is retired.
