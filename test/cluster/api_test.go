@@ -1,13 +1,11 @@
 package cluster
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"net/http"
 	"testing"
 	"time"
 
+	"github.com/vbcache/vbcache/internal/manager/mgrclient"
 	"github.com/vbcache/vbcache/internal/vbmap"
 )
 
@@ -24,28 +22,20 @@ func TestConfigStreamAndStop(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", m.url+"/pools/default/bs/default", nil)
-	resp, err := http.DefaultClient.Do(req)
+	stream, err := (&mgrclient.Client{Base: m.url}).StreamConfigs(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer stream.Close()
 	configs := make(chan *vbmap.Config, 1024)
 	go func() { // owned by the test: ends when ctx cancels the request
 		defer close(configs)
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 1<<20), 16<<20)
-		sc.Split(func(data []byte, atEOF bool) (int, []byte, error) {
-			if i := bytes.Index(data, []byte("\n\n\n\n")); i >= 0 {
-				return i + 4, data[:i], nil
+		for {
+			b, err := stream.Next()
+			if err != nil {
+				return
 			}
-			if atEOF && len(data) > 0 {
-				return len(data), data, nil
-			}
-			return 0, nil, nil
-		})
-		for sc.Scan() {
-			c, err := vbmap.Parse(sc.Bytes())
+			c, err := vbmap.Parse(b)
 			if err != nil {
 				t.Errorf("streamed config does not parse: %v", err)
 				return
@@ -59,7 +49,7 @@ func TestConfigStreamAndStop(t *testing.T) {
 	}
 	m.rebalance(60 * time.Second) // populate two nodes
 	m.addNode(nodes[2].Addr)
-	m.must("POST", "/rebalance", nil)
+	m.startRebalance()
 	// Stop once a few vbuckets have moved.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -72,7 +62,7 @@ func TestConfigStreamAndStop(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	m.must("POST", "/rebalance/stop", nil)
+	m.stopRebalance()
 	r := m.waitRebalance(60 * time.Second)
 	if r.Done >= r.Total {
 		t.Logf("the rebalance finished before the stop took effect (%d of %d)", r.Done, r.Total)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/url"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -364,7 +363,7 @@ func TestManualFailover(t *testing.T) {
 	}
 	victim.WaitExit(10 * time.Second)
 	since := time.Now()
-	m.must("POST", "/failover", url.Values{"node": {victim.Addr}})
+	m.failover(victim.Addr)
 	t.Logf("POST /failover took %v", time.Since(since).Round(time.Millisecond))
 	s := m.status()
 	if !slices.Contains(s.FailedOver, victim.Addr) {
@@ -418,7 +417,7 @@ func TestManualFailover(t *testing.T) {
 	checkReplicas(t, m)
 	checkBalanced(t, m.status(), survivors, smallVBuckets)
 	// Failing over a node that is no member any more is refused.
-	if err := m.call("POST", "/failover", url.Values{"node": {victim.Addr}}, nil); err == nil {
+	if err := m.api().Failover(context.Background(), victim.Addr, false); err == nil {
 		t.Errorf("a second failover of %s was accepted", victim.Addr)
 	}
 }

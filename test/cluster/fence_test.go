@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/url"
 	"slices"
 	"syscall"
 	"testing"
@@ -29,7 +28,7 @@ func TestFailoverOfLiveNodeFencesIt(t *testing.T) {
 	}
 	m.rebalance(60 * time.Second)
 	victim := nodes[0]
-	m.must("POST", "/failover", url.Values{"node": {victim.Addr}})
+	m.failover(victim.Addr)
 	c, err := admin.Dial(context.Background(), victim.Addr)
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -203,7 +202,7 @@ func TestGrowAndShrinkUnderLoad(t *testing.T) {
 		}},
 		{"shrink 4→3", func() string {
 			gone := nodes[3].Addr
-			m.must("DELETE", "/nodes", url.Values{"node": {gone}})
+			m.removeNode(gone)
 			return gone
 		}},
 	} {

@@ -5,17 +5,14 @@ package cluster
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/vbcache/vbcache/internal/manager"
+	"github.com/vbcache/vbcache/internal/manager/mgrclient"
 	"github.com/vbcache/vbcache/memcache"
 	"github.com/vbcache/vbcache/test/nodeproc"
 )
@@ -65,66 +62,69 @@ func startNodes(t *testing.T, n int, flags ...string) []*nodeproc.Node {
 	return out
 }
 
-// mgr is a manager's HTTP API.
+// mgr is a manager's HTTP API for a test. Its methods fail the test when
+// a request fails, except api's and tryStatus.
 type mgr struct {
 	t   *testing.T
 	url string
 }
 
-func (m mgr) call(method, path string, q url.Values, out any) error {
-	u := m.url + path
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
-	req, err := http.NewRequest(method, u, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(b)))
-	}
-	if out != nil {
-		return json.Unmarshal(b, out)
-	}
-	return nil
+// api is a client of the manager; each request may take a minute.
+func (m mgr) api() *mgrclient.Client {
+	return &mgrclient.Client{Base: m.url, HTTP: &http.Client{Timeout: 60 * time.Second}}
 }
 
-func (m mgr) must(method, path string, q url.Values) {
+// must fails the test when a request's error is not nil.
+func (m mgr) must(err error) {
 	m.t.Helper()
-	if err := m.call(method, path, q, nil); err != nil {
+	if err != nil {
 		m.t.Fatal(err)
 	}
 }
+
+func (m mgr) tryStatus() (manager.Status, error) { return m.api().Status(context.Background()) }
 
 func (m mgr) status() manager.Status {
 	m.t.Helper()
-	var s manager.Status
-	if err := m.call("GET", "/status", nil, &s); err != nil {
-		m.t.Fatal(err)
-	}
+	s, err := m.tryStatus()
+	m.must(err)
 	return s
 }
 
-func (m mgr) addNode(addr string) { m.must("POST", "/nodes", url.Values{"node": {addr}}) }
+func (m mgr) addNode(addr string) {
+	m.t.Helper()
+	m.must(m.api().AddNode(context.Background(), addr))
+}
+
+func (m mgr) removeNode(addr string) {
+	m.t.Helper()
+	m.must(m.api().RemoveNode(context.Background(), addr))
+}
+
+func (m mgr) startRebalance() {
+	m.t.Helper()
+	m.must(m.api().StartRebalance(context.Background()))
+}
+
+func (m mgr) stopRebalance() {
+	m.t.Helper()
+	m.must(m.api().StopRebalance(context.Background()))
+}
+
+// failover fails addr over, not forced.
+func (m mgr) failover(addr string) {
+	m.t.Helper()
+	m.must(m.api().Failover(context.Background(), addr, false))
+}
 
 // waitLeader waits until the manager reports a leader.
 func (m mgr) waitLeader() {
 	m.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		var s manager.Status
 		// A manager that won the election leads once it has loaded the
 		// state; until then it names itself but does not lead yet.
-		if err := m.call("GET", "/status", nil, &s); err == nil && (s.Leading || (s.Leader != "" && s.Leader != s.This)) {
+		if s, err := m.tryStatus(); err == nil && (s.Leading || (s.Leader != "" && s.Leader != s.This)) {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -137,7 +137,7 @@ func (m mgr) waitLeader() {
 // rebalance starts a rebalance and waits for its end.
 func (m mgr) rebalance(limit time.Duration) *manager.Rebalance {
 	m.t.Helper()
-	m.must("POST", "/rebalance", nil)
+	m.startRebalance()
 	return m.waitRebalance(limit)
 }
 
@@ -145,8 +145,7 @@ func (m mgr) waitRebalance(limit time.Duration) *manager.Rebalance {
 	m.t.Helper()
 	deadline := time.Now().Add(limit)
 	for {
-		var s manager.Status
-		err := m.call("GET", "/status", nil, &s)
+		s, err := m.tryStatus()
 		if err == nil && s.Rebalance != nil && !s.Rebalance.Running {
 			if s.Rebalance.Err != "" {
 				m.t.Fatalf("rebalance failed: %s", s.Rebalance.Err)

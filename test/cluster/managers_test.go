@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"fmt"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -49,7 +48,7 @@ func TestManagerKilledMidRebalance(t *testing.T) {
 	nodes = append(nodes, n4)
 	m.addNode(n4.Addr)
 	since := time.Now()
-	m.must("POST", "/rebalance", nil)
+	m.startRebalance()
 	v := m.getMap()
 	vbs := movingToNew(v, n4.Addr)
 	if len(vbs) == 0 {
@@ -124,7 +123,7 @@ func TestThreeManagersLeaderKilled(t *testing.T) {
 		follower.addNode(n.Addr)
 	}
 	since := time.Now()
-	follower.must("POST", "/rebalance", nil)
+	follower.startRebalance()
 	follower.waitRebalanceSince(since, 60*time.Second)
 	c := client(t, addrs(nodes))
 	writeKeys(t, c, keys)
@@ -133,7 +132,7 @@ func TestThreeManagersLeaderKilled(t *testing.T) {
 	nodes = append(nodes, n4)
 	follower.addNode(n4.Addr)
 	since = time.Now()
-	follower.must("POST", "/rebalance", nil)
+	follower.startRebalance()
 	v := waitForward(t, follower)
 	w := watchMap(append([]string{n4.Addr}, addrs(nodes[:3])...), movingToNew(v, n4.Addr))
 	r := ms[leader].waitRunning(since, 60*time.Second)
@@ -176,9 +175,9 @@ func TestThreeManagersLeaderKilled(t *testing.T) {
 
 	// A change through the surviving follower, run by the new leader.
 	other := rest[1-nl]
-	other.must("DELETE", "/nodes", url.Values{"node": {n4.Addr}})
+	other.removeNode(n4.Addr)
 	since = time.Now()
-	other.must("POST", "/rebalance", nil)
+	other.startRebalance()
 	r = other.waitRebalanceSince(since, 2*time.Minute)
 	t.Logf("removed %s through the follower: %d vbuckets moved", n4.Addr, r.Done)
 	waitSameRev(t, rest, 10*time.Second)
@@ -240,8 +239,8 @@ func waitLeading(t *testing.T, ms []mgr, limit time.Duration) int {
 	for {
 		lead, agree := -1, true
 		for i, m := range ms {
-			var s manager.Status
-			if err := m.call("GET", "/status", nil, &s); err != nil {
+			s, err := m.tryStatus()
+			if err != nil {
 				agree = false
 				continue
 			}
@@ -256,8 +255,7 @@ func waitLeading(t *testing.T, ms []mgr, limit time.Duration) int {
 			// Check the ones read before the leader was found.
 			ok := true
 			for _, m := range ms {
-				var s manager.Status
-				if err := m.call("GET", "/status", nil, &s); err != nil || s.Leader != ms[lead].url {
+				if s, err := m.tryStatus(); err != nil || s.Leader != ms[lead].url {
 					ok = false
 				}
 			}
@@ -268,8 +266,7 @@ func waitLeading(t *testing.T, ms []mgr, limit time.Duration) int {
 		if time.Now().After(deadline) {
 			var st []string
 			for _, m := range ms {
-				var s manager.Status
-				err := m.call("GET", "/status", nil, &s)
+				s, err := m.tryStatus()
 				st = append(st, fmt.Sprintf("%s: leading=%v leader=%q err=%v", m.url, s.Leading, s.Leader, err))
 			}
 			t.Fatalf("no agreed leader within %v: %s", limit, strings.Join(st, "; "))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/manager"
+	"github.com/vbcache/vbcache/internal/manager/mgrclient"
 	"github.com/vbcache/vbcache/internal/vbmap"
 	"github.com/vbcache/vbcache/internal/vbucket"
 	"github.com/vbcache/vbcache/memcache"
@@ -31,21 +32,13 @@ const smallVBuckets = 256
 var vb256 = []string{"--vbuckets", fmt.Sprint(smallVBuckets)}
 
 // mapView is GET /map.
-type mapView struct {
-	Rev      int64    `json:"rev"`
-	Servers  []string `json:"servers"`
-	Map      [][]int  `json:"vBucketMap"`
-	Forward  [][]int  `json:"vBucketMapForward"`
-	Replicas int      `json:"replicas"`
-}
+type mapView mgrclient.Map
 
 func (m mgr) getMap() mapView {
 	m.t.Helper()
-	var v mapView
-	if err := m.call("GET", "/map", nil, &v); err != nil {
-		m.t.Fatal(err)
-	}
-	return v
+	v, err := m.api().Map(context.Background())
+	m.must(err)
+	return mapView(v)
 }
 
 // activeOn returns the address of vb's active copy in the map ("" for none).
@@ -429,8 +422,7 @@ func (m mgr) waitRebalanceSince(since time.Time, limit time.Duration) *manager.R
 	m.t.Helper()
 	deadline := time.Now().Add(limit)
 	for {
-		var s manager.Status
-		err := m.call("GET", "/status", nil, &s)
+		s, err := m.tryStatus()
 		if r := s.Rebalance; err == nil && r != nil && !r.Started.Before(since) && !r.Running {
 			if r.Err != "" {
 				m.t.Fatalf("rebalance failed: %s", r.Err)

@@ -3,7 +3,6 @@ package lifecycle
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/manager"
+	"github.com/vbcache/vbcache/internal/manager/mgrclient"
 	"github.com/vbcache/vbcache/internal/vbmap"
 	"github.com/vbcache/vbcache/internal/vbucket"
 )
@@ -159,17 +159,17 @@ func pausedNodeServesNothing(t *testing.T, flags []string) {
 	l.stop()
 }
 
+// managerAt is a client of the manager on port; each request may take
+// 10 s.
+func managerAt(port int) *mgrclient.Client {
+	return &mgrclient.Client{Base: fmt.Sprintf("http://127.0.0.1:%d", port), HTTP: &http.Client{Timeout: 10 * time.Second}}
+}
+
 // leaseOf returns the manager's view of node's lease, from its status.
 func leaseOf(t *testing.T, port int, node string) *manager.LeaseStatus {
 	t.Helper()
-	hc := &http.Client{Timeout: 10 * time.Second}
-	resp, err := hc.Get(fmt.Sprintf("http://127.0.0.1:%d/status", port))
+	st, err := managerAt(port).Status(context.Background())
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var st manager.Status
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range st.Nodes {
@@ -183,13 +183,7 @@ func leaseOf(t *testing.T, port int, node string) *manager.LeaseStatus {
 // managerConfig fetches the cluster config from the manager on port.
 func managerConfig(t *testing.T, port int) *vbmap.Config {
 	t.Helper()
-	hc := &http.Client{Timeout: 10 * time.Second}
-	resp, err := hc.Get(fmt.Sprintf("http://127.0.0.1:%d/pools/default/b/default", port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
+	b, err := managerAt(port).Config(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

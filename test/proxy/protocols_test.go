@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"regexp"
@@ -75,8 +74,7 @@ func startSmallCluster(t *testing.T) string {
 	m := mgr{t: t, url: nodeproc.StartManager(t, vbcacheBin, nil, append(etcdFlags(t), vb...)...).URL()}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		var s status
-		if m.call("GET", "/status", nil, &s) == nil && s.Leader != "" {
+		if s, err := m.api().Status(context.Background()); err == nil && s.Leader != "" {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -86,7 +84,7 @@ func startSmallCluster(t *testing.T) string {
 	}
 	for range 2 {
 		n := nodeproc.Start(t, nodeproc.Vbcache, vbcacheBin, append(vb, "-m", "64")...)
-		if err := m.call("POST", "/nodes", url.Values{"node": {n.Addr}}, nil); err != nil {
+		if err := m.api().AddNode(context.Background(), n.Addr); err != nil {
 			t.Fatal(err)
 		}
 	}

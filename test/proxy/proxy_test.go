@@ -7,12 +7,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vbcache/vbcache/internal/manager/mgrclient"
 	"github.com/vbcache/vbcache/memcache"
 	"github.com/vbcache/vbcache/test/nodeproc"
 )
@@ -508,50 +507,25 @@ func TestProxyUpstreamKilled(t *testing.T) {
 	l.expect("set "+live+" 0 0 2\r\nl2\r\n", "STORED")
 }
 
-// mgr is a manager's HTTP API.
+// mgr is a manager's HTTP API for a test.
 type mgr struct {
 	t   *testing.T
 	url string
 }
 
-func (m mgr) call(method, path string, q url.Values, out any) error {
-	u := m.url + path
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
-	req, _ := http.NewRequest(method, u, nil)
-	resp, err := (&http.Client{Timeout: 60 * time.Second}).Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, b)
-	}
-	if out != nil {
-		return json.Unmarshal(b, out)
-	}
-	return nil
-}
-
-type status struct {
-	Leader    string `json:"leader"`
-	Rebalance *struct {
-		Running bool   `json:"running"`
-		Err     string `json:"err"`
-	} `json:"rebalance"`
+// api is a client of the manager; each request may take a minute.
+func (m mgr) api() *mgrclient.Client {
+	return &mgrclient.Client{Base: m.url, HTTP: &http.Client{Timeout: 60 * time.Second}}
 }
 
 func (m mgr) rebalance(limit time.Duration) {
 	m.t.Helper()
-	if err := m.call("POST", "/rebalance", nil, nil); err != nil {
+	if err := m.api().StartRebalance(context.Background()); err != nil {
 		m.t.Fatal(err)
 	}
 	deadline := time.Now().Add(limit)
 	for {
-		var s status
-		if err := m.call("GET", "/status", nil, &s); err == nil && s.Rebalance != nil && !s.Rebalance.Running {
+		if s, err := m.api().Status(context.Background()); err == nil && s.Rebalance != nil && !s.Rebalance.Running {
 			if s.Rebalance.Err != "" {
 				m.t.Fatalf("rebalance: %s", s.Rebalance.Err)
 			}
@@ -601,8 +575,7 @@ func TestProxyClusterClients(t *testing.T) {
 		"--replicas", "1", "--failover-after", "2s")...).URL()}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		var s status
-		if m.call("GET", "/status", nil, &s) == nil && s.Leader != "" {
+		if s, err := m.api().Status(context.Background()); err == nil && s.Leader != "" {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -615,7 +588,7 @@ func TestProxyClusterClients(t *testing.T) {
 		nodes = append(nodes, nodeproc.Start(t, nodeproc.Vbcache, vbcacheBin, append(vb, "-m", "64", "--sync-replication")...))
 	}
 	for _, n := range nodes[:3] {
-		if err := m.call("POST", "/nodes", url.Values{"node": {n.Addr}}, nil); err != nil {
+		if err := m.api().AddNode(context.Background(), n.Addr); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -656,7 +629,7 @@ func TestProxyClusterClients(t *testing.T) {
 		return present(t, ctl, loadKeys) == len(loadKeys)
 	})
 	start := time.Now()
-	if err := m.call("POST", "/nodes", url.Values{"node": {nodes[3].Addr}}, nil); err != nil {
+	if err := m.api().AddNode(context.Background(), nodes[3].Addr); err != nil {
 		t.Fatal(err)
 	}
 	m.rebalance(60 * time.Second)
