@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"strings"
 )
 
 // versionOverride is set at link time: -ldflags "-X main.versionOverride=1.2.3".
@@ -76,6 +77,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "vbcache: unknown command %q\n\n", args[0])
 	usage(stderr)
 	return 2
+}
+
+// splitList splits a comma-separated flag value, dropping blanks around
+// and between the items.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func lookupCommand(name string) *command {

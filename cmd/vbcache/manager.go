@@ -150,13 +150,3 @@ func runManager(ctx context.Context, f managerFlags, logger *log.Logger, ready c
 	}
 	return nil
 }
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -105,11 +104,7 @@ Flags:
 	if fs.NArg() > 0 {
 		return bad("unexpected argument %q", fs.Arg(0))
 	}
-	for _, n := range strings.Split(nodes, ",") {
-		if n = strings.TrimSpace(n); n != "" {
-			cfg.Nodes = append(cfg.Nodes, n)
-		}
-	}
+	cfg.Nodes = splitList(nodes)
 	switch {
 	case len(cfg.Nodes) < 2:
 		return bad("--nodes needs at least two nodes")

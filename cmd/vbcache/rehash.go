@@ -4,7 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/vbcache/vbcache/internal/placement"
 )
@@ -39,8 +38,8 @@ func runRehash(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "vbcache rehash: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	cfg := placement.RehashConfig{Keys: split(*keys), Servers: split(*servers), Add: split(*add),
-		RandomKeys: *random, Seed: *seed, Distributions: split(*dists), VBuckets: *vbuckets}
+	cfg := placement.RehashConfig{Keys: splitList(*keys), Servers: splitList(*servers), Add: splitList(*add),
+		RandomKeys: *random, Seed: *seed, Distributions: splitList(*dists), VBuckets: *vbuckets}
 	if *random == 0 {
 		cfg.RandomKeys = -1
 	}
@@ -59,14 +58,4 @@ func runRehash(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-func split(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
 }
