@@ -2,7 +2,9 @@
 // memcached-compatible cache node, and later subcommands (manager, proxy,
 // local, bench, ctl, rehash) run the other pieces. Each subcommand turns
 // its flags into its package's Config and does nothing else (STYLE.md,
-// habit 15).
+// habit 15): "vbcache server" has internal/server/cmdline read memcached's
+// command line, and the manager's subcommands of "vbcache ctl" talk to the
+// manager through internal/manager/mgrclient.
 package main
 
 import (

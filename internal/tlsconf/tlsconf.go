@@ -1,10 +1,10 @@
 // Package tlsconf turns memcached's TLS settings (-Z with the -o ssl_*
 // options) into a *tls.Config for vbcache's listeners.
 //
-// Data flow: cmd/vbcache fills an Options from the command line; New reads
-// the certificate chain, the private key and the client CA file once, at
-// start-up, and returns a Reloader. The Reloader's Config is what the
-// server listens with. Its certificate (and client CA pool) live behind an
+// Data flow: internal/server/cmdline fills an Options from the command
+// line; New reads the certificate chain, the private key and the client
+// CA file once, at start-up, and returns a Reloader. The Reloader's Config
+// is what the server listens with. Its certificate (and client CA pool) live behind an
 // atomic pointer, so Reload, which memcached's "refresh_certs" command
 // will call, swaps them for new connections without a lock and without
 // touching connections already established. A failed Reload keeps the
