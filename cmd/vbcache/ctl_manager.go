@@ -78,28 +78,28 @@ func ctlOneNode(name, usage string, args []string, stderr io.Writer) (base, node
 }
 
 func ctlAddNode(args []string, stdout, stderr io.Writer) int {
-	base, node, st, done := ctlOneNode("add-node", "[--manager URL] HOST:PORT", args, stderr)
-	if done {
-		return st
-	}
-	if err := ctlManager(base).AddNode(context.Background(), node); err != nil {
-		fmt.Fprintf(stderr, "vbcache ctl add-node: %v\n", err)
-		return 1
-	}
-	fmt.Fprintf(stdout, "%s is a member; \"vbcache ctl rebalance\" gives it vbuckets\n", node)
-	return 0
+	return ctlMembership("add-node", (*mgrclient.Client).AddNode,
+		"%s is a member; \"vbcache ctl rebalance\" gives it vbuckets\n", args, stdout, stderr)
 }
 
 func ctlRemoveNode(args []string, stdout, stderr io.Writer) int {
-	base, node, st, done := ctlOneNode("remove-node", "[--manager URL] HOST:PORT", args, stderr)
-	if done {
+	return ctlMembership("remove-node", (*mgrclient.Client).RemoveNode,
+		"%s is no longer a member; \"vbcache ctl rebalance\" moves its vbuckets away\n", args, stdout, stderr)
+}
+
+// ctlMembership is add-node or remove-node: change, then done (a format
+// for the node) on stdout.
+func ctlMembership(name string, change func(*mgrclient.Client, context.Context, string) error, done string,
+	args []string, stdout, stderr io.Writer) int {
+	base, node, st, exit := ctlOneNode(name, "[--manager URL] HOST:PORT", args, stderr)
+	if exit {
 		return st
 	}
-	if err := ctlManager(base).RemoveNode(context.Background(), node); err != nil {
-		fmt.Fprintf(stderr, "vbcache ctl remove-node: %v\n", err)
+	if err := change(ctlManager(base), context.Background(), node); err != nil {
+		fmt.Fprintf(stderr, "vbcache ctl %s: %v\n", name, err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s is no longer a member; \"vbcache ctl rebalance\" moves its vbuckets away\n", node)
+	fmt.Fprintf(stdout, done, node)
 	return 0
 }
 
