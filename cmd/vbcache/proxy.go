@@ -43,9 +43,14 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	}
 	load := func() (*proxy.Config, error) {
 		if *file != "" {
-			return proxy.LoadConfig(*file)
+			cfg, err := proxy.LoadConfig(*file)
+			if cfg != nil {
+				comparisons(cfg)
+			}
+			return cfg, err
 		}
 		cfg := &proxy.Config{Listen: *listen, Timeout: *timeout}
+		comparisons(cfg)
 		switch {
 		case *cluster != "":
 			cfg.Cluster = &proxy.ClusterConfig{Nodes: splitList(*cluster)}
@@ -72,6 +77,14 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// comparisons sets the proxy's choices for comparisons and tests from the
+// environment: VBCACHE_NOLOOP=1 (no event loops) and VBCACHE_NOHOLD=1 (no
+// request hold), as docs/PERFORMANCE.md and test/run.sh use them.
+func comparisons(cfg *proxy.Config) {
+	cfg.NoEventLoops = os.Getenv("VBCACHE_NOLOOP") != ""
+	cfg.NoRequestHold = os.Getenv("VBCACHE_NOHOLD") != ""
 }
 
 // serveProxy runs a proxy until ctx ends, reloading on SIGHUP and, when

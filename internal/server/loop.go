@@ -50,9 +50,9 @@ import (
 // tested behaviour. Detaching is rare on a data connection; control
 // connections (the manager's, streams) detach on their first such command.
 //
-// TLS connections keep a goroutine each. Config.NoEventLoops, or
-// VBCACHE_NOLOOP=1 in the environment, turns the loops off altogether, for
-// comparisons (docs/PERFORMANCE.md).
+// TLS connections keep a goroutine each. Config.NoEventLoops
+// (VBCACHE_NOLOOP=1 in vbcache server's environment) turns the loops off
+// altogether, for comparisons (docs/PERFORMANCE.md).
 //
 // With an idle timeout (-o idle_timeout) a loop sweeps its connections
 // every quarter of the timeout (at most every second), as memcached's
@@ -106,7 +106,7 @@ func (s *Server) loopsWanted() int {
 // known once the listeners are open). A loop that cannot be created is
 // left out: its connections get goroutines.
 func (s *Server) makeLoops() {
-	if s.cfg.NoEventLoops || os.Getenv("VBCACHE_NOLOOP") != "" {
+	if s.cfg.NoEventLoops {
 		return
 	}
 	for range s.loopsWanted() {

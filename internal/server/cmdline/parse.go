@@ -11,7 +11,8 @@ import (
 )
 
 // Parse reads memcached-style flags into Options. getenv supplies the
-// environment (MEMCACHED_PORT_FILENAME, MEMCACHED_SASL_PWDB). It stops at
+// environment (MEMCACHED_PORT_FILENAME, MEMCACHED_SASL_PWDB, and vbcache's
+// VBCACHE_NOLOOP=1, Config.NoEventLoops, for comparisons). It stops at
 // the first -h, -V or -i, as memcached does, returning that Action. The
 // returned error is an *ExitError. For ActionRun the caller prints
 // Warnings and then calls Finish.
@@ -22,6 +23,7 @@ func Parse(args []string, getenv func(string) string) (*Options, error) {
 	o.Config.SlabReassign = true
 	o.lruMaintain = true
 	o.Config.PortFile = getenv("MEMCACHED_PORT_FILENAME")
+	o.Config.NoEventLoops = getenv("VBCACHE_NOLOOP") != ""
 	o.saslPWDB = getenv(saslPWDBEnv)
 
 	for i := 0; i < len(args); i++ {
