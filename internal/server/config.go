@@ -19,8 +19,8 @@ const (
 )
 
 // Config is a node's configuration. Zero values mean memcached's defaults;
-// cmd/vbcache turns memcached's command-line flags into this struct and does
-// nothing else. Validate reports invalid combinations with the wording
+// internal/server/cmdline turns memcached's command-line flags into this
+// struct. Validate reports invalid combinations with the wording
 // memcached uses at start-up.
 type Config struct {
 	Port           int           // -p TCP port (11211); 0 disables TCP; -1 picks an ephemeral port

@@ -3,9 +3,10 @@ package server
 // This file fills in Config's defaults and checks a Config the way
 // memcached 1.6.18 checks its settings at start-up, with memcached's own
 // wording so that scripts and people who know memcached recognise the
-// failures. Flag syntax (getopt, "-I 2m", "-o key=value") is cmd/vbcache's
-// business; here we only see the resulting struct, in which a zero value
-// means "the default" (so "-c 0" is caught by cmd before it gets here).
+// failures. Flag syntax (getopt, "-I 2m", "-o key=value") is
+// internal/server/cmdline's business; here we only see the resulting
+// struct, in which a zero value means "the default" (so "-c 0" is caught
+// by cmdline before it gets here).
 
 import (
 	"errors"
@@ -58,7 +59,7 @@ const (
 // It fills the store's sizing fields too, because Validate checks them
 // against each other. Fields whose default is "on" (MaxConnsFast,
 // LRUCrawler, SlabReassign) cannot be told apart from "off" and are left
-// alone: the caller sets them (cmd/vbcache starts from on).
+// alone: the caller sets them (cmdline starts from on).
 func (c *Config) SetDefaults() {
 	if c.Port == 0 && !c.PortSet {
 		c.Port = 11211
