@@ -146,6 +146,21 @@ type ploop struct {
 	now      time.Time
 }
 
+// loopConn is the loop's state of a client connection (conn) while a loop
+// serves it: lp is nil off a loop, when nc is set. Only the loop's
+// goroutine uses these.
+type loopConn struct {
+	lp                       *ploop
+	lfd                      int
+	lconnIx                  int
+	lgen                     *upstream // the upstream of the requests in lq
+	lq                       []*lreq   // requests in order, from lqh
+	lqh                      int
+	lwait                    uint8
+	lhup, lunread, lwblocked bool
+	linRQ, linCQ, linDQ      bool
+}
+
 // lup is one connection from a loop to one server.
 type lup struct {
 	u          *upstream // the generation it serves

@@ -137,7 +137,7 @@ func (p *Proxy) Serve(ln net.Listener) error {
 			}
 			return err
 		}
-		c := &conn{p: p, nc: nc, rbuf: make([]byte, readBufSize), raw: rawio.Conn(nc), rawFD: -1}
+		c := &conn{p: p, nc: nc, rbuf: make([]byte, readBufSize), goConn: goConn{raw: rawio.Conn(nc), rawFD: -1}}
 		c.rawFn = c.rawStep
 		c.async.settled = make(chan struct{}, 1)
 		c.async.writeFn = c.writeAsync
@@ -243,24 +243,19 @@ func (p *Proxy) acquire() *upstream {
 	}
 }
 
-// conn is one client connection, served by one goroutine: it reads
-// requests, runs each against the upstream in order (the upstream client
-// pipelines the requests of every connection over its few connections per
-// server) and writes the replies, flushing when the input is drained.
-// Requests of one connection run one at a time, so a pipelined
-// "set k … / get k" sees its own write.
+// conn is one client connection. What every path uses is here: the
+// socket's buffers, the request being parsed and how to answer it. The
+// state of each path is a type of its own, embedded: loopConn while an
+// event loop serves the connection (loop.go), goConn once a goroutine of
+// its own does (below), asyncState for that goroutine's requests on the
+// fast path (async.go) and getScratch for its plain path's multi-key
+// gets.
 type conn struct {
-	p  *Proxy
-	nc net.Conn
-	// raw is nc's raw socket when nc is a plain one (serveRaw drives it);
-	// rawFn is c.rawStep bound once, rawErr the error that ended it.
-	raw    syscall.RawConn
-	rawFn  func(fd uintptr) bool
-	rawErr error
-	rawFD  int    // the raw socket's descriptor while rawStep serves it, else -1
-	rbuf   []byte // unread input is rbuf[r:w]
-	r, w   int
-	out    []byte
+	p    *Proxy
+	nc   net.Conn
+	rbuf []byte // unread input is rbuf[r:w]
+	r, w int
+	out  []byte
 
 	mode    uint8                // 0 unknown, 1 text, 2 binary
 	req     protocol.TextRequest // the text command being served
@@ -268,25 +263,34 @@ type conn struct {
 	close   bool
 	swallow int
 
-	// On an event loop (loop.go), the loop's state of the connection: lp
-	// is nil off a loop, when nc is set. Only the loop's goroutine uses
-	// these.
-	lp                       *ploop
-	lfd                      int
-	lconnIx                  int
-	lgen                     *upstream // the upstream of the requests in lq
-	lq                       []*lreq   // requests in order, from lqh
-	lqh                      int
-	lwait                    uint8
-	lhup, lunread, lwblocked bool
-	linRQ, linCQ, linDQ      bool
-	resumed                  bool // detached with input or replies left: serve them first
+	loopConn
+	goConn
+	async asyncState // the requests on the fast path (async.go)
+	getScratch
+}
 
-	rc    reqCtx        // the upstream requests' context
-	item  memcache.Item // a storage command's item, reused
-	async asyncState    // the requests on the fast path (async.go)
+// goConn is the state of a connection served by a goroutine of its own
+// (serve): it reads requests, runs each against the upstream in order
+// (the upstream client pipelines the requests of every connection over
+// its few connections per server) and writes the replies, flushing when
+// the input is drained. Requests of one connection run one at a time, so
+// a pipelined "set k … / get k" sees its own write.
+type goConn struct {
+	// raw is nc's raw socket when nc is a plain one (serveRaw drives it);
+	// rawFn is c.rawStep bound once, rawErr the error that ended it.
+	raw     syscall.RawConn
+	rawFn   func(fd uintptr) bool
+	rawErr  error
+	rawFD   int  // the raw socket's descriptor while rawStep serves it, else -1
+	resumed bool // detached with input or replies left: serve them first
 
-	// Scratch space of multi-key gets, reused from request to request.
+	rc   reqCtx        // the upstream requests' context
+	item memcache.Item // a storage command's item, reused
+}
+
+// getScratch is the plain path's space for multi-key gets (text.go's
+// get), reused from request to request.
+type getScratch struct {
 	keys   []string   // the keys, substrings of one string
 	keyEnd []int      // where each key ends in kb
 	kb     []byte     // the keys' bytes, back to back
