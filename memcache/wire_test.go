@@ -238,3 +238,63 @@ func TestBinaryAllocs(t *testing.T) {
 		}
 	}
 }
+
+// TestTextAllocs: parsing the text replies that carry no new value (a
+// store's, a miss, a counter, a multi-get's hits into a reused arena)
+// allocates nothing.
+func TestTextAllocs(t *testing.T) {
+	for name, c := range map[string]struct {
+		o  *op
+		in string
+	}{
+		"store":   {&op{kind: opStore}, "STORED\r\n"},
+		"missing": {&op{kind: opStore}, "NOT_FOUND\r\n"},
+		"delete":  {&op{kind: opDelete}, "DELETED\r\n"},
+		"incr":    {&op{kind: opIncr}, "42  \r\n"},
+		"miss":    {&op{kind: opGet, key: "key"}, "END\r\n"},
+		"multi": {&op{kind: opMulti, keys: []string{"a", "bc"}, arena: make([]byte, 0, 64), items: make([]Item, 0, 2)},
+			"VALUE a 7 2 1\r\nxy\r\nVALUE bc 0 0\r\n\r\nEND\r\n"},
+	} {
+		o, in := c.o, []byte(c.in)
+		if n := testing.AllocsPerRun(100, func() {
+			o.items, o.arena, o.err, o.next = o.items[:0], o.arena[:0], nil, 0
+			if n, done, err := o.parseText(in); n != len(in) || !done || err != nil {
+				t.Fatalf("%s: parseText %d %v %v", name, n, done, err)
+			}
+		}); n != 0 {
+			t.Errorf("parseText %s: %.1f allocations", name, n)
+		}
+	}
+}
+
+// BenchmarkParseText measures the text reply parser alone: a store's
+// reply, and a ten-key multi-get's hits into a reused arena.
+func BenchmarkParseText(b *testing.B) {
+	var multi strings.Builder
+	keys := make([]string, 10)
+	for i := range keys {
+		keys[i] = "bench:" + strings.Repeat("1", i+1)
+		multi.WriteString("VALUE " + keys[i] + " 0 100 12345\r\n" + strings.Repeat("v", 100) + "\r\n")
+	}
+	multi.WriteString("END\r\n")
+	for _, c := range []struct {
+		name string
+		o    *op
+		in   []byte
+	}{
+		{"store", &op{kind: opStore}, []byte("STORED\r\n")},
+		{"multi10", &op{kind: opMulti, keys: keys, arena: make([]byte, 0, 4096), items: make([]Item, 0, 10)}, []byte(multi.String())},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			o := c.o
+			b.ReportAllocs()
+			b.SetBytes(int64(len(c.in)))
+			for b.Loop() {
+				o.items, o.arena, o.err, o.next = o.items[:0], o.arena[:0], nil, 0
+				if n, done, err := o.parseText(c.in); n != len(c.in) || !done || err != nil {
+					b.Fatalf("parseText %d %v %v", n, done, err)
+				}
+			}
+		})
+	}
+}
