@@ -29,12 +29,13 @@
 //
 // Requests are encoded into the connection's reusable write buffer and
 // responses parsed out of its read buffer, with hand-written encoders and
-// parsers (no fmt, no bufio line copies). Requests travel in pooled op
-// structs. A Get allocates the Item and its Value; a Set allocates
-// nothing: the Item is encoded before Set returns, and the caller may
-// reuse it and its Value at once. GetMulti allocates one Item array and a
-// few value buffers per server; the returned Items' Values are slices of
-// those buffers (each capped at its length).
+// parsers (no fmt, no bufio line copies); the grammar of text replies and
+// the binary header codec are internal/protocol's (op.go, binary.go).
+// Requests travel in pooled op structs. A Get allocates the Item and its
+// Value; a Set allocates nothing: the Item is encoded before Set returns,
+// and the caller may reuse it and its Value at once. GetMulti allocates
+// one Item array and a few value buffers per server; the returned Items'
+// Values are slices of those buffers (each capped at its length).
 //
 // # Errors
 //

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/vbcache/vbcache/internal/protocol"
 )
 
 // opKind is the command an op carries.
@@ -269,28 +271,15 @@ func line(b []byte) (l []byte, n int, err error) {
 	return b[:i-1], i + 1, nil
 }
 
-var (
-	respValue     = []byte("VALUE ")
-	respEnd       = []byte("END")
-	respStored    = []byte("STORED")
-	respNotStored = []byte("NOT_STORED")
-	respExists    = []byte("EXISTS")
-	respNotFound  = []byte("NOT_FOUND")
-	respDeleted   = []byte("DELETED")
-	respTouched   = []byte("TOUCHED")
-	respOK        = []byte("OK")
-	respVersion   = []byte("VERSION")
-)
-
-// answerLine turns an error line into an answer: SERVER_ERROR,
+// answerLine turns an error line (of kind k) into an answer: SERVER_ERROR,
 // CLIENT_ERROR, ERROR. It returns nil for other lines.
-func answerLine(l []byte) error {
-	switch {
-	case bytes.HasPrefix(l, []byte("SERVER_ERROR")):
+func answerLine(k protocol.ReplyKind, l []byte) error {
+	switch k {
+	case protocol.ReplyServerError:
 		return &serverError{msg: "server error: " + string(bytes.TrimSpace(l[len("SERVER_ERROR"):])), isServer: true}
-	case bytes.HasPrefix(l, []byte("CLIENT_ERROR")):
+	case protocol.ReplyClientError:
 		return &serverError{msg: "client error: " + string(bytes.TrimSpace(l[len("CLIENT_ERROR"):]))}
-	case bytes.Equal(l, []byte("ERROR")):
+	case protocol.ReplyError:
 		return &serverError{msg: "server replied ERROR (unknown command)"}
 	}
 	return nil
@@ -305,61 +294,62 @@ func (o *op) parseText(b []byte) (int, bool, error) {
 	if n == 0 {
 		return 0, false, err
 	}
-	if e := answerLine(l); e != nil {
+	k := protocol.ClassifyReply(l)
+	if e := answerLine(k, l); e != nil {
 		o.err = e
 		return n, true, nil
 	}
 	switch o.kind {
 	case opStore:
-		switch {
-		case bytes.Equal(l, respStored):
-		case bytes.Equal(l, respNotStored):
+		switch k {
+		case protocol.ReplyStored:
+		case protocol.ReplyNotStored:
 			o.err = ErrNotStored
-		case bytes.Equal(l, respExists):
+		case protocol.ReplyExists:
 			o.err = ErrCASConflict
-		case bytes.Equal(l, respNotFound):
+		case protocol.ReplyNotFound:
 			o.err = ErrCacheMiss
 		default:
 			return 0, false, badResponse("store reply", l)
 		}
 	case opDelete:
-		o.err = expect(l, respDeleted)
+		o.err = expect(k, l, protocol.ReplyDeleted)
 	case opTouch:
-		o.err = expect(l, respTouched)
+		o.err = expect(k, l, protocol.ReplyTouched)
 	case opIncr, opDecr:
-		if bytes.Equal(l, respNotFound) {
+		if k == protocol.ReplyNotFound {
 			o.err = ErrCacheMiss
 			break
 		}
-		v, ok := parseUint(bytes.TrimRight(l, " "))
+		v, ok := protocol.ParseIncrReply(l)
 		if !ok {
 			return 0, false, badResponse("incr/decr reply", l)
 		}
 		o.n = v
 	case opFlush:
-		if !bytes.Equal(l, respOK) {
+		if k != protocol.ReplyOK {
 			return 0, false, badResponse("flush_all reply", l)
 		}
 	case opVersion:
-		if !bytes.HasPrefix(l, respVersion) {
+		if k != protocol.ReplyVersion {
 			return 0, false, badResponse("version reply", l)
 		}
 	}
 	return n, true, nil
 }
 
-// expect maps want to nil and NOT_FOUND to ErrCacheMiss.
-func expect(l, want []byte) error {
-	switch {
-	case bytes.Equal(l, want):
+// expect maps a line l of kind want to nil and NOT_FOUND to ErrCacheMiss.
+func expect(k protocol.ReplyKind, l []byte, want protocol.ReplyKind) error {
+	switch k {
+	case want:
 		return nil
-	case bytes.Equal(l, respNotFound):
+	case protocol.ReplyNotFound:
 		return ErrCacheMiss
 	}
 	return &serverError{msg: "unexpected reply " + strconv.Quote(string(l))}
 }
 
-// parseTextValues reads VALUE blocks up to END:
+// parseTextValues reads VALUE blocks up to END (protocol.ParseValueLine):
 //
 //	VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n … END\r\n
 func (o *op) parseTextValues(b []byte) (int, bool, error) {
@@ -369,32 +359,33 @@ func (o *op) parseTextValues(b []byte) (int, bool, error) {
 		if n == 0 {
 			return consumed, false, err
 		}
-		if bytes.Equal(l, respEnd) {
+		switch k := protocol.ClassifyReply(l); k {
+		case protocol.ReplyEnd:
 			if (o.kind == opGet || o.kind == opGat) && !o.got {
 				o.err = ErrCacheMiss
 			}
 			return consumed + n, true, nil
-		}
-		if !bytes.HasPrefix(l, respValue) {
-			if e := answerLine(l); e != nil {
+		case protocol.ReplyValue:
+		default:
+			if e := answerLine(k, l); e != nil {
 				o.err = e
 				return consumed + n, true, nil
 			}
 			return 0, false, badResponse("get reply", l)
 		}
-		key, flags, size, cas, ok := scanValueLine(l[len(respValue):])
+		v, ok := protocol.ParseValueLine(l)
 		if !ok {
 			return 0, false, badResponse("VALUE line", l)
 		}
-		end := consumed + n + size + 2
+		end := consumed + n + v.Size + 2
 		if end > len(b) {
 			return consumed, false, nil // wait for the whole block
 		}
-		data := b[consumed+n : consumed+n+size]
+		data := b[consumed+n : consumed+n+v.Size]
 		if b[end-2] != '\r' || b[end-1] != '\n' {
 			return 0, false, badResponse("value not ended by \\r\\n", l)
 		}
-		if err := o.gotValue(key, flags, cas, data); err != nil {
+		if err := o.gotValue(v.Key, v.Flags, v.CAS, data); err != nil {
 			return 0, false, err
 		}
 		consumed = end
@@ -466,56 +457,4 @@ func (o *op) carve(data []byte) []byte {
 	s := len(o.arena)
 	o.arena = append(o.arena, data...)
 	return o.arena[s:len(o.arena):len(o.arena)]
-}
-
-// scanValueLine parses "<key> <flags> <bytes>[ <cas>]".
-func scanValueLine(l []byte) (key []byte, flags uint32, size int, cas uint64, ok bool) {
-	var f [4][]byte
-	nf := 0
-	for len(l) > 0 && nf < 4 {
-		i := bytes.IndexByte(l, ' ')
-		if i < 0 {
-			f[nf], l = l, nil
-		} else {
-			f[nf], l = l[:i], l[i+1:]
-		}
-		if len(f[nf]) > 0 {
-			nf++
-		}
-	}
-	if nf < 3 || len(l) > 0 {
-		return nil, 0, 0, 0, false
-	}
-	fl, ok1 := parseUint(f[1])
-	sz, ok2 := parseUint(f[2])
-	if !ok1 || !ok2 || fl > 1<<32-1 || sz > 1<<31 {
-		return nil, 0, 0, 0, false
-	}
-	if nf == 4 {
-		c, ok3 := parseUint(f[3])
-		if !ok3 {
-			return nil, 0, 0, 0, false
-		}
-		cas = c
-	}
-	return f[0], uint32(fl), int(sz), cas, true
-}
-
-// parseUint parses a decimal uint64 without allocating.
-func parseUint(b []byte) (uint64, bool) {
-	if len(b) == 0 || len(b) > 20 {
-		return 0, false
-	}
-	var v uint64
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		d := uint64(c - '0')
-		if v > (1<<64-1-d)/10 {
-			return 0, false
-		}
-		v = v*10 + d
-	}
-	return v, true
 }
