@@ -34,7 +34,9 @@ import (
 // wake-up were the proxy's largest cost after the system calls
 // (docs/PERFORMANCE.md). The answers to gets and storage commands are
 // forwarded as the server sent them, so the client sees what memcached
-// said, byte for byte.
+// said, byte for byte. A get's answer is read with internal/protocol's
+// reply grammar, the one the Go client reads it with, to find where it
+// ends and which key a value is for.
 //
 // A server connection that has requests in flight holds new ones back
 // until the server's next answer arrives, and then writes all of them in
@@ -74,9 +76,10 @@ import (
 // requests in flight on the old one waits for their answers first, and
 // the old connections close once they have answered. A server
 // connection that fails (connect refused, reset, a timeout: no answer
-// within Config.Timeout of the request or of its previous answer) fails
-// every request in flight on it with memcached's SERVER_ERROR, as
-// twemproxy does, and is reported to the selector (auto_eject_hosts).
+// within Config.Timeout of the request or of its previous answer, or an
+// answer the reply grammar refuses) fails every request in flight on it
+// with memcached's SERVER_ERROR, as twemproxy does, and is reported to
+// the selector (auto_eject_hosts).
 //
 // An idle loop parks in the runtime poller, which watches its epoll set
 // as one more descriptor (as the node's loops do, internal/server), with
@@ -1188,6 +1191,9 @@ func (l *ploop) readUp(up *lup) {
 var errUpstreamProtocol = errors.New("memcache: unexpected answer from the server")
 
 // parseUp matches the answers buffered on up to its requests in order.
+// The answers to storage commands are forwarded whatever they say; a
+// get's are read with internal/protocol's reply grammar, and anything it
+// refuses fails the server connection.
 func (l *ploop) parseUp(up *lup) error {
 	progressed := false
 	for up.qh < len(up.q) {
@@ -1211,13 +1217,17 @@ func (l *ploop) parseUp(up *lup) error {
 			progressed = true
 			continue
 		}
-		switch {
-		case bytes.HasPrefix(line, []byte("VALUE ")):
-			size, ok := valueSize(line)
+		if nl == 0 || data[nl-1] != '\r' {
+			return errUpstreamProtocol
+		}
+		text := data[:nl-1]
+		switch k := protocol.ClassifyReply(text); {
+		case k == protocol.ReplyValue:
+			v, ok := protocol.ParseValueLine(text)
 			if !ok {
 				return errUpstreamProtocol
 			}
-			total := nl + 1 + size + 2
+			total := nl + 1 + v.Size + 2
 			if len(data) < total {
 				if total > len(up.rbuf) {
 					nb := make([]byte, total+readBufSize)
@@ -1234,16 +1244,16 @@ func (l *ploop) parseUp(up *lup) error {
 				if !r.split {
 					r.out = append(r.out, data[:total]...)
 					r.hits++
-				} else if !l.keep(r, f, line, data[:total]) {
+				} else if !l.keep(r, f, v.Key, data[:total]) {
 					return errUpstreamProtocol
 				}
 			}
 			up.r += total
-		case string(line) == "END\r\n":
+		case k == protocol.ReplyEnd:
 			up.r += nl + 1
 			l.fragOK(up, f)
 			progressed = true
-		case bytes.HasPrefix(line, []byte("SERVER_ERROR")) || bytes.HasPrefix(line, []byte("CLIENT_ERROR")) || string(line) == "ERROR\r\n":
+		case k.IsError():
 			up.r += nl + 1
 			r.fail(string(protocol.TrimLine(line[:len(line)-1])))
 			l.fragOK(up, f)
@@ -1262,26 +1272,10 @@ func (l *ploop) parseUp(up *lup) error {
 	return nil
 }
 
-// valueSize parses the byte count of a VALUE line ("VALUE key flags
-// bytes [cas]\r\n").
-func valueSize(line []byte) (int, bool) {
-	var t protocol.Tokens
-	protocol.Tokenize(protocol.TrimLine(line[:len(line)-1]), &t)
-	if t.N != 5 && t.N != 6 {
-		return 0, false
-	}
-	v, ok := protocol.ParseUint32(t.T[3])
-	return int(v), ok
-}
-
 // keep stores a split get's VALUE block under the key it answers: the
 // server answers its fragment's keys in the order they were asked (misses
 // left out).
-func (l *ploop) keep(r *lreq, f *lfrag, line, block []byte) bool {
-	key := line[len("VALUE "):]
-	if i := bytes.IndexByte(key, ' '); i >= 0 {
-		key = key[:i]
-	}
+func (l *ploop) keep(r *lreq, f *lfrag, key, block []byte) bool {
 	for ; f.lo < f.hi; f.lo++ {
 		k := int(r.order[f.lo])
 		if bytes.Equal(r.key(k), key) {

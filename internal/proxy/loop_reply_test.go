@@ -93,6 +93,19 @@ func TestLoopParseUp(t *testing.T) {
 		{name: "bare-lf-end", keys: []string{"k"}, in: "END\n", bad: true},
 		{name: "answer-to-nothing", keys: []string{"k"}, in: "END\r\nEND\r\n", bad: true},
 		{name: "line-too-long", keys: []string{"k"}, in: "VALUE " + strings.Repeat("k", 2100), bad: true},
+		// The answers the loop forwarded until it read them with
+		// internal/protocol's reply grammar, as the Go client does:
+		// garbled, and now they fail the server connection.
+		{name: "bare-lf-value", keys: []string{"k"}, in: "VALUE k 0 1\nx\r\nEND\r\n", bad: true},
+		{name: "bare-lf-error", keys: []string{"k"}, in: "SERVER_ERROR out of memory\n", bad: true},
+		{name: "bad-flags", keys: []string{"k"}, in: "VALUE k x 1\r\nx\r\nEND\r\n", bad: true},
+		{name: "bad-cas", keys: []string{"k"}, in: "VALUE k 0 1 -2\r\nx\r\nEND\r\n", bad: true},
+		{name: "signed-size", keys: []string{"k"}, in: "VALUE k 0 +1\r\nx\r\nEND\r\n", bad: true},
+		{name: "size-past-32-bits", keys: []string{"k"}, in: "VALUE k 0 4294967297\r\nx\r\nEND\r\n", bad: true},
+		{name: "nul-after-size", keys: []string{"k"}, in: "VALUE k 0 1\x00z\r\nx\r\nEND\r\n", bad: true},
+		// And one it failed on: a split get's key after two spaces.
+		{name: "split-spaces-before-key", keys: []string{"a", "b"}, in: "VALUE  b 0 1\r\nx\r\nEND\r\n",
+			out: "VALUE  b 0 1\r\nx\r\nEND\r\n"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			x := newReplyFixture()
