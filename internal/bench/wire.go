@@ -131,12 +131,12 @@ func (w *wire) readReply(r *bufio.Reader, op opKind, keys []uint64) (reply, erro
 	switch w.proto {
 	case Text:
 		if op == opSet {
-			return w.readStatusLine(r, "STORED\r\n")
+			return w.readSetReply(r)
 		}
 		return w.readTextGet(r, keys)
 	case Meta:
 		if op == opSet {
-			return w.readStatusLine(r, "HD\r\n")
+			return w.readSetReply(r)
 		}
 		return w.readMetaGet(r, keys)
 	}
@@ -146,28 +146,44 @@ func (w *wire) readReply(r *bufio.Reader, op opKind, keys []uint64) (reply, erro
 	return w.readBinaryGet(r, keys)
 }
 
-// readLine returns the next line, '\n' included. The slice is valid until
-// the next read from r.
-func readLine(r *bufio.Reader) ([]byte, error) {
-	line, err := r.ReadSlice('\n')
+// readReplyLine returns the next line without its "\r\n" (the form
+// internal/protocol's reply grammar takes) and the line as read, both
+// valid until the next read from r. A line longer than r's buffer, or not
+// ended by "\r\n", is garbled.
+func readReplyLine(r *bufio.Reader) (text, line []byte, err error) {
+	line, err = r.ReadSlice('\n')
 	if err == bufio.ErrBufferFull {
-		return nil, fmt.Errorf("%w: line longer than %d bytes", errGarbled, r.Size())
+		return nil, nil, fmt.Errorf("%w: line longer than %d bytes", errGarbled, r.Size())
 	}
-	return line, err
+	if err != nil {
+		return nil, nil, err
+	}
+	text, ok := bytes.CutSuffix(line, crlf)
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: %q", errGarbled, line)
+	}
+	return text, line, nil
 }
 
-// readStatusLine reads a one-line reply: ok is success, any other
-// well-formed line is an error answer.
-func (w *wire) readStatusLine(r *bufio.Reader, ok string) (reply, error) {
-	line, err := readLine(r)
+// crlf ends every reply line.
+var crlf = []byte("\r\n")
+
+// readSetReply reads a set's one-line reply: STORED (meta: HD) is
+// success, any other line an error answer.
+func (w *wire) readSetReply(r *bufio.Reader) (reply, error) {
+	text, _, err := readReplyLine(r)
 	if err != nil {
 		return reply{}, err
 	}
-	if string(line) == ok {
-		return reply{}, nil
-	}
-	if !bytes.HasSuffix(line, []byte("\r\n")) {
-		return reply{}, fmt.Errorf("%w: %q", errGarbled, line)
+	switch w.proto {
+	case Text:
+		if protocol.ClassifyReply(text) == protocol.ReplyStored {
+			return reply{}, nil
+		}
+	case Meta:
+		if m, ok := protocol.ParseMetaReply(text); ok && m.Code == protocol.MetaHD {
+			return reply{}, nil
+		}
 	}
 	return reply{bad: 1}, nil
 }
@@ -212,98 +228,70 @@ func (w *wire) check(rep *reply, keys []uint64, next *int, key []byte, size int)
 	}
 }
 
-// field returns the space-separated field of line starting at *pos and
-// moves *pos past it.
-func field(line []byte, pos *int) []byte {
-	i := *pos
-	for i < len(line) && line[i] == ' ' {
-		i++
-	}
-	j := i
-	for j < len(line) && line[j] != ' ' && line[j] != '\r' && line[j] != '\n' {
-		j++
-	}
-	*pos = j
-	return line[i:j]
-}
-
-// readTextGet reads "VALUE <key> <flags> <bytes> [<cas>]\r\n<data>\r\n"
-// blocks up to "END\r\n".
+// readTextGet reads "VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n"
+// blocks up to "END\r\n" (protocol.ParseValueLine).
 func (w *wire) readTextGet(r *bufio.Reader, keys []uint64) (reply, error) {
 	var rep reply
 	next, returned := 0, 0
 	for {
-		line, err := readLine(r)
+		text, line, err := readReplyLine(r)
 		if err != nil {
 			return rep, err
 		}
-		if bytes.HasPrefix(line, []byte("VALUE ")) {
-			pos := len("VALUE ")
-			key := field(line, &pos)
-			_ = field(line, &pos) // flags
-			size, ok := protocol.ParseUint32(field(line, &pos))
-			if !ok || len(key) == 0 || !bytes.HasSuffix(line, []byte("\r\n")) {
+		switch protocol.ClassifyReply(text) {
+		case protocol.ReplyValue:
+			v, ok := protocol.ParseValueLine(text)
+			if !ok {
 				return rep, fmt.Errorf("%w: %q", errGarbled, line)
 			}
 			returned++
-			w.check(&rep, keys, &next, key, int(size))
-			if err := skipData(r, int(size)); err != nil {
+			w.check(&rep, keys, &next, v.Key, v.Size)
+			if err := skipData(r, v.Size); err != nil {
 				return rep, err
 			}
-			continue
-		}
-		if string(line) == "END\r\n" {
+		case protocol.ReplyEnd:
 			rep.misses = max(len(keys)-returned, 0)
 			return rep, nil
+		default:
+			// ERROR, CLIENT_ERROR, SERVER_ERROR (or any other line)
+			// end the reply.
+			rep.bad += max(len(keys)-returned, 1)
+			return rep, nil
 		}
-		if !bytes.HasSuffix(line, []byte("\r\n")) {
-			return rep, fmt.Errorf("%w: %q", errGarbled, line)
-		}
-		// ERROR, CLIENT_ERROR or SERVER_ERROR end the reply.
-		rep.bad += max(len(keys)-returned, 1)
-		return rep, nil
 	}
 }
 
 // readMetaGet reads "VA <size> <flags>\r\n<data>\r\n" (hit) or "EN
-// <flags>\r\n" (miss) for one key, or VA blocks up to "MN\r\n" for a quiet multi-get.
+// <flags>\r\n" (miss) for one key, or VA blocks up to "MN\r\n" for a
+// quiet multi-get (protocol.ParseMetaReply).
 func (w *wire) readMetaGet(r *bufio.Reader, keys []uint64) (reply, error) {
 	var rep reply
 	next, returned := 0, 0
 	for {
-		line, err := readLine(r)
+		text, line, err := readReplyLine(r)
 		if err != nil {
 			return rep, err
 		}
-		if !bytes.HasSuffix(line, []byte("\r\n")) {
-			return rep, fmt.Errorf("%w: %q", errGarbled, line)
-		}
+		m, ok := protocol.ParseMetaReply(text)
 		switch {
-		case bytes.HasPrefix(line, []byte("VA ")):
-			pos := len("VA ")
-			size, ok := protocol.ParseUint32(field(line, &pos))
+		case m.Code == protocol.MetaVA:
 			if !ok {
 				return rep, fmt.Errorf("%w: %q", errGarbled, line)
 			}
-			var key []byte
-			for f := field(line, &pos); len(f) > 0; f = field(line, &pos) {
-				if f[0] == 'k' {
-					key = f[1:]
-				}
-			}
+			key, _ := m.Flag('k') // the key, asked for with "k"
 			returned++
-			w.check(&rep, keys, &next, key, int(size))
-			if err := skipData(r, int(size)); err != nil {
+			w.check(&rep, keys, &next, key, m.Size)
+			if err := skipData(r, m.Size); err != nil {
 				return rep, err
 			}
 			if len(keys) == 1 {
 				return rep, nil
 			}
-		case (string(line) == "EN\r\n" || bytes.HasPrefix(line, []byte("EN "))) && len(keys) == 1:
+		case m.Code == protocol.MetaEN && len(keys) == 1:
 			// A miss; memcached echoes the k flag ("EN k<key>").
 			rep.misses = 1
 			return rep, nil
-		case string(line) == "MN\r\n" && len(keys) > 1:
+		case m.Code == protocol.MetaMN && ok && len(keys) > 1:
 			rep.misses = max(len(keys)-returned, 0)
 			return rep, nil
 		default:
