@@ -23,8 +23,15 @@
 // it turns a line into a TextRequest (the command, its key, flags,
 // exptime, data length, cas, delta, noreply and meta flags) or into the
 // exact error memcached answers, so the node, the proxy and its event
-// loops keep only what to do with a request. The binary protocol's
-// header codec, opcodes and statuses are in binary.go.
+// loops keep only what to do with a request.
+//
+// Replies go the other way (reply.go): the Go client, the proxy's event
+// loop and the load generator read what a server answers with
+// ClassifyReply, ParseValueLine, ParseIncrReply and ParseMetaReply. That
+// grammar is the Go client's, stricter than memcached's request parser
+// (numbers are plain decimal), and a reader that meets a line it refuses
+// stops trusting the stream. The binary protocol's header codec, opcodes
+// and statuses are in binary.go.
 //
 // Nothing here allocates: tokens are sub-slices of the caller's line.
 package protocol
