@@ -14,29 +14,33 @@ var valueLineCases = []struct {
 }{
 	{"plain", "VALUE k 5 3", true, ValueLine{Flags: 5, Size: 3}, "k"},
 	{"cas", "VALUE k 5 3 9", true, ValueLine{Flags: 5, Size: 3, CAS: 9}, "k"},
+	{"zeros", "VALUE k 00 000 0000", true, ValueLine{}, "k"},
+	{"key-bytes-not-judged", "VALUE k\x00\r\t 0 1", true, ValueLine{Size: 1}, "k\x00\r\t"},
+	// Separators: runs of spaces, and after the cas a single one.
 	{"spaces-collapse", "VALUE   k  5   3", true, ValueLine{Flags: 5, Size: 3}, "k"},
 	{"spaces-after-size", "VALUE k 5 3    ", true, ValueLine{Flags: 5, Size: 3}, "k"},
 	{"one-space-after-cas", "VALUE k 5 3 9 ", true, ValueLine{Flags: 5, Size: 3, CAS: 9}, "k"},
 	{"two-spaces-after-cas", "VALUE k 5 3 9  ", false, ValueLine{}, ""},
-	{"key-bytes-not-judged", "VALUE k\x00\r\t 0 1", true, ValueLine{Size: 1}, "k\x00\r\t"},
-	{"flags-max", "VALUE k 4294967295 1", true, ValueLine{Flags: 1<<32 - 1, Size: 1}, "k"},
-	{"size-max", "VALUE k 0 2147483648", true, ValueLine{Size: 1 << 31}, "k"},
-	{"cas-max", "VALUE k 0 1 18446744073709551615", true, ValueLine{Size: 1, CAS: 1<<64 - 1}, "k"},
-	{"zeros", "VALUE k 00 000 0000", true, ValueLine{}, "k"},
+	{"tab-is-not-a-separator", "VALUE k\t0 1", false, ValueLine{}, ""},
+	{"tab-after-size", "VALUE k 0 1\t", false, ValueLine{}, ""},
+	{"cr-left-on", "VALUE k 0 1\r", false, ValueLine{}, ""},
+	// Fields.
 	{"no-key", "VALUE ", false, ValueLine{}, ""},
 	{"malformed1", "VALUE k 0", false, ValueLine{}, ""},       // no size
 	{"malformed2", "VALUE k x 1", false, ValueLine{}, ""},     // flags not a number
 	{"malformed3", "VALUE k 0 1 2 3", false, ValueLine{}, ""}, // five fields
 	{"malformed4", "VALUE k 0 1 x", false, ValueLine{}, ""},   // cas not a number
+	// Numbers: plain decimal, in range.
+	{"flags-max", "VALUE k 4294967295 1", true, ValueLine{Flags: 1<<32 - 1, Size: 1}, "k"},
 	{"flags-overflow", "VALUE k 4294967296 1", false, ValueLine{}, ""},
+	{"size-max", "VALUE k 0 2147483648", true, ValueLine{Size: 1 << 31}, "k"},
 	{"size-overflow", "VALUE k 0 2147483649", false, ValueLine{}, ""},
+	{"cas-max", "VALUE k 0 1 18446744073709551615", true, ValueLine{Size: 1, CAS: 1<<64 - 1}, "k"},
 	{"cas-overflow", "VALUE k 0 1 18446744073709551616", false, ValueLine{}, ""},
 	{"twenty-one-digits", "VALUE k 0 000000000000000000001", false, ValueLine{}, ""},
 	{"sign", "VALUE k 0 +1", false, ValueLine{}, ""},
 	{"negative-flags", "VALUE k -0 1", false, ValueLine{}, ""},
-	{"tab-is-not-a-separator", "VALUE k\t0 1", false, ValueLine{}, ""},
-	{"tab-after-size", "VALUE k 0 1\t", false, ValueLine{}, ""},
-	{"cr-left-on", "VALUE k 0 1\r", false, ValueLine{}, ""},
+	// The word.
 	{"no-space-after-VALUE", "VALUEk 0 1", false, ValueLine{}, ""},
 	{"lower-case", "value k 0 1", false, ValueLine{}, ""},
 	{"empty", "", false, ValueLine{}, ""},
