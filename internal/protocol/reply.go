@@ -6,8 +6,8 @@ import "bytes"
 // the proxy and the load generator read what a server answers. Every line
 // ends with "\r\n"; the functions here take a line without it, because
 // each caller frames lines its own way (a byte buffer, a bufio.Reader)
-// and says in its own words what a bare '\n' means. Nothing here
-// allocates: keys and flags are sub-slices of the caller's line.
+// and says in its own words what a bare '\n' means. The parsers do not
+// allocate: keys and flags are sub-slices of the caller's line.
 //
 //	VALUE <key> <flags> <bytes>[ <cas>]    a hit: <bytes> of data and "\r\n" follow (ParseValueLine)
 //	END                                    the end of a get's hits
@@ -22,11 +22,12 @@ import "bytes"
 //	HD <flag>* | NF <flag>* | NS <flag>* | EX <flag>* | EN <flag>*
 //	MN
 //
-// Fields are separated by one or more spaces. The numbers are plain
-// decimal: no sign, no white space, no overflow, unlike the strtoul
-// semantics of a request's numbers (ParseUint32), since a server that
-// sends anything else is garbling its stream and the reader must stop
-// trusting it rather than guess.
+// Fields are separated by one or more spaces (a value line has one
+// exception, see ParseValueLine). The numbers are plain decimal: no sign,
+// no white space, no overflow, unlike the strtoul semantics of a
+// request's numbers (ParseUint32), since a server that sends anything
+// else is garbling its stream and the reader must stop trusting it
+// rather than guess.
 
 // ReplyKind is what a text reply line is, as ClassifyReply sees it.
 type ReplyKind uint8
@@ -51,6 +52,7 @@ const (
 var replyKindNames = [...]string{"unknown", "VALUE", "END", "STORED", "NOT_STORED", "EXISTS", "NOT_FOUND",
 	"DELETED", "TOUCHED", "OK", "VERSION", "ERROR", "CLIENT_ERROR", "SERVER_ERROR"}
 
+// String returns the reply word k stands for ("unknown" for ReplyUnknown).
 func (k ReplyKind) String() string {
 	if int(k) < len(replyKindNames) {
 		return replyKindNames[k]
@@ -181,6 +183,7 @@ const (
 
 var metaCodes = [...]string{"", "VA", "HD", "NF", "NS", "EX", "EN", "MN"}
 
+// String returns c's two letters ("MetaCode(0)" for MetaUnknown).
 func (c MetaCode) String() string {
 	if c == MetaUnknown || int(c) >= len(metaCodes) {
 		return "MetaCode(" + string(AppendUint(nil, uint64(c))) + ")"
