@@ -1,0 +1,320 @@
+package proxy
+
+import (
+	"bytes"
+	"net"
+	"os"
+	"syscall"
+
+	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/rawio"
+	"github.com/vbcache/vbcache/memcache"
+)
+
+// A loop's clients (loop.go): reading their requests, writing their
+// replies, and handing a client that leaves the loop to a goroutine.
+
+func (l *ploop) clientEvent(c *conn, ev uint32) {
+	if ev&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
+		c.lhup = true
+	}
+	if ev&syscall.EPOLLOUT != 0 && c.lwblocked {
+		c.lwblocked = false
+		l.toCQ(c)
+	}
+	if ev&(syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 {
+		c.lunread = true
+		l.serveClient(c)
+	}
+}
+
+// serveClient serves c's buffered input, then reads and serves until its
+// socket is drained, its turn is up or its input must wait.
+func (l *ploop) serveClient(c *conn) {
+	need := l.input(c)
+	for reads := 0; c.lunread && c.lwait == waitNone && c.lp == l; reads++ {
+		if reads == loopReadsPerTurn {
+			l.toRQ(c)
+			return
+		}
+		c.makeRoom(need)
+		buf := c.rbuf[c.w:]
+		if len(buf) > loopMaxRead {
+			buf = buf[:loopMaxRead]
+		}
+		n, err := rawio.Read(uintptr(c.lfd), buf)
+		if err == syscall.EAGAIN {
+			c.lunread = false
+			return
+		}
+		if err != nil {
+			l.closeClient(c)
+			return
+		}
+		if n == 0 {
+			c.lunread = false
+			c.lwait = waitClose
+			l.settled(c)
+			return
+		}
+		c.w += n
+		l.p.ctr.bytesRead.Add(int64(n))
+		if n < len(buf) && !c.lhup {
+			c.lunread = false
+		}
+		need = l.input(c)
+	}
+}
+
+// input serves the complete requests buffered from c while its input
+// may go on. It returns how many bytes from c.r the next request needs,
+// when that is known.
+func (l *ploop) input(c *conn) (need int) {
+	for c.r < c.w && c.lwait == waitNone {
+		if len(c.lq)-c.lqh >= loopMaxQueued || len(c.out) >= loopMaxOut {
+			c.lwait = waitRoom
+			return 0
+		}
+		data := c.rbuf[c.r:c.w]
+		if c.mode == 0 {
+			c.mode = 1
+			if data[0] == protocol.MagicRequest {
+				c.mode = 2
+			}
+		}
+		if c.mode != 1 {
+			l.wantDetach(c)
+			return 0
+		}
+		nl := bytes.IndexByte(data, '\n')
+		if nl < 0 {
+			if len(data) > protocol.LineMaxNoNewline {
+				l.wantDetach(c) // the goroutine path knows memcached's rules for long lines
+			}
+			return 0
+		}
+		r := &c.req
+		protocol.ParseTextRequest(protocol.TrimLine(data[:nl]), r)
+		used, more := l.command(c, r, data[nl+1:])
+		switch {
+		case more > 0:
+			return nl + 1 + more
+		case used < 0:
+			return 0 // waiting, or detaching: the command is served later
+		}
+		c.r += nl + 1 + used
+	}
+	return 0
+}
+
+// command starts r, the request on c's next line, rest being the bytes
+// after the line. It returns the bytes of rest used, more > 0 when the
+// request needs that many bytes of rest first, or used -1 when the
+// request is not started (c's input waits). A request that did not parse
+// is the goroutine path's to answer: it parses the line again.
+func (l *ploop) command(c *conn, r *protocol.TextRequest, rest []byte) (used, more int) {
+	t := &r.Tokens
+	if r.Err != "" || t.Rest != nil {
+		l.wantDetach(c)
+		return -1, 0
+	}
+	switch r.Cmd {
+	case protocol.CmdGet, protocol.CmdGets:
+		for i := 1; i < t.N-1; i++ {
+			if !memcache.LegalKey(t.T[i]) {
+				l.wantDetach(c)
+				return -1, 0
+			}
+		}
+		if !l.mayStart(c) {
+			return -1, 0
+		}
+		l.startGet(c, t, r.Cmd == protocol.CmdGets)
+		return 0, 0
+	case protocol.CmdSet, protocol.CmdAdd, protocol.CmdReplace:
+		n := r.Bytes
+		if !memcache.LegalKey(r.Key) || n > maxBody {
+			break
+		}
+		if len(rest) < n {
+			return 0, n
+		}
+		if rest[n-2] != '\r' || rest[n-1] != '\n' {
+			break
+		}
+		if !l.mayStart(c) {
+			return -1, 0
+		}
+		l.startStore(c, t, rest[:n])
+		return n, 0
+	case protocol.CmdQuit:
+		if t.N == 2 {
+			c.lwait = waitClose
+			l.settled(c)
+			return 0, 0
+		}
+	}
+	l.wantDetach(c)
+	return -1, 0
+}
+
+// mayStart makes sure a request of c may start now: the upstream is a pool
+// (else c detaches), and c has nothing in flight on an earlier one (else
+// c waits for it).
+func (l *ploop) mayStart(c *conn) bool {
+	u := l.p.cur.Load()
+	if u.cluster {
+		l.wantDetach(c)
+		return false
+	}
+	if u != l.gen {
+		l.switchGen(u)
+	}
+	if c.lgen != u {
+		if c.lqh < len(c.lq) {
+			c.lwait = waitDrain
+			return false
+		}
+		c.lgen = u
+	}
+	return true
+}
+
+// wantDetach stops c's input at the request the loop does not serve; c
+// leaves the loop once its requests on it are answered.
+func (l *ploop) wantDetach(c *conn) {
+	c.lwait = waitDetach
+	l.settled(c)
+}
+
+// settled is called when c's requests, replies or input state changed:
+// it lets waiting input go on, or queues c to leave the loop.
+func (l *ploop) settled(c *conn) {
+	empty := c.lqh == len(c.lq)
+	switch c.lwait {
+	case waitDetach:
+		if empty {
+			l.toDQ(c)
+		}
+	case waitClose:
+		if empty && len(c.out) == 0 {
+			l.toDQ(c)
+		}
+	case waitDrain:
+		if empty {
+			c.lwait = waitNone
+			l.toRQ(c)
+		}
+	case waitRoom:
+		if len(c.lq)-c.lqh <= loopMaxQueued/2 && len(c.out) <= loopMaxOut/2 {
+			c.lwait = waitNone
+			l.toRQ(c)
+		}
+	}
+}
+
+func (l *ploop) toRQ(c *conn) {
+	if !c.linRQ {
+		c.linRQ = true
+		l.rq = append(l.rq, c)
+	}
+}
+
+func (l *ploop) toCQ(c *conn) {
+	if !c.linCQ {
+		c.linCQ = true
+		l.cq = append(l.cq, c)
+	}
+}
+
+func (l *ploop) toDQ(c *conn) {
+	if !c.linDQ {
+		c.linDQ = true
+		l.dq = append(l.dq, c)
+	}
+}
+
+// writeClient writes c's replies, as much as the socket takes.
+func (l *ploop) writeClient(c *conn) {
+	if c.lwblocked || len(c.out) == 0 {
+		return
+	}
+	n, err := rawio.Write(uintptr(c.lfd), c.out)
+	l.p.ctr.bytesWritten.Add(int64(n))
+	switch {
+	case err == syscall.EAGAIN:
+		c.out = c.out[:copy(c.out, c.out[n:])]
+		c.lwblocked = true
+	case err != nil:
+		l.closeClient(c)
+		return
+	default:
+		c.resetOut()
+	}
+	l.settled(c)
+}
+
+// finishClient ends a client that is done with the loop: closed after
+// quit or the end of its input, else detached.
+func (l *ploop) finishClient(c *conn) {
+	switch {
+	case c.lqh != len(c.lq):
+		return // queued when empty; nothing starts after that, but be safe
+	case c.lwait == waitClose:
+		l.closeClient(c)
+	case c.lwait == waitDetach:
+		l.detach(c)
+	}
+}
+
+// closeClient closes a client of the loop. Its requests in flight are
+// answered to no one.
+func (l *ploop) closeClient(c *conn) {
+	if c.lfd >= 0 {
+		syscall.Close(c.lfd)
+		if c.lfd < len(l.tab) {
+			l.tab[c.lfd] = loopEntry{}
+		}
+	}
+	for _, r := range c.lq[c.lqh:] {
+		r.c = nil
+		if r.frags == 0 {
+			l.freeReq(r)
+		}
+	}
+	clear(c.lq)
+	c.lq, c.lqh = c.lq[:0], 0
+	c.lp, c.lfd = nil, -1
+	p := c.p
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+	p.ctr.currConns.Add(-1)
+}
+
+// detach hands c to a goroutine of its own (see the file comment).
+func (l *ploop) detach(c *conn) {
+	fd := c.lfd
+	syscall.EpollCtl(l.pl.FD, syscall.EPOLL_CTL_DEL, fd, nil)
+	l.tab[fd] = loopEntry{}
+	c.lp, c.lfd = nil, -1
+	c.lq, c.lqh = nil, 0
+	f := os.NewFile(uintptr(fd), "")
+	nc, err := net.FileConn(f)
+	f.Close()
+	p := c.p
+	p.mu.Lock()
+	if err != nil {
+		delete(p.conns, c)
+		p.mu.Unlock()
+		p.ctr.currConns.Add(-1)
+		return
+	}
+	c.nc, c.raw = nc, rawio.Conn(nc)
+	if p.closed {
+		nc.Close() // under p.mu: nobody reads nc yet, so its Close waits for nothing
+	}
+	p.wg.Add(1)
+	p.mu.Unlock()
+	go c.serve()
+}
