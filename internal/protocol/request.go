@@ -237,6 +237,25 @@ func (r *TextRequest) LooksHTTP() bool {
 	return bytes.HasPrefix(r.T[r.N-2], []byte("HTTP/"))
 }
 
+// Skip says how to discard the request's data block of Bytes bytes when
+// the request is refused after its length was read (memcached's
+// conn_swallow): used of the avail bytes buffered after the line now, and
+// later more as they arrive.
+func (r *TextRequest) Skip(avail int) (used, later int) {
+	return min(r.Bytes, avail), max(r.Bytes-avail, 0)
+}
+
+// Refuse answers a request that did not parse with say(r.Err) and returns
+// what to discard of what follows its line: nothing, or, when the error
+// came once the data's length was known (Swallow), the data block (Skip).
+func (r *TextRequest) Refuse(say func(string), avail int) (used, later int) {
+	say(r.Err)
+	if !r.Swallow {
+		return 0, 0
+	}
+	return r.Skip(avail)
+}
+
 // NextKeys tokenizes the rest of a get's line that did not fit in the
 // tokens (more than MaxTokens-1 of them) and reports whether there was
 // any: the next keys are then T[First:N-1] (First is 0 from here on).

@@ -113,6 +113,34 @@ func TestTextRequestKeys(t *testing.T) {
 	}
 }
 
+func TestTextRequestRefuse(t *testing.T) {
+	var r TextRequest
+	var said string
+	say := func(s string) { said = s }
+	// ms with a bad mode: the data block (3 bytes and CRLF) is discarded,
+	// 2 bytes of it buffered now and 3 to come.
+	ParseTextRequest([]byte("ms k 3 Mx"), &r)
+	if used, later := r.Refuse(say, 2); used != 2 || later != 3 || said != ErrMetaSetMode {
+		t.Errorf("ms Mx: used %d later %d said %q", used, later, said)
+	}
+	// A bad length: nothing is known to follow.
+	ParseTextRequest([]byte("ms k x"), &r)
+	if used, later := r.Refuse(say, 10); used != 0 || later != 0 || said != ErrBadFormat {
+		t.Errorf("ms x: used %d later %d said %q", used, later, said)
+	}
+	// A classic storage command's errors never discard the data
+	// (memcached reads it as the next command line).
+	ParseTextRequest([]byte("set k x 0 3"), &r)
+	if used, later := r.Refuse(say, 10); used != 0 || later != 0 {
+		t.Errorf("set: used %d later %d", used, later)
+	}
+	// Skip on its own: everything buffered.
+	ParseTextRequest([]byte("set k 0 0 3"), &r)
+	if used, later := r.Skip(10); used != 5 || later != 0 {
+		t.Errorf("skip: used %d later %d", used, later)
+	}
+}
+
 func TestLooksHTTP(t *testing.T) {
 	for line, want := range map[string]bool{
 		"GET / HTTP/1.1":   true,

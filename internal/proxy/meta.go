@@ -171,20 +171,15 @@ func (c *conn) metaSet(rest []byte) (used, more int) {
 	r := &c.req
 	t := &r.Tokens
 	n := r.Bytes
-	// Once the data's length is known an error also discards the block.
+	if r.Err != "" {
+		used, c.swallow = r.Refuse(c.replyErr, len(rest))
+		return used, 0
+	}
+	// From here on an error also discards the data block.
 	fail := func(msg string) (int, int) {
 		c.replyErr(msg)
-		if n > len(rest) {
-			c.swallow = n - len(rest)
-		}
-		return min(n, len(rest)), 0
-	}
-	if r.Err != "" {
-		if r.Swallow {
-			return fail(r.Err)
-		}
-		c.replyErr(r.Err)
-		return 0, 0
+		used, c.swallow = r.Skip(len(rest))
+		return used, 0
 	}
 	if n > maxBody {
 		return fail("SERVER_ERROR object too large for cache")

@@ -216,18 +216,15 @@ func (c *conn) metaSet(rest []byte) (used, more int) {
 	s := c.s
 	t := &r.Tokens
 	n := r.Bytes
-	// Once the data's length is known an error also discards the block.
+	if r.Err != "" {
+		used, c.swallow = r.Refuse(c.replyErr, len(rest))
+		return used, 0
+	}
+	// From here on an error also discards the data block.
 	fail := func(msg string) (int, int) {
 		c.replyErr(msg)
-		c.swallowData(n, rest)
-		return min(n, len(rest)), 0
-	}
-	if r.Err != "" {
-		if r.Swallow {
-			return fail(r.Err)
-		}
-		c.replyErr(r.Err)
-		return 0, 0
+		used, c.swallow = r.Skip(len(rest))
+		return used, 0
 	}
 	f, key, vlen := &r.Meta, r.Key, n-2
 	if !c.textAdmit(key, func(msg string) { fail(msg) }) {
