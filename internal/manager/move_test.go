@@ -20,7 +20,6 @@ import (
 	"github.com/vbcache/vbcache/internal/server"
 	"github.com/vbcache/vbcache/internal/vbmap"
 	"github.com/vbcache/vbcache/internal/vbucket"
-	"github.com/vbcache/vbcache/test/nodeproc"
 )
 
 // The move tests run a manager against an embedded etcd and in-process
@@ -86,26 +85,35 @@ func startNodeWith(t *testing.T, pause string, mod func(*server.Config)) *testNo
 // startTestEtcd starts an embedded etcd and returns a client of it.
 func startTestEtcd(t *testing.T) *clientv3.Client {
 	t.Helper()
-	port := func() int {
-		p, err := nodeproc.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	client := fmt.Sprintf("http://127.0.0.1:%d", port())
-	e, err := StartEtcd(EtcdMember{Dir: t.TempDir(), ClientURL: client,
-		PeerURL: fmt.Sprintf("http://127.0.0.1:%d", port()), QuietLogs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{startTestEtcdServer(t)}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
+}
+
+// startTestEtcdServer starts an embedded etcd, stopped at the end of the
+// test, and returns its client URL.
+//
+// etcd listens on port 0 for both URLs, so the kernel picks each port as
+// etcd binds it. Ports picked beforehand (nodeproc.FreePort: bind port 0,
+// close, hand the number on) are free for anyone until etcd binds them,
+// and any process binding port 0 meanwhile draws from the same pool (a
+// test's nodes, other tests on the machine): StartEtcd then failed within
+// milliseconds of the test's start with "bind: address already in use".
+// The URLs etcd advertises say port 0; nothing dials them (one member has
+// no peers, and the client is given the bound address and does not sync
+// its endpoints).
+func startTestEtcdServer(t *testing.T) string {
+	t.Helper()
+	e, err := StartEtcd(EtcdMember{Dir: t.TempDir(), ClientURL: "http://127.0.0.1:0",
+		PeerURL: "http://127.0.0.1:0", QuietLogs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return "http://" + e.e.Clients[0].Addr().String()
 }
 
 // testManager is one manager process: kill ends its leadership and waits

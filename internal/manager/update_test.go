@@ -2,7 +2,6 @@ package manager
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,8 +10,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
-
-	"github.com/vbcache/vbcache/test/nodeproc"
 )
 
 // TestUpdateDoesNotHoldMuAcrossEtcd: while update's etcd transaction is
@@ -23,20 +20,7 @@ import (
 // context.Background() of the rebalance's last commit, for as long as
 // etcd stayed away.
 func TestUpdateDoesNotHoldMuAcrossEtcd(t *testing.T) {
-	port := func() int {
-		p, err := nodeproc.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	client := fmt.Sprintf("http://127.0.0.1:%d", port())
-	e, err := StartEtcd(EtcdMember{Dir: t.TempDir(), ClientURL: client,
-		PeerURL: fmt.Sprintf("http://127.0.0.1:%d", port()), QuietLogs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	client := startTestEtcdServer(t)
 
 	// Txn calls wait in the interceptor while hold is set: entered says
 	// one is waiting, release lets it go.
