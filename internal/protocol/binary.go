@@ -199,6 +199,9 @@ const (
 	StatusAuthContinue  Status = 0x0021
 	StatusUnknown       Status = 0x0081
 	StatusNoMemory      Status = 0x0082
+	StatusNotSupported  Status = 0x0083
+	StatusInternal      Status = 0x0084 // memcached's EINTERNAL; the body says what failed
+	StatusBusy          Status = 0x0085
 	StatusTmpFail       Status = 0x0086
 	// StatusSyncWriteAmbiguous is Couchbase's: a write that must be
 	// replicated before it is answered was stored, but its replication

@@ -12,9 +12,8 @@ import (
 )
 
 // statusInternal is the binary status the proxy answers for an upstream
-// failure (memcached's PROTOCOL_BINARY_RESPONSE_EINTERNAL); the body says
-// what failed, as the text SERVER_ERROR line does.
-const statusInternal protocol.Status = 0x84
+// failure; the body says what failed, as the text SERVER_ERROR line does.
+const statusInternal = protocol.StatusInternal
 
 // binError is the binary status and message (empty: the status's text)
 // that answer err, an upstream error of request op (its loud opcode) on

@@ -18,9 +18,9 @@ import (
 //     from the source; STOP_REPLICATION (0xe2) stops that.
 //   - "stats streams" shows every stream with its lag.
 
-// StatusInternal is Couchbase's "Internal error" (0x84), the answer to a
+// statusInternal is Couchbase's "Internal error" (0x84), the answer to a
 // control request that failed; the body says why.
-const statusInternal protocol.Status = 0x84
+const statusInternal = protocol.StatusInternal
 
 // binStreams handles the stream opcodes; handled is false for others.
 func (c *conn) binStreams(op protocol.Opcode, extras, key []byte, skip func() (int, int, bool)) (used, need int, handled bool) {
