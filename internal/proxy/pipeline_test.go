@@ -42,7 +42,11 @@ func TestPipelinesAnswerAsMemcached(t *testing.T) {
 				req := randomPipeline(rng, fmt.Sprintf("p%d.%d:", conns, round))
 				want := exchange(t, direct, req)
 				got := exchange(t, addr, req)
-				if norm(got) != norm(want) {
+				g, w := norm(got), norm(want)
+				if conns > 1 {
+					g, w = unpad(g), unpad(w)
+				}
+				if g != w {
 					t.Fatalf("round %d: the proxy answered\n%q\nmemcached\n%q\nto\n%q", round, got, want, req)
 				}
 			}
@@ -107,6 +111,23 @@ func exchange(t *testing.T, addr, req string) string {
 var casField = regexp.MustCompile(`(?m)^(VALUE \S+ \d+ \d+) \d+\r$`)
 
 func norm(s string) string { return casField.ReplaceAllString(s, "$1 CAS\r") }
+
+// paddedValue is a value an incr or decr left shorter than it was:
+// memcached writes such a result in place, padded with spaces to the old
+// length, only when no other connection holds the item (do_add_delta's
+// refcount check), else into a new item of the result's own length. With
+// two connections per server the proxy's get of a key may still hold it
+// in memcached when its next incr arrives on the other connection, so
+// either answer is memcached's.
+var paddedValue = regexp.MustCompile(`VALUE (\S+) (\d+) \d+( CAS)?\r\n(\d+) +\r\n`)
+
+// unpad writes every padded value as memcached's unpadded answer.
+func unpad(s string) string {
+	return paddedValue.ReplaceAllStringFunc(s, func(v string) string {
+		m := paddedValue.FindStringSubmatch(v)
+		return fmt.Sprintf("VALUE %s %s %d%s\r\n%s\r\n", m[1], m[2], len(m[4]), m[3], m[4])
+	})
+}
 
 // TestPipelinesAcrossReloads: pipelines of sets and gets keep their
 // answers right and in order while the pool is reloaded under them, its
@@ -305,5 +326,13 @@ func TestReloadAfterClose(t *testing.T) {
 	p.Close()
 	if err := p.Reload(context.Background(), cfg); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("Reload after Close: %v, want net.ErrClosed", err)
+	}
+}
+
+func TestUnpad(t *testing.T) {
+	in := "VALUE k:b 0 2\r\n7 \r\nEND\r\nVALUE k:d 3 4 CAS\r\n38  \r\nVALUE k:e 0 2\r\nab\r\nEND\r\n"
+	want := "VALUE k:b 0 1\r\n7\r\nEND\r\nVALUE k:d 3 2 CAS\r\n38\r\nVALUE k:e 0 2\r\nab\r\nEND\r\n"
+	if got := unpad(in); got != want {
+		t.Fatalf("unpad:\n got %q\nwant %q", got, want)
 	}
 }
