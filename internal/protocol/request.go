@@ -43,10 +43,6 @@ const (
 	CmdMetaDebug  // me
 )
 
-// Storage reports whether c is a classic storage command (a data block
-// follows its line).
-func (c Cmd) Storage() bool { return c >= CmdSet && c <= CmdCas }
-
 // TextRequest is one text request line, parsed by ParseTextRequest the way
 // memcached's process_command and the process_*_command functions read
 // it. Err, when set, is the reply memcached gives the request; each field
@@ -80,7 +76,6 @@ type TextRequest struct {
 	Key     []byte // storage, incr, decr, delete, touch, meta: the key
 	Flags   uint32 // storage: the client flags
 	Exptime int32  // storage, gat, gats, touch, flush_all: the raw exptime
-	HasTime bool   // flush_all: an exptime was given
 	Bytes   int    // storage, ms: the data block's length, "\r\n" included
 	CAS     uint64 // cas: the compare value
 	Delta   uint64 // incr, decr
@@ -116,7 +111,7 @@ const maxDataLen = 1<<31 - 1 - 2
 func ParseTextRequest(line []byte, r *TextRequest) {
 	Tokenize(line, &r.Tokens)
 	r.Cmd, r.Err, r.Noreply, r.Swallow = CmdUnknown, "", false, false
-	r.First, r.Key, r.Flags, r.Exptime, r.HasTime = 0, nil, 0, 0, false
+	r.First, r.Key, r.Flags, r.Exptime = 0, nil, 0, 0
 	r.Bytes, r.CAS, r.Delta, r.Level = 0, 0, 0, 0
 	t := &r.Tokens
 	if t.N < 2 || len(t.T[0]) < 2 {
@@ -177,7 +172,7 @@ func ParseTextRequest(line []byte, r *TextRequest) {
 				r.Err = ErrBadExptime
 				return
 			}
-			r.Exptime, r.HasTime = e, true
+			r.Exptime = e
 		}
 	case "version":
 		r.Cmd = CmdVersion

@@ -9,7 +9,7 @@ func TestParseTextRequest(t *testing.T) {
 	long := strings.Repeat("k", KeyMaxLength+1)
 	cases := []struct {
 		line string
-		want TextRequest // the fields compared: Cmd Err Noreply Swallow Key Flags Exptime Bytes CAS Delta Level First HasTime
+		want TextRequest // the fields compared: Cmd Err Noreply Swallow Key Flags Exptime Bytes CAS Delta Level First
 	}{
 		{"", TextRequest{Err: ErrUnknown}},
 		{"g", TextRequest{Err: ErrUnknown}},
@@ -41,7 +41,7 @@ func TestParseTextRequest(t *testing.T) {
 		{"delete k 5 noreply", TextRequest{Cmd: CmdDelete, Err: ErrDeleteUsage, Noreply: true}},
 		{"flush_all", TextRequest{Cmd: CmdFlushAll}},
 		{"flush_all noreply", TextRequest{Cmd: CmdFlushAll, Noreply: true}},
-		{"flush_all 10", TextRequest{Cmd: CmdFlushAll, Exptime: 10, HasTime: true}},
+		{"flush_all 10", TextRequest{Cmd: CmdFlushAll, Exptime: 10}},
 		{"flush_all x noreply", TextRequest{Cmd: CmdFlushAll, Err: ErrBadExptime, Noreply: true}},
 		{"verbosity 1", TextRequest{Cmd: CmdVerbosity, Level: 1}},
 		{"verbosity x", TextRequest{Cmd: CmdVerbosity, Err: ErrBadFormat}},
@@ -75,10 +75,10 @@ func TestParseTextRequest(t *testing.T) {
 	for _, tc := range cases {
 		ParseTextRequest([]byte(tc.line), &r)
 		w := &tc.want
-		got := [...]any{r.Cmd, r.Err, r.Noreply, r.Swallow, string(r.Key), r.Bytes, r.HasTime}
-		want := [...]any{w.Cmd, w.Err, w.Noreply, w.Swallow, string(w.Key), w.Bytes, w.HasTime}
+		got := [...]any{r.Cmd, r.Err, r.Noreply, r.Swallow, string(r.Key), r.Bytes}
+		want := [...]any{w.Cmd, w.Err, w.Noreply, w.Swallow, string(w.Key), w.Bytes}
 		if got != want {
-			t.Errorf("%q: got cmd, err, noreply, swallow, key, bytes, hastime %v, want %v", tc.line, got, want)
+			t.Errorf("%q: got cmd, err, noreply, swallow, key, bytes %v, want %v", tc.line, got, want)
 			continue
 		}
 		if r.Err != "" {
@@ -187,7 +187,7 @@ func FuzzParseTextRequest(f *testing.F) {
 		if len(r.Key) > KeyMaxLength {
 			t.Fatalf("%q: key of %d bytes accepted", line, len(r.Key))
 		}
-		if (r.Cmd.Storage() || r.Cmd == CmdMetaSet) && (r.Bytes < 2 || r.Bytes > maxDataLen+2) {
+		if (r.Cmd >= CmdSet && r.Cmd <= CmdCas || r.Cmd == CmdMetaSet) && (r.Bytes < 2 || r.Bytes > maxDataLen+2) {
 			t.Fatalf("%q: data length %d", line, r.Bytes)
 		}
 		if r.Cmd == CmdUnknown {
