@@ -27,9 +27,10 @@
 // Over a pool, a text client starts on an event loop (loop.go), the way
 // twemproxy serves everyone from one thread: a loop per P owns an epoll
 // set holding its clients and its own connections to the servers, and
-// serves get, gets (any number of keys, split by server), set, add and
-// replace without a goroutine switch, forwarding the servers' answers as
-// they are. One round reads every ready socket and writes each server and
+// serves every classic command a server answers (get, gets, gat and gats
+// with any number of keys, split by server; the storage commands, cas,
+// delete, incr, decr and touch) and version, verbosity and quit, without
+// a goroutine switch, forwarding the servers' answers as they are. One round reads every ready socket and writes each server and
 // each client once. A server connection with requests in flight holds
 // new ones until its next answer (Nagle's rule, for requests), so at
 // pipeline 1 one write to a server carries the requests of many clients.

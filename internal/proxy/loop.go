@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/rawio"
 )
 
@@ -16,16 +17,19 @@ import (
 // one thread serves everything: a loop owns an epoll set that holds both
 // its client sockets and connections of its own to the pool's servers.
 // One round of a loop reads every client that is ready and turns each
-// complete get, gets, set, add or replace into a request on the server's
-// connection (a multi-key get is split by server, as twemproxy fragments
-// it); reads every server connection that is ready and matches its
-// answers to the requests in order; then writes each server connection
+// complete classic command into a request on its server's connection (a
+// multi-key get, gets, gat or gats is split by server, as twemproxy
+// fragments it; a noreply is not sent, and the answer is dropped, so
+// that answers match requests in order); version and verbosity are
+// answered in their turn by the loop itself; it reads every server
+// connection that is ready and matches its answers to the requests in
+// order; then writes each server connection
 // once, with every request the round gave it, and each client once, with
 // every reply that is due, in request order. A request costs no goroutine
 // switch: on the goroutine paths (proxy.go, async.go) a request and its
 // answer each woke a goroutine, and the scheduler's park, netpoll and
 // wake-up were the proxy's largest cost after the system calls
-// (docs/PERFORMANCE.md). The answers to gets and storage commands are
+// (docs/PERFORMANCE.md). The answers are
 // forwarded as the server sent them, so the client sees what memcached
 // said, byte for byte. A get's answer is read with internal/protocol's
 // reply grammar, the one the Go client reads it with, to find where it
@@ -43,8 +47,8 @@ import (
 // nothing.
 //
 // Everything else leaves the loop: the first request the loop does not
-// serve (any other command, a binary or malformed request, a key with
-// control characters, a cluster upstream) waits until the connection's
+// serve (meta commands, stats, flush_all, a binary or malformed request,
+// a key with control characters, a cluster upstream) waits until the connection's
 // requests on the loop are answered, and the connection is then handed to
 // a goroutine of its own (detach) with its unread input and unwritten
 // replies, to be served as before the loops existed. It does not come
@@ -192,7 +196,8 @@ type lfrag struct {
 // lreq is one client request on a loop.
 type lreq struct {
 	c       *conn
-	store   bool
+	cmd     protocol.Cmd
+	line    bool // answered by one line (storage, delete, incr, decr, touch), else by VALUE blocks and END
 	noreply bool
 	done    bool
 	frags   int  // fragments not yet answered

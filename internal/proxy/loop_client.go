@@ -119,9 +119,9 @@ func (l *ploop) command(c *conn, r *protocol.TextRequest, rest []byte) (used, mo
 		return -1, 0
 	}
 	switch r.Cmd {
-	case protocol.CmdGet, protocol.CmdGets:
-		for i := 1; i < t.N-1; i++ {
-			if !memcache.LegalKey(t.T[i]) {
+	case protocol.CmdGet, protocol.CmdGets, protocol.CmdGat, protocol.CmdGats:
+		for i := r.First; i < t.N-1; i++ {
+			if !memcache.LegalKey(t.T[i]) || len(t.T[i]) > protocol.KeyMaxLength {
 				l.wantDetach(c)
 				return -1, 0
 			}
@@ -129,9 +129,9 @@ func (l *ploop) command(c *conn, r *protocol.TextRequest, rest []byte) (used, mo
 		if !l.mayStart(c) {
 			return -1, 0
 		}
-		l.startGet(c, t, r.Cmd == protocol.CmdGets)
+		l.startGet(c, r)
 		return 0, 0
-	case protocol.CmdSet, protocol.CmdAdd, protocol.CmdReplace:
+	case protocol.CmdSet, protocol.CmdAdd, protocol.CmdReplace, protocol.CmdAppend, protocol.CmdPrepend, protocol.CmdCas:
 		n := r.Bytes
 		if !memcache.LegalKey(r.Key) || n > maxBody {
 			break
@@ -145,8 +145,32 @@ func (l *ploop) command(c *conn, r *protocol.TextRequest, rest []byte) (used, mo
 		if !l.mayStart(c) {
 			return -1, 0
 		}
-		l.startStore(c, t, rest[:n])
+		tokens := 5 // verb, key, flags, exptime, bytes
+		if r.Cmd == protocol.CmdCas {
+			tokens = 6
+		}
+		l.startLine(c, r, tokens, rest[:n])
 		return n, 0
+	case protocol.CmdDelete, protocol.CmdIncr, protocol.CmdDecr, protocol.CmdTouch:
+		if !memcache.LegalKey(r.Key) {
+			break
+		}
+		if !l.mayStart(c) {
+			return -1, 0
+		}
+		tokens := 3 // verb, key, delta or exptime
+		if r.Cmd == protocol.CmdDelete {
+			tokens = 2
+		}
+		l.startLine(c, r, tokens, nil)
+		return 0, 0
+	case protocol.CmdVersion:
+		l.local(c, r.Cmd, "VERSION "+l.p.Version, false)
+		return 0, 0
+	case protocol.CmdVerbosity:
+		l.p.verbosity.Store(int32(min(r.Level, 2)))
+		l.local(c, r.Cmd, "OK", r.Noreply)
+		return 0, 0
 	case protocol.CmdQuit:
 		if t.N == 2 {
 			c.lwait = waitClose

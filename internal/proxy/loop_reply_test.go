@@ -43,7 +43,7 @@ func (x *replyFixture) get(keys ...string) {
 // store queues a storage command.
 func (x *replyFixture) store() {
 	r := x.l.newReq(x.c)
-	r.store = true
+	r.line = true
 	x.l.push(x.up, r, 0, 0)
 }
 

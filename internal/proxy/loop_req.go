@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bytes"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/vbcache/vbcache/internal/protocol"
@@ -59,75 +61,83 @@ func (l *ploop) pick(c *conn, key []byte) (*lup, error) {
 	return up, nil
 }
 
-// startGet starts a get or gets of t's keys.
-func (l *ploop) startGet(c *conn, t *protocol.Tokens, gets bool) {
-	r := l.newReq(c)
-	r.nkeys = t.N - 2
-	verb := "get "
-	if gets {
-		verb = "gets "
+// startGet starts a get, gets, gat or gats of r's keys, T[First:N-1].
+// Each server is sent the command's verb (and a gat's exptime) with the
+// keys it holds.
+func (l *ploop) startGet(c *conn, r *protocol.TextRequest) {
+	t := &r.Tokens
+	q := l.newReq(c)
+	q.cmd = r.Cmd
+	q.nkeys = t.N - 1 - r.First
+	verb := func(up *lup) {
+		up.wbuf = append(up.wbuf, t.T[0]...)
+		if r.First == 2 {
+			up.wbuf = append(up.wbuf, ' ')
+			up.wbuf = append(up.wbuf, t.T[1]...)
+		}
 	}
-	if r.nkeys == 1 {
-		up, err := l.pick(c, t.T[1])
+	if q.nkeys == 1 {
+		up, err := l.pick(c, t.T[r.First])
 		if err != nil {
-			l.failEarly(r, t.T[1], err)
+			l.failEarly(q, t.T[r.First], err)
 			return
 		}
-		up.wbuf = append(up.wbuf, verb...)
-		up.wbuf = append(up.wbuf, t.T[1]...)
+		verb(up)
+		up.wbuf = append(up.wbuf, ' ')
+		up.wbuf = append(up.wbuf, t.T[r.First]...)
 		up.wbuf = append(up.wbuf, '\r', '\n')
-		l.push(up, r, 0, 0)
+		l.push(up, q, 0, 0)
 		return
 	}
 	// Several keys: find each one's server.
-	for i := 1; i < t.N-1; i++ {
+	for i := r.First; i < t.N-1; i++ {
 		up, err := l.pick(c, t.T[i])
 		if err != nil {
-			l.failEarly(r, t.T[i], err)
+			l.failEarly(q, t.T[i], err)
 			return
 		}
-		r.srv = append(r.srv, up)
-		r.kb = append(r.kb, t.T[i]...)
-		r.kend = append(r.kend, int32(len(r.kb)))
+		q.srv = append(q.srv, up)
+		q.kb = append(q.kb, t.T[i]...)
+		q.kend = append(q.kend, int32(len(q.kb)))
 	}
-	first := r.srv[0]
-	r.split = false
-	for _, up := range r.srv[1:] {
+	first := q.srv[0]
+	q.split = false
+	for _, up := range q.srv[1:] {
 		if up != first {
-			r.split = true
+			q.split = true
 			break
 		}
 	}
-	if !r.split {
-		first.wbuf = append(first.wbuf, verb[:len(verb)-1]...)
-		for i := 1; i < t.N-1; i++ {
+	if !q.split {
+		verb(first)
+		for i := r.First; i < t.N-1; i++ {
 			first.wbuf = append(first.wbuf, ' ')
 			first.wbuf = append(first.wbuf, t.T[i]...)
 		}
 		first.wbuf = append(first.wbuf, '\r', '\n')
-		l.push(first, r, 0, 0)
+		l.push(first, q, 0, 0)
 		return
 	}
-	for range r.nkeys {
-		r.blk = append(r.blk, span{off: -1})
+	for range q.nkeys {
+		q.blk = append(q.blk, span{off: -1})
 	}
-	for i, up := range r.srv {
+	for i, up := range q.srv {
 		if up == nil {
 			continue // taken by an earlier server's fragment
 		}
-		lo := int32(len(r.order))
-		up.wbuf = append(up.wbuf, verb[:len(verb)-1]...)
-		for j := i; j < len(r.srv); j++ {
-			if r.srv[j] != up {
+		lo := int32(len(q.order))
+		verb(up)
+		for j := i; j < len(q.srv); j++ {
+			if q.srv[j] != up {
 				continue
 			}
-			r.srv[j] = nil
-			r.order = append(r.order, int32(j))
+			q.srv[j] = nil
+			q.order = append(q.order, int32(j))
 			up.wbuf = append(up.wbuf, ' ')
-			up.wbuf = append(up.wbuf, r.key(j)...)
+			up.wbuf = append(up.wbuf, q.key(j)...)
 		}
 		up.wbuf = append(up.wbuf, '\r', '\n')
-		l.push(up, r, lo, int32(len(r.order)))
+		l.push(up, q, lo, int32(len(q.order)))
 	}
 }
 
@@ -140,27 +150,45 @@ func (r *lreq) key(i int) []byte {
 	return r.kb[from:r.kend[i]]
 }
 
-// startStore starts a set, add or replace; data is the value with its
-// "\r\n".
-func (l *ploop) startStore(c *conn, t *protocol.Tokens, data []byte) {
-	r := l.newReq(c)
-	r.store = true
-	r.noreply = string(t.T[t.N-2]) == "noreply"
-	l.p.ctr.cmdSet.Add(1)
-	up, err := l.pick(c, t.T[1])
+// startLine starts a request that one line answers: a storage command
+// (data is its value with the "\r\n"), delete, incr, decr or touch. The
+// server is sent the line's first n tokens, without noreply (and
+// without a delete's legacy "0"), so that every request is answered and
+// answers match requests in order; the reply to a noreply request is
+// dropped when it arrives.
+func (l *ploop) startLine(c *conn, r *protocol.TextRequest, n int, data []byte) {
+	t := &r.Tokens
+	q := l.newReq(c)
+	q.cmd, q.line, q.noreply = r.Cmd, true, r.Noreply
+	if len(data) > 0 {
+		l.p.ctr.cmdSet.Add(1)
+	}
+	up, err := l.pick(c, r.Key)
 	if err != nil {
-		l.failEarly(r, t.T[1], err)
+		l.failEarly(q, r.Key, err)
 		return
 	}
-	for i := 0; i < 5; i++ {
-		up.wbuf = append(up.wbuf, t.T[i]...)
-		if i < 4 {
+	for i := range n {
+		if i > 0 {
 			up.wbuf = append(up.wbuf, ' ')
 		}
+		up.wbuf = append(up.wbuf, t.T[i]...)
 	}
 	up.wbuf = append(up.wbuf, '\r', '\n')
 	up.wbuf = append(up.wbuf, data...)
-	l.push(up, r, 0, 0)
+	l.push(up, q, 0, 0)
+}
+
+// local answers a request the proxy answers itself (version, verbosity),
+// in its turn after the requests before it.
+func (l *ploop) local(c *conn, cmd protocol.Cmd, reply string, noreply bool) {
+	q := l.newReq(c)
+	q.cmd, q.line = cmd, true
+	if !noreply {
+		q.out = append(q.out, reply...)
+		q.out = append(q.out, '\r', '\n')
+	}
+	l.finish(q)
 }
 
 // push queues a request fragment on up, to be written this round.
@@ -206,10 +234,19 @@ func (l *ploop) fragDone(r *lreq) {
 // go to the client in order.
 func (l *ploop) finish(r *lreq) {
 	c := r.c
-	if !r.store {
-		l.p.ctr.cmdGet.Add(int64(r.nkeys))
-		l.p.ctr.getHits.Add(int64(r.hits))
-		l.p.ctr.getMisses.Add(int64(r.nkeys - r.hits))
+	if r.line {
+		l.count(r)
+		if r.noreply {
+			r.out = r.out[:0]
+		}
+	} else {
+		get, hits, misses := &l.p.ctr.cmdGet, &l.p.ctr.getHits, &l.p.ctr.getMisses
+		if r.cmd == protocol.CmdGat || r.cmd == protocol.CmdGats {
+			get, hits, misses = &l.p.ctr.cmdTouch, &l.p.ctr.touchHits, &l.p.ctr.touchMisses
+		}
+		get.Add(int64(r.nkeys))
+		hits.Add(int64(r.hits))
+		misses.Add(int64(r.nkeys - r.hits))
 		if !r.failed {
 			if r.split {
 				for _, b := range r.blk {
@@ -220,8 +257,6 @@ func (l *ploop) finish(r *lreq) {
 			}
 			r.out = append(r.out, "END\r\n"...)
 		}
-	} else if r.noreply {
-		r.out = r.out[:0]
 	}
 	if c == nil {
 		l.freeReq(r)
@@ -242,4 +277,42 @@ func (l *ploop) finish(r *lreq) {
 		l.toCQ(c)
 	}
 	l.settled(c)
+}
+
+// count adds a one-line answer to the counters "stats" reports, as the
+// goroutine path counts them (text.go): a hit or a miss by what the
+// server answered; a failure counts neither.
+func (l *ploop) count(r *lreq) {
+	ctr := &l.p.ctr
+	var hits, misses *atomic.Int64
+	hit := "DELETED"
+	switch r.cmd {
+	case protocol.CmdCas:
+		if !r.failed && bytes.HasPrefix(r.out, []byte("EXISTS\r\n")) {
+			ctr.casBadval.Add(1)
+			return
+		}
+		hits, misses, hit = &ctr.casHits, &ctr.casMisses, "STORED"
+	case protocol.CmdIncr, protocol.CmdDecr:
+		hits, misses = &ctr.incrHits, &ctr.incrMisses
+		if r.cmd == protocol.CmdDecr {
+			hits, misses = &ctr.decrHits, &ctr.decrMisses
+		}
+		hit = ""
+	case protocol.CmdDelete:
+		hits, misses = &ctr.deleteHits, &ctr.deleteMisses
+	case protocol.CmdTouch:
+		ctr.cmdTouch.Add(1)
+		hits, misses, hit = &ctr.touchHits, &ctr.touchMisses, "TOUCHED"
+	default:
+		return
+	}
+	switch {
+	case r.failed:
+	case bytes.HasPrefix(r.out, []byte("NOT_FOUND\r\n")):
+		misses.Add(1)
+	case hit == "" && len(r.out) > 0 && r.out[0] >= '0' && r.out[0] <= '9',
+		hit != "" && bytes.HasPrefix(r.out, []byte(hit)) && bytes.HasPrefix(r.out[len(hit):], []byte("\r\n")):
+		hits.Add(1)
+	}
 }

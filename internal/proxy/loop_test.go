@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/vbcache/vbcache/test/nodeproc"
 )
 
 // TestLoopHoldsRequestsForTheNextAnswer: on an event loop, a request for
@@ -232,6 +234,81 @@ func TestLoopSplitGetOfBigValues(t *testing.T) {
 			if got[i] != want.String()[i] {
 				t.Fatalf("the replies differ at byte %d of %d: %q, want %q", i, len(got), got[max(0, i-40):min(len(got), i+40)], want.String()[max(0, i-40):min(len(got), i+40)])
 			}
+		}
+	}
+}
+
+// TestLoopServesClassicCommands: one pipelined write of every classic
+// command the servers answer (the storage commands, cas, delete in its
+// forms, incr and decr, touch, gat and gats, each with and without
+// noreply, also where memcached answers with an error) is answered by a
+// proxy over two servers exactly as one memcached answers it, and on an
+// event loop no request leaves it: every one is counted in
+// proxy_fast_path. The counters "stats" reports count the requests the
+// same way on the loop and off it (VBCACHE_NOLOOP=1).
+func TestLoopServesClassicCommands(t *testing.T) {
+	bin := nodeproc.Need(t, "reference", "memcached")
+	direct := nodeproc.Start(t, nodeproc.Memcached, bin, "-t", "1").Addr
+	_, addr := startProxy(t, "upstream", 2)
+	var script []string
+	for i, k := range []string{"c:a", "c:b", "c:c", "c:d", "c:e", "c:f"} {
+		script = append(script,
+			"set "+k+" 3 0 2\r\n1"+strconv.Itoa(i)+"\r\n",
+			"add "+k+" 0 0 1\r\nx\r\n",
+			"append "+k+" 0 0 2\r\n00\r\n",
+			"prepend "+k+" 0 0 1 noreply\r\n9\r\n",
+			"append c:none"+k+" 0 0 1\r\nz\r\n",
+			"replace c:none"+k+" 0 0 1\r\nz\r\n",
+			"incr "+k+" 5\r\n",
+			"decr "+k+" 3\r\n",
+			"decr "+k+" 1 noreply\r\n",
+			"incr c:none"+k+" 1\r\n",
+			"gets "+k+"\r\n",
+			"cas "+k+" 0 0 1 1\r\ny\r\n",
+			"cas c:none"+k+" 0 0 1 1\r\ny\r\n",
+			"touch "+k+" 100\r\n",
+			"touch c:none"+k+" 100\r\n",
+			"touch "+k+" 100 noreply\r\n",
+			"gat 0 "+k+" c:none "+k+"\r\n",
+			"gats 0 c:none "+k+"\r\n",
+			"set "+k+"t 0 0 3\r\nabc\r\n",
+			"incr "+k+"t 1\r\n",
+			"delete "+k+"t 0\r\n",
+			"delete "+k+"t\r\n",
+			"delete "+k+" noreply\r\n",
+			"get "+k+" c:a c:b c:c c:d c:e c:f\r\n",
+			"verbosity 0 noreply\r\n",
+			"verbosity 1\r\n",
+		)
+	}
+	req := strings.Join(script, "")
+	counters := []string{"cmd_get", "get_hits", "get_misses", "cmd_set", "cmd_touch", "touch_hits", "touch_misses",
+		"delete_hits", "delete_misses", "incr_hits", "incr_misses", "decr_hits", "decr_misses", "cas_hits", "cas_misses", "cas_badval"}
+	before := map[string]int64{}
+	for _, s := range append(counters, "proxy_fast_path") {
+		before[s] = statValue(t, addr, s)
+	}
+	got, want := exchange(t, addr, req+"mn\r\n"), exchange(t, direct, req+"mn\r\n")
+	if norm(got) != norm(want) {
+		t.Fatalf("the proxy answered\n%q\nmemcached\n%q", got, want)
+	}
+	// Per key: the gets and the 7-key get (all misses by then: deleted,
+	// or not set yet); 9 storage commands; 3 touches and the 5 keys of
+	// the gat and gats (2 misses), counted as touches; two deletes that
+	// hit and one that misses; incr and decr hits, a miss, and an incr
+	// of "abc" that memcached refuses (counted as neither); the cas of a
+	// wrong unique (EXISTS) and of a missing key.
+	wantCtr := map[string]int64{"cmd_get": 8, "get_hits": 1, "get_misses": 7, "cmd_set": 9,
+		"cmd_touch": 8, "touch_hits": 5, "touch_misses": 3, "delete_hits": 2, "delete_misses": 1,
+		"incr_hits": 1, "incr_misses": 1, "decr_hits": 2, "decr_misses": 0, "cas_hits": 0, "cas_misses": 1, "cas_badval": 1}
+	for _, s := range counters {
+		if d := statValue(t, addr, s) - before[s]; d != 6*wantCtr[s] {
+			t.Errorf("stats %s went up by %d, want %d", s, d, 6*wantCtr[s])
+		}
+	}
+	if loopsOn() {
+		if n := statValue(t, addr, "proxy_fast_path") - before["proxy_fast_path"]; n != int64(len(script)) {
+			t.Errorf("the event loop served %d of the %d requests", n, len(script))
 		}
 	}
 }

@@ -229,7 +229,7 @@ func (l *ploop) parseUp(up *lup) error {
 		f := &up.q[up.qh]
 		r := f.r
 		line := data[:nl+1]
-		if r.store {
+		if r.line {
 			if !r.failed {
 				r.out = append(r.out, line...)
 			}
