@@ -29,8 +29,10 @@
 // set holding its clients and its own connections to the servers, and
 // serves every classic command a server answers (get, gets, gat and gats
 // with any number of keys, split by server; the storage commands, cas,
-// delete, incr, decr and touch) and version, verbosity and quit, without
-// a goroutine switch, forwarding the servers' answers as they are. One round reads every ready socket and writes each server and
+// delete, incr, decr and touch), the meta commands mg, ms, md and ma
+// with the flags meta.go supports, and version, verbosity, mn and quit,
+// without a goroutine switch, forwarding the servers' answers as they
+// are. One round reads every ready socket and writes each server and
 // each client once. A server connection with requests in flight holds
 // new ones until its next answer (Nagle's rule, for requests), so at
 // pipeline 1 one write to a server carries the requests of many clients.

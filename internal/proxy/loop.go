@@ -17,11 +17,12 @@ import (
 // one thread serves everything: a loop owns an epoll set that holds both
 // its client sockets and connections of its own to the pool's servers.
 // One round of a loop reads every client that is ready and turns each
-// complete classic command into a request on its server's connection (a
-// multi-key get, gets, gat or gats is split by server, as twemproxy
-// fragments it; a noreply is not sent, and the answer is dropped, so
-// that answers match requests in order); version and verbosity are
-// answered in their turn by the loop itself; it reads every server
+// complete classic or meta command into a request on its server's
+// connection (a multi-key get, gets, gat or gats is split by server, as
+// twemproxy fragments it; a noreply or a meta q is not sent, and the
+// answer it hides is dropped, so that answers match requests in order);
+// version, verbosity and mn are answered in their turn by the loop
+// itself; it reads every server
 // connection that is ready and matches its answers to the requests in
 // order; then writes each server connection
 // once, with every request the round gave it, and each client once, with
@@ -47,8 +48,8 @@ import (
 // nothing.
 //
 // Everything else leaves the loop: the first request the loop does not
-// serve (meta commands, stats, flush_all, a binary or malformed request,
-// a key with control characters, a cluster upstream) waits until the connection's
+// serve (stats, flush_all, a meta flag meta.go refuses, me, a binary or
+// malformed request, a key with control characters, a cluster upstream) waits until the connection's
 // requests on the loop are answered, and the connection is then handed to
 // a goroutine of its own (detach) with its unread input and unwritten
 // replies, to be served as before the loops existed. It does not come
@@ -197,7 +198,8 @@ type lfrag struct {
 type lreq struct {
 	c       *conn
 	cmd     protocol.Cmd
-	line    bool // answered by one line (storage, delete, incr, decr, touch), else by VALUE blocks and END
+	line    bool // answered by one line (storage, delete, incr, decr, touch)
+	meta    bool // answered by a meta reply (mg, ms, md, ma); neither: VALUE blocks and END
 	noreply bool
 	done    bool
 	frags   int  // fragments not yet answered

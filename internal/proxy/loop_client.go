@@ -164,6 +164,35 @@ func (l *ploop) command(c *conn, r *protocol.TextRequest, rest []byte) (used, mo
 		}
 		l.startLine(c, r, tokens, nil)
 		return 0, 0
+	case protocol.CmdMetaGet, protocol.CmdMetaSet, protocol.CmdMetaDelete, protocol.CmdMetaArith:
+		// The flags the goroutine path refuses (meta.go) are refused
+		// there: the connection leaves.
+		from, allowed, n := 2, mgFlags, 0
+		switch r.Cmd {
+		case protocol.CmdMetaSet:
+			from, allowed, n = 3, msFlags, r.Bytes
+		case protocol.CmdMetaDelete:
+			allowed = mdFlags
+		case protocol.CmdMetaArith:
+			allowed = maFlags
+		}
+		if i, _ := metaRefused(t, from, allowed); i > 0 || !memcache.LegalKey(r.Key) || n > maxBody {
+			break
+		}
+		if len(rest) < n {
+			return 0, n
+		}
+		if n > 0 && (rest[n-2] != '\r' || rest[n-1] != '\n') {
+			break
+		}
+		if !l.mayStart(c) {
+			return -1, 0
+		}
+		l.startMeta(c, r, rest[:n])
+		return n, 0
+	case protocol.CmdMetaNoop:
+		l.local(c, r.Cmd, "MN", false)
+		return 0, 0
 	case protocol.CmdVersion:
 		l.local(c, r.Cmd, "VERSION "+l.p.Version, false)
 		return 0, 0

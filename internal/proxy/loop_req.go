@@ -179,6 +179,35 @@ func (l *ploop) startLine(c *conn, r *protocol.TextRequest, n int, data []byte) 
 	l.push(up, q, 0, 0)
 }
 
+// startMeta starts mg, ms, md or ma (data is an ms's value with its
+// "\r\n"). The server is sent the request without q, so that every
+// request is answered; finish drops what q hides.
+func (l *ploop) startMeta(c *conn, r *protocol.TextRequest, data []byte) {
+	t := &r.Tokens
+	q := l.newReq(c)
+	q.cmd, q.meta, q.noreply = r.Cmd, true, r.Meta.NoReply
+	if r.Cmd == protocol.CmdMetaSet {
+		l.p.ctr.cmdSet.Add(1)
+	}
+	up, err := l.pick(c, r.Key)
+	if err != nil {
+		l.failEarly(q, r.Key, err)
+		return
+	}
+	for i := 0; i < t.N-1; i++ {
+		if i >= 2 && t.T[i][0] == 'q' {
+			continue
+		}
+		if i > 0 {
+			up.wbuf = append(up.wbuf, ' ')
+		}
+		up.wbuf = append(up.wbuf, t.T[i]...)
+	}
+	up.wbuf = append(up.wbuf, '\r', '\n')
+	up.wbuf = append(up.wbuf, data...)
+	l.push(up, q, 0, 0)
+}
+
 // local answers a request the proxy answers itself (version, verbosity),
 // in its turn after the requests before it.
 func (l *ploop) local(c *conn, cmd protocol.Cmd, reply string, noreply bool) {
@@ -234,12 +263,17 @@ func (l *ploop) fragDone(r *lreq) {
 // go to the client in order.
 func (l *ploop) finish(r *lreq) {
 	c := r.c
-	if r.line {
+	switch {
+	case r.meta:
+		if l.countMeta(r) && r.noreply {
+			r.out = r.out[:0]
+		}
+	case r.line:
 		l.count(r)
 		if r.noreply {
 			r.out = r.out[:0]
 		}
-	} else {
+	default:
 		get, hits, misses := &l.p.ctr.cmdGet, &l.p.ctr.getHits, &l.p.ctr.getMisses
 		if r.cmd == protocol.CmdGat || r.cmd == protocol.CmdGats {
 			get, hits, misses = &l.p.ctr.cmdTouch, &l.p.ctr.touchHits, &l.p.ctr.touchMisses
@@ -315,4 +349,41 @@ func (l *ploop) count(r *lreq) {
 		hit != "" && bytes.HasPrefix(r.out, []byte(hit)) && bytes.HasPrefix(r.out[len(hit):], []byte("\r\n")):
 		hits.Add(1)
 	}
+}
+
+// countMeta adds a meta answer to the counters as meta.go counts it, and
+// reports whether q hides it: mg's miss (EN), and the success of ms, md
+// (HD) and ma (HD, or VA with v). Failures and errors are always sent.
+func (l *ploop) countMeta(r *lreq) (quiet bool) {
+	ctr := &l.p.ctr
+	if r.cmd == protocol.CmdMetaGet {
+		ctr.cmdGet.Add(1)
+	}
+	if r.failed || len(r.out) < 2 {
+		return false
+	}
+	code := string(r.out[:2])
+	switch r.cmd {
+	case protocol.CmdMetaGet:
+		switch code {
+		case "EN":
+			ctr.getMisses.Add(1)
+			return true
+		case "VA", "HD":
+			ctr.getHits.Add(1)
+		}
+	case protocol.CmdMetaDelete:
+		switch code {
+		case "HD":
+			ctr.deleteHits.Add(1)
+			return true
+		case "NF":
+			ctr.deleteMisses.Add(1)
+		}
+	case protocol.CmdMetaSet:
+		return code == "HD"
+	case protocol.CmdMetaArith:
+		return code == "HD" || code == "VA"
+	}
+	return false
 }

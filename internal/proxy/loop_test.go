@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"io"
 	"net"
 	"strconv"
@@ -238,15 +239,16 @@ func TestLoopSplitGetOfBigValues(t *testing.T) {
 	}
 }
 
-// TestLoopServesClassicCommands: one pipelined write of every classic
+// TestLoopServesTextCommands: one pipelined write of every classic
 // command the servers answer (the storage commands, cas, delete in its
 // forms, incr and decr, touch, gat and gats, each with and without
-// noreply, also where memcached answers with an error) is answered by a
+// noreply, also where memcached answers with an error) and of meta
+// commands (with q, O, k, b) is answered by a
 // proxy over two servers exactly as one memcached answers it, and on an
 // event loop no request leaves it: every one is counted in
-// proxy_fast_path. The counters "stats" reports count the requests the
+// proxy_fast_path (the mn that ends it too). The counters "stats" reports count the requests the
 // same way on the loop and off it (VBCACHE_NOLOOP=1).
-func TestLoopServesClassicCommands(t *testing.T) {
+func TestLoopServesTextCommands(t *testing.T) {
 	bin := nodeproc.Need(t, "reference", "memcached")
 	direct := nodeproc.Start(t, nodeproc.Memcached, bin, "-t", "1").Addr
 	_, addr := startProxy(t, "upstream", 2)
@@ -279,6 +281,19 @@ func TestLoopServesClassicCommands(t *testing.T) {
 			"get "+k+" c:a c:b c:c c:d c:e c:f\r\n",
 			"verbosity 0 noreply\r\n",
 			"verbosity 1\r\n",
+			"ms "+k+"m 2 F5 T0\r\nhi\r\n",
+			"ms "+k+"m 2 q MA\r\nyo\r\n",
+			"mg "+k+"m v f k O9 q\r\n",
+			"ms "+base64.StdEncoding.EncodeToString([]byte(k+"b"))+" 2 b\r\nbb\r\n",
+			"mg "+base64.StdEncoding.EncodeToString([]byte(k+"b"))+" b v k s\r\n",
+			"mg c:none"+k+" v q\r\n",
+			"mg c:none"+k+" v k\r\n",
+			"ms "+k+"n 1\r\n5\r\n",
+			"ma "+k+"n v D3\r\n",
+			"ma "+k+"n q\r\n",
+			"ma c:none"+k+" q\r\n",
+			"md "+k+"n q\r\n",
+			"md "+k+"n q O5\r\n",
 		)
 	}
 	req := strings.Join(script, "")
@@ -297,9 +312,10 @@ func TestLoopServesClassicCommands(t *testing.T) {
 	// the gat and gats (2 misses), counted as touches; two deletes that
 	// hit and one that misses; incr and decr hits, a miss, and an incr
 	// of "abc" that memcached refuses (counted as neither); the cas of a
-	// wrong unique (EXISTS) and of a missing key.
-	wantCtr := map[string]int64{"cmd_get": 8, "get_hits": 1, "get_misses": 7, "cmd_set": 9,
-		"cmd_touch": 8, "touch_hits": 5, "touch_misses": 3, "delete_hits": 2, "delete_misses": 1,
+	// wrong unique (EXISTS) and of a missing key; 4 mg (2 hits), 4 ms and
+	// 2 md (a hit, a miss).
+	wantCtr := map[string]int64{"cmd_get": 8 + 4, "get_hits": 1 + 2, "get_misses": 7 + 2, "cmd_set": 9 + 4,
+		"cmd_touch": 8, "touch_hits": 5, "touch_misses": 3, "delete_hits": 2 + 1, "delete_misses": 1 + 1,
 		"incr_hits": 1, "incr_misses": 1, "decr_hits": 2, "decr_misses": 0, "cas_hits": 0, "cas_misses": 1, "cas_badval": 1}
 	for _, s := range counters {
 		if d := statValue(t, addr, s) - before[s]; d != 6*wantCtr[s] {
@@ -307,8 +323,8 @@ func TestLoopServesClassicCommands(t *testing.T) {
 		}
 	}
 	if loopsOn() {
-		if n := statValue(t, addr, "proxy_fast_path") - before["proxy_fast_path"]; n != int64(len(script)) {
-			t.Errorf("the event loop served %d of the %d requests", n, len(script))
+		if n := statValue(t, addr, "proxy_fast_path") - before["proxy_fast_path"]; n != int64(len(script)+1) {
+			t.Errorf("the event loop served %d of the %d requests (with the mn)", n, len(script)+1)
 		}
 	}
 }

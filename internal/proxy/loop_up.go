@@ -242,6 +242,29 @@ func (l *ploop) parseUp(up *lup) error {
 			return errUpstreamProtocol
 		}
 		text := data[:nl-1]
+		if r.meta {
+			total := nl + 1
+			m, ok := protocol.ParseMetaReply(text)
+			switch {
+			case m.Code == protocol.MetaVA && ok:
+				total += m.Size + 2
+				if !l.whole(up, data, total) {
+					return nil
+				}
+				if data[total-2] != '\r' || data[total-1] != '\n' {
+					return errUpstreamProtocol
+				}
+			case !ok && !protocol.ClassifyReply(text).IsError():
+				return errUpstreamProtocol
+			}
+			if !r.failed {
+				r.out = append(r.out, data[:total]...)
+			}
+			up.r += total
+			l.fragOK(up, f)
+			progressed = true
+			continue
+		}
 		switch k := protocol.ClassifyReply(text); {
 		case k == protocol.ReplyValue:
 			v, ok := protocol.ParseValueLine(text)
@@ -249,13 +272,7 @@ func (l *ploop) parseUp(up *lup) error {
 				return errUpstreamProtocol
 			}
 			total := nl + 1 + v.Size + 2
-			if len(data) < total {
-				if total > len(up.rbuf) {
-					nb := make([]byte, total+readBufSize)
-					up.w = copy(nb, data)
-					up.r = 0
-					up.rbuf = nb
-				}
+			if !l.whole(up, data, total) {
 				return nil
 			}
 			if data[total-2] != '\r' || data[total-1] != '\n' {
@@ -291,6 +308,21 @@ func (l *ploop) parseUp(up *lup) error {
 		return errUpstreamProtocol // an answer to nothing
 	}
 	return nil
+}
+
+// whole reports whether data, up's unparsed answers, holds the total
+// bytes of the next answer; if not, up's buffer is made to hold them.
+func (l *ploop) whole(up *lup, data []byte, total int) bool {
+	if len(data) >= total {
+		return true
+	}
+	if total > len(up.rbuf) {
+		nb := make([]byte, total+readBufSize)
+		up.w = copy(nb, data)
+		up.r = 0
+		up.rbuf = nb
+	}
+	return false
 }
 
 // keep stores a split get's VALUE block under the key it answers: the

@@ -8,7 +8,10 @@ import (
 	"github.com/vbcache/vbcache/memcache"
 )
 
-// The meta commands, over what memcache.Client can do. Supported flags:
+// The meta commands, over what memcache.Client can do, for connections
+// off the event loops (an event loop forwards them to the servers,
+// loop_req.go's startMeta, but only with these flags, so that a request
+// is served alike on and off a loop). Supported flags:
 //
 //	mg: b c f k O q s v T (T touches with GetAndTouch)
 //	ms: b C F k M (S E A P R) O q T
@@ -48,12 +51,25 @@ func (c *conn) metaStart(allowed string) (key []byte, ok bool) {
 }
 
 func (c *conn) metaAllowed(from int, allowed string) bool {
-	t := &c.req.Tokens
+	if i, opaque := metaRefused(&c.req.Tokens, from, allowed); i > 0 {
+		if opaque {
+			c.replyErr("CLIENT_ERROR opaque token too long")
+		} else {
+			c.replyErr("CLIENT_ERROR flag " + string(c.req.T[i][:1]) + " not supported by the proxy")
+		}
+		return false
+	}
+	return true
+}
+
+// metaRefused finds the first of the flags T[from:N-1] that the proxy
+// refuses: one not in allowed, or an opaque longer than memcached takes
+// (opaque set). It returns the flag's index, or 0 when there is none.
+func metaRefused(t *protocol.Tokens, from int, allowed string) (i int, opaque bool) {
 	for i := from; i < t.N-1; i++ {
 		tok := t.T[i]
 		if tok[0] == 'O' && len(tok) > protocol.MetaMaxOpaqueLen {
-			c.replyErr("CLIENT_ERROR opaque token too long")
-			return false
+			return i, true
 		}
 		ok := false
 		for j := 0; j < len(allowed); j++ {
@@ -62,11 +78,10 @@ func (c *conn) metaAllowed(from int, allowed string) bool {
 			}
 		}
 		if !ok {
-			c.replyErr("CLIENT_ERROR flag " + string(tok[:1]) + " not supported by the proxy")
-			return false
+			return i, false
 		}
 	}
-	return true
+	return 0, false
 }
 
 // metaKey appends " k<key>" (base64 with " b" when the key was binary).
