@@ -30,9 +30,14 @@
 // serves every classic command a server answers (get, gets, gat and gats
 // with any number of keys, split by server; the storage commands, cas,
 // delete, incr, decr and touch), the meta commands mg, ms, md and ma
-// with the flags meta.go supports, and version, verbosity, mn and quit,
-// without a goroutine switch, forwarding the servers' answers as they
-// are. One round reads every ready socket and writes each server and
+// with the flags meta.go supports, version, verbosity, mn and quit, and
+// the binary requests that name a key (get, getk, gat, gatk, set, add,
+// replace, append, prepend, delete, incr, decr, touch, loud and quiet)
+// and noop, version and quit, without a goroutine switch, forwarding the
+// servers' answers as they are: a binary client's requests go to the
+// servers in binary, so it gets memcached's own responses (its CAS
+// values, a touch's flags), which the goroutine path's text upstream
+// cannot give. One round reads every ready socket and writes each server and
 // each client once. A server connection with requests in flight holds
 // new ones until its next answer (Nagle's rule, for requests), so at
 // pipeline 1 one write to a server carries the requests of many clients.

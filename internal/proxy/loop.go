@@ -13,7 +13,7 @@ import (
 
 // # Event loops
 //
-// Over a pool, text clients are served by event loops, the way twemproxy's
+// Over a pool, clients are served by event loops, the way twemproxy's
 // one thread serves everything: a loop owns an epoll set that holds both
 // its client sockets and connections of its own to the pool's servers.
 // One round of a loop reads every client that is ready and turns each
@@ -22,19 +22,23 @@ import (
 // twemproxy fragments it; a noreply or a meta q is not sent, and the
 // answer it hides is dropped, so that answers match requests in order);
 // version, verbosity and mn are answered in their turn by the loop
-// itself; it reads every server
-// connection that is ready and matches its answers to the requests in
-// order; then writes each server connection
-// once, with every request the round gave it, and each client once, with
-// every reply that is due, in request order. A request costs no goroutine
-// switch: on the goroutine paths (proxy.go, async.go) a request and its
-// answer each woke a goroutine, and the scheduler's park, netpoll and
-// wake-up were the proxy's largest cost after the system calls
-// (docs/PERFORMANCE.md). The answers are
-// forwarded as the server sent them, so the client sees what memcached
-// said, byte for byte. A get's answer is read with internal/protocol's
-// reply grammar, the one the Go client reads it with, to find where it
-// ends and which key a value is for.
+// itself. A binary client's requests that name a key go to the servers
+// over binary connections of the loop's own, sent loud whatever opcode
+// the client used (so each is answered, in order), and the answer is
+// forwarded with the client's opcode unless its quiet opcode hides it (a
+// get's miss, any other success); noop, version and quit are the loop's
+// to answer. The round then reads every server connection that is ready
+// and matches its answers to the requests in order; then writes each
+// server connection once, with every request the round gave it, and each
+// client once, with every reply that is due, in request order. A request
+// costs no goroutine switch: on the goroutine paths (proxy.go, async.go)
+// a request and its answer each woke a goroutine, and the scheduler's
+// park, netpoll and wake-up were the proxy's largest cost after the
+// system calls (docs/PERFORMANCE.md). The answers are forwarded as the
+// server sent them, so the client sees what memcached said, byte for
+// byte. A get's answer is read with internal/protocol's reply grammar,
+// the one the Go client reads it with, to find where it ends and which
+// key a value is for.
 //
 // A server connection that has requests in flight holds new ones back
 // until the server's next answer arrives, and then writes all of them in
@@ -48,8 +52,9 @@ import (
 // nothing.
 //
 // Everything else leaves the loop: the first request the loop does not
-// serve (stats, flush_all, a meta flag meta.go refuses, me, a binary or
-// malformed request, a key with control characters, a cluster upstream) waits until the connection's
+// serve (stats, flush_all, a meta flag meta.go refuses, me, other binary
+// opcodes, a malformed request, a key with control characters, a cluster
+// upstream) waits until the connection's
 // requests on the loop are answered, and the connection is then handed to
 // a goroutine of its own (detach) with its unread input and unwritten
 // replies, to be served as before the loops existed. It does not come
@@ -171,7 +176,8 @@ type lup struct {
 	u          *upstream // the generation it serves
 	addr       net.Addr
 	st         *srvStat
-	fd         int // -1: not connected
+	fd         int  // -1: not connected
+	bin        bool // speaks the binary protocol (for binary clients)
 	connecting bool
 	hup        bool
 	failed     bool // a failure was reported to the selector
@@ -198,8 +204,13 @@ type lfrag struct {
 type lreq struct {
 	c       *conn
 	cmd     protocol.Cmd
-	line    bool // answered by one line (storage, delete, incr, decr, touch)
-	meta    bool // answered by a meta reply (mg, ms, md, ma); neither: VALUE blocks and END
+	line    bool            // answered by one line (storage, delete, incr, decr, touch)
+	meta    bool            // answered by a meta reply (mg, ms, md, ma)
+	bin     bool            // a binary request, answered by one response; none of these: VALUE blocks and END
+	quiet   bool            // a quiet binary opcode
+	op      protocol.Opcode // a binary request's opcode, as the client sent it
+	opaque  uint32
+	status  protocol.Status // the server's answer to a binary request
 	noreply bool
 	done    bool
 	frags   int  // fragments not yet answered

@@ -82,9 +82,16 @@ func (l *ploop) input(c *conn) (need int) {
 				c.mode = 2
 			}
 		}
-		if c.mode != 1 {
-			l.wantDetach(c)
-			return 0
+		if c.mode == 2 {
+			used, more := l.binary(c, data)
+			switch {
+			case more > 0:
+				return more
+			case used <= 0:
+				return 0 // waiting, detaching, or not a whole packet yet
+			}
+			c.r += used
+			continue
 		}
 		nl := bytes.IndexByte(data, '\n')
 		if nl < 0 {
@@ -209,6 +216,68 @@ func (l *ploop) command(c *conn, r *protocol.TextRequest, rest []byte) (used, mo
 	}
 	l.wantDetach(c)
 	return -1, 0
+}
+
+// binary starts the binary request at the front of data. It returns the
+// bytes used, more > 0 when the request needs that many bytes first, 0
+// when the header is not whole, or used -1 when the request is not
+// started (c's input waits). What the loop does not serve, and a request
+// whose lengths do not fit its opcode, is the goroutine path's
+// (binary.go), which answers it as memcached does.
+func (l *ploop) binary(c *conn, data []byte) (used, more int) {
+	var req protocol.Request
+	n, err := protocol.ParseRequest(data, &req)
+	if err != nil {
+		l.wantDetach(c)
+		return -1, 0
+	}
+	if n == 0 {
+		if len(data) < protocol.HeaderLen {
+			return 0, 0
+		}
+		if req.BodyLen > maxBody {
+			l.wantDetach(c)
+			return -1, 0
+		}
+		return 0, protocol.HeaderLen + int(req.BodyLen)
+	}
+	op, quiet := req.Opcode.Loud()
+	ext, val := len(req.Extras), len(req.Value)
+	fits := false
+	switch op {
+	case protocol.OpGet, protocol.OpGetK, protocol.OpDelete:
+		fits = ext == 0 && val == 0
+	case protocol.OpGAT, protocol.OpGATK, protocol.OpTouch:
+		fits = ext == 4 && val == 0
+	case protocol.OpSet, protocol.OpAdd, protocol.OpReplace:
+		fits = ext == 8
+	case protocol.OpAppend, protocol.OpPrepend:
+		fits = ext == 0
+	case protocol.OpIncrement, protocol.OpDecrement:
+		fits = ext == 20 && val == 0
+	case protocol.OpNoop:
+		l.localBin(c, &req, nil)
+		return n, 0
+	case protocol.OpVersion:
+		l.localBin(c, &req, []byte(l.p.Version)) // allocates: rare
+		return n, 0
+	case protocol.OpQuit:
+		if !quiet {
+			l.localBin(c, &req, nil)
+		}
+		c.lwait = waitClose
+		l.settled(c)
+		return n, 0
+	}
+	if !fits || len(req.Key) == 0 || len(req.Key) > protocol.KeyMaxLength || !memcache.LegalKey(req.Key) {
+		l.wantDetach(c)
+		return -1, 0
+	}
+	if !l.mayStart(c) {
+		return -1, 0
+	}
+	l.startBin(c, &req, data[:n])
+	return n, 0
 }
 
 // mayStart makes sure a request of c may start now: the upstream is a pool

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"strings"
 	"sync/atomic"
 	"unsafe"
 
@@ -43,15 +44,21 @@ func (l *ploop) pick(c *conn, key []byte) (*lup, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A server's text connections, then its binary ones (a binary
+	// client's requests go to the server in binary).
 	ups := l.ups[addr]
 	if ups == nil {
-		ups = make([]*lup, l.gen.cfg.conns())
+		ups = make([]*lup, 2*l.gen.cfg.conns())
 		l.ups[addr] = ups
 	}
-	i := c.lconnIx % len(ups)
+	n := len(ups) / 2
+	i := c.lconnIx % n
+	if c.mode == 2 {
+		i += n
+	}
 	up := ups[i]
 	if up == nil {
-		up = &lup{u: l.gen, addr: addr, st: l.gen.byAddr[addr], fd: -1}
+		up = &lup{u: l.gen, addr: addr, st: l.gen.byAddr[addr], fd: -1, bin: c.mode == 2}
 		if up.st == nil {
 			up.st = l.gen.st.get(addr.String())
 		}
@@ -208,6 +215,38 @@ func (l *ploop) startMeta(c *conn, r *protocol.TextRequest, data []byte) {
 	l.push(up, q, 0, 0)
 }
 
+// startBin starts a binary request, pkt, which names a key: it goes to
+// the server loud (a quiet request's answer that memcached would not
+// send is dropped by finish), so that every request is answered.
+func (l *ploop) startBin(c *conn, req *protocol.Request, pkt []byte) {
+	q := l.newReq(c)
+	q.bin, q.op, q.opaque = true, req.Opcode, req.Opaque
+	loud, quiet := req.Opcode.Loud()
+	q.quiet = quiet
+	switch loud {
+	case protocol.OpSet, protocol.OpAdd, protocol.OpReplace:
+		l.p.ctr.cmdSet.Add(1)
+	}
+	up, err := l.pick(c, req.Key)
+	if err != nil {
+		l.failEarly(q, req.Key, err)
+		return
+	}
+	at := len(up.wbuf)
+	up.wbuf = append(up.wbuf, pkt...)
+	up.wbuf[at+1] = byte(loud)
+	l.push(up, q, 0, 0)
+}
+
+// localBin answers a binary request the proxy answers itself (noop,
+// version, quit), in its turn.
+func (l *ploop) localBin(c *conn, req *protocol.Request, value []byte) {
+	q := l.newReq(c)
+	q.bin, q.op, q.opaque = true, req.Opcode, req.Opaque
+	q.out = protocol.AppendResponse(q.out, req.Opcode, protocol.StatusOK, req.Opaque, 0, nil, nil, value)
+	l.finish(q)
+}
+
 // local answers a request the proxy answers itself (version, verbosity),
 // in its turn after the requests before it.
 func (l *ploop) local(c *conn, cmd protocol.Cmd, reply string, noreply bool) {
@@ -240,12 +279,18 @@ func (l *ploop) failEarly(r *lreq, key []byte, err error) {
 	l.finish(r)
 }
 
-// fail makes r's reply the failure line s (the first failure wins).
+// fail makes r's reply the failure line s (the first failure wins); a
+// binary request's is status 0x84 with s's text after SERVER_ERROR.
 func (r *lreq) fail(s string) {
 	if r.failed {
 		return
 	}
 	r.failed = true
+	if r.bin {
+		msg := []byte(strings.TrimPrefix(s, "SERVER_ERROR ")) // allocates: rare
+		r.out = protocol.AppendResponse(r.out[:0], r.op, protocol.StatusInternal, r.opaque, 0, nil, nil, msg)
+		return
+	}
 	r.out = append(r.out[:0], s...)
 	r.out = append(r.out, '\r', '\n')
 }
@@ -264,6 +309,10 @@ func (l *ploop) fragDone(r *lreq) {
 func (l *ploop) finish(r *lreq) {
 	c := r.c
 	switch {
+	case r.bin:
+		if l.countBin(r) && r.quiet && !r.failed {
+			r.out = r.out[:0]
+		}
 	case r.meta:
 		if l.countMeta(r) && r.noreply {
 			r.out = r.out[:0]
@@ -386,4 +435,40 @@ func (l *ploop) countMeta(r *lreq) (quiet bool) {
 		return code == "HD" || code == "VA"
 	}
 	return false
+}
+
+// countBin adds a binary answer to the counters as binary.go counts it,
+// and reports whether a quiet request's answer is one memcached does not
+// send: a get's miss, any other command's success.
+func (l *ploop) countBin(r *lreq) (hidden bool) {
+	ctr := &l.p.ctr
+	loud, _ := r.op.Loud()
+	ok, miss := !r.failed && r.status == protocol.StatusOK, !r.failed && r.status == protocol.StatusKeyNotFound
+	switch loud {
+	case protocol.OpGet, protocol.OpGetK:
+		ctr.cmdGet.Add(1)
+		if ok {
+			ctr.getHits.Add(1)
+		} else if miss {
+			ctr.getMisses.Add(1)
+		}
+		return miss
+	case protocol.OpGAT, protocol.OpGATK:
+		ctr.cmdTouch.Add(1)
+		if ok {
+			ctr.touchHits.Add(1)
+		} else if miss {
+			ctr.touchMisses.Add(1)
+		}
+		return miss
+	case protocol.OpTouch:
+		ctr.cmdTouch.Add(1)
+	case protocol.OpDelete:
+		if ok {
+			ctr.deleteHits.Add(1)
+		} else if miss {
+			ctr.deleteMisses.Add(1)
+		}
+	}
+	return ok
 }

@@ -2,8 +2,10 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/binary"
 	"io"
 	"net"
 	"strconv"
@@ -12,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/test/nodeproc"
 )
 
@@ -325,6 +328,122 @@ func TestLoopServesTextCommands(t *testing.T) {
 	if loopsOn() {
 		if n := statValue(t, addr, "proxy_fast_path") - before["proxy_fast_path"]; n != int64(len(script)+1) {
 			t.Errorf("the event loop served %d of the %d requests (with the mn)", n, len(script)+1)
+		}
+	}
+}
+
+// TestLoopServesBinary: one pipelined write of every binary request that
+// names a key (the loud and the quiet forms of get, getk, gat, gatk,
+// set, add, replace, append, prepend, delete, incr, decr, and touch, a
+// cas, an incr that creates the item) and noops is answered by a proxy
+// over two servers as one memcached answers it (CAS fields zeroed: the
+// servers count their own), and on an event loop none of them leaves it.
+func TestLoopServesBinary(t *testing.T) {
+	bin := nodeproc.Need(t, "reference", "memcached")
+	direct := nodeproc.Start(t, nodeproc.Memcached, bin, "-t", "1").Addr
+	_, addr := startProxy(t, "upstream", 2)
+	var req []byte
+	opaque := uint32(0)
+	add := func(op protocol.Opcode, extras []byte, key string, value string) {
+		opaque++
+		req = protocol.AppendRequest(req, &protocol.Request{Header: protocol.Header{Opcode: op, Opaque: opaque},
+			Extras: extras, Key: []byte(key), Value: []byte(value)})
+	}
+	store := []byte{0, 0, 0, 7, 0, 0, 0, 0} // flags 7, exptime 0
+	ttl := []byte{0, 0, 0x0e, 0x10}         // an hour
+	delta := func(d, initial uint64, exp uint32) []byte {
+		return binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, d), initial), exp)
+	}
+	for _, k := range []string{"b:a", "b:b", "b:c", "b:d", "b:e", "b:f"} {
+		add(protocol.OpGet, nil, k, "")
+		add(protocol.OpGetQ, nil, k, "")
+		add(protocol.OpGetK, nil, k, "")
+		add(protocol.OpGetKQ, nil, k, "")
+		add(protocol.OpSet, store, k, "v1")
+		add(protocol.OpSetQ, store, k, "v2")
+		add(protocol.OpAdd, store, k, "v3")
+		add(protocol.OpAddQ, store, k, "v3")
+		add(protocol.OpAddQ, store, k+"n", "v3")
+		add(protocol.OpReplace, store, k, "v4")
+		add(protocol.OpReplaceQ, store, k+"none", "v4")
+		add(protocol.OpAppend, nil, k, "+a")
+		add(protocol.OpPrependQ, nil, k, "p+")
+		add(protocol.OpAppendQ, nil, k+"none", "x")
+		add(protocol.OpGet, nil, k, "")
+		add(protocol.OpGetKQ, nil, k, "")
+		add(protocol.OpGAT, ttl, k, "")
+		add(protocol.OpGATQ, ttl, k+"none", "")
+		add(protocol.OpGATK, ttl, k+"none", "")
+		add(protocol.OpGATKQ, ttl, k, "")
+		if loopsOn() {
+			// Off the loops a touch's answer has no flags and CAS (the
+			// text upstream's TOUCHED has neither: test/proxy's
+			// knownDiffs).
+			add(protocol.OpTouch, ttl, k, "")
+		}
+		add(protocol.OpTouch, ttl, k+"none", "")
+		add(protocol.OpIncrement, delta(5, 40, 0), k+"i", "")
+		add(protocol.OpIncrement, delta(5, 40, 0), k+"i", "")
+		add(protocol.OpDecrementQ, delta(3, 0, 0), k+"i", "")
+		add(protocol.OpDecrement, delta(3, 0, 0xffffffff), k+"none", "")
+		add(protocol.OpIncrement, delta(1, 0, 0), k, "")
+		add(protocol.OpDelete, nil, k+"i", "")
+		add(protocol.OpDeleteQ, nil, k+"n", "")
+		add(protocol.OpDeleteQ, nil, k+"none", "")
+		add(protocol.OpNoop, nil, "", "")
+	}
+	n := opaque
+	before := statValue(t, addr, "proxy_fast_path")
+	want, got := exchangeBinary(t, direct, req, opaque), exchangeBinary(t, addr, req, opaque)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("the proxy answered\n%x\nmemcached\n%x", got, want)
+	}
+	if loopsOn() {
+		if served := statValue(t, addr, "proxy_fast_path") - before; served != int64(n) {
+			t.Errorf("the event loop served %d of the %d requests", served, n)
+		}
+	}
+}
+
+// TestLoopServerDownBinary: binary requests for a server that refuses
+// connections are answered with status 0x84 and the text of the text
+// protocol's SERVER_ERROR, a quiet one too (memcached's quiet hides
+// successes and misses, never errors), in order before the noop.
+func TestLoopServerDownBinary(t *testing.T) {
+	down := closedAddr(t)
+	_, addr := serveProxy(t, down+":1", "timeout: 2000\n")
+	var req []byte
+	for i, op := range []protocol.Opcode{protocol.OpGet, protocol.OpSetQ, protocol.OpGetKQ, protocol.OpNoop} {
+		var ext []byte
+		if op == protocol.OpSetQ {
+			ext = make([]byte, 8)
+		}
+		key := []byte("k")
+		if op == protocol.OpNoop {
+			key = nil
+		}
+		req = protocol.AppendRequest(req, &protocol.Request{Header: protocol.Header{Opcode: op, Opaque: uint32(i + 1)}, Extras: ext, Key: key})
+	}
+	got := exchangeBinary(t, addr, req, 4)
+	prefix := "proxy upstream " + down + ": "
+	for i, op := range []protocol.Opcode{protocol.OpGet, protocol.OpSetQ, protocol.OpGetKQ, protocol.OpNoop} {
+		var h protocol.Header
+		if err := protocol.ParseHeader(got, &h); err != nil {
+			t.Fatalf("response %d: %v", i, err)
+		}
+		body := got[protocol.HeaderLen : protocol.HeaderLen+int(h.BodyLen)]
+		got = got[protocol.HeaderLen+int(h.BodyLen):]
+		if h.Opcode != op || h.Opaque != uint32(i+1) {
+			t.Fatalf("response %d is to %v opaque %d, want %v opaque %d", i, h.Opcode, h.Opaque, op, i+1)
+		}
+		if op == protocol.OpNoop {
+			if h.Status != protocol.StatusOK {
+				t.Errorf("noop: status %#x", h.Status)
+			}
+			continue
+		}
+		if h.Status != protocol.StatusInternal || !strings.HasPrefix(string(body), prefix) || !strings.Contains(string(body), "refused") {
+			t.Errorf("response %d: status %#x %q, want %#x %q… refused", i, h.Status, body, protocol.StatusInternal, prefix)
 		}
 	}
 }

@@ -216,6 +216,9 @@ var errUpstreamProtocol = errors.New("memcache: unexpected answer from the serve
 // get's are read with internal/protocol's reply grammar, and anything it
 // refuses fails the server connection.
 func (l *ploop) parseUp(up *lup) error {
+	if up.bin {
+		return l.parseUpBin(up)
+	}
 	progressed := false
 	for up.qh < len(up.q) {
 		data := up.rbuf[up.r:up.w]
@@ -299,6 +302,47 @@ func (l *ploop) parseUp(up *lup) error {
 		default:
 			return errUpstreamProtocol
 		}
+	}
+	if up.qh < len(up.q) {
+		if progressed {
+			up.deadline = l.now.Add(up.u.timeout)
+		}
+	} else if up.r < up.w {
+		return errUpstreamProtocol // an answer to nothing
+	}
+	return nil
+}
+
+// parseUpBin is parseUp for a binary connection: each request has one
+// response, with the opcode it was sent with, forwarded with the
+// client's opcode.
+func (l *ploop) parseUpBin(up *lup) error {
+	progressed := false
+	for up.qh < len(up.q) {
+		data := up.rbuf[up.r:up.w]
+		var h protocol.Header
+		if protocol.ParseHeader(data, &h) != nil {
+			break
+		}
+		f := &up.q[up.qh]
+		r := f.r
+		loud, _ := r.op.Loud()
+		if h.Magic != protocol.MagicResponse || h.Opcode != loud || int(h.KeyLen)+int(h.ExtLen) > int(h.BodyLen) || h.BodyLen > maxBody {
+			return errUpstreamProtocol
+		}
+		total := protocol.HeaderLen + int(h.BodyLen)
+		if !l.whole(up, data, total) {
+			break
+		}
+		if !r.failed {
+			at := len(r.out)
+			r.out = append(r.out, data[:total]...)
+			r.out[at+1] = byte(r.op)
+			r.status = h.Status
+		}
+		up.r += total
+		l.fragOK(up, f)
+		progressed = true
 	}
 	if up.qh < len(up.q) {
 		if progressed {
