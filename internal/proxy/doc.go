@@ -30,10 +30,13 @@
 // serves every classic command a server answers (get, gets, gat and gats
 // with any number of keys, split by server; the storage commands, cas,
 // delete, incr, decr and touch), the meta commands mg, ms, md and ma
-// with the flags meta.go supports, version, verbosity, mn and quit, and
+// with the flags meta.go supports, stats (once the connection's earlier
+// requests are answered, so that it counts them), flush_all (sent to
+// every server), version, verbosity, mn and quit, and
 // the binary requests that name a key (get, getk, gat, gatk, set, add,
 // replace, append, prepend, delete, incr, decr, touch, loud and quiet)
-// and noop, version and quit, without a goroutine switch, forwarding the
+// and noop, version, quit, stat, verbosity and flush, without a
+// goroutine switch, forwarding the
 // servers' answers as they are: a binary client's requests go to the
 // servers in binary, so it gets memcached's own responses (its CAS
 // values, a touch's flags), which the goroutine path's text upstream

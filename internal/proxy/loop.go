@@ -21,13 +21,14 @@ import (
 // connection (a multi-key get, gets, gat or gats is split by server, as
 // twemproxy fragments it; a noreply or a meta q is not sent, and the
 // answer it hides is dropped, so that answers match requests in order);
-// version, verbosity and mn are answered in their turn by the loop
-// itself. A binary client's requests that name a key go to the servers
+// flush_all goes to every server; stats, version, verbosity and mn are
+// answered in their turn by the loop itself (stats once the requests
+// before it are answered, so that it counts them). A binary client's requests that name a key go to the servers
 // over binary connections of the loop's own, sent loud whatever opcode
 // the client used (so each is answered, in order), and the answer is
 // forwarded with the client's opcode unless its quiet opcode hides it (a
-// get's miss, any other success); noop, version and quit are the loop's
-// to answer. The round then reads every server connection that is ready
+// get's miss, any other success); noop, version, quit, stat and
+// verbosity are the loop's to answer. The round then reads every server connection that is ready
 // and matches its answers to the requests in order; then writes each
 // server connection once, with every request the round gave it, and each
 // client once, with every reply that is due, in request order. A request
@@ -52,9 +53,9 @@ import (
 // nothing.
 //
 // Everything else leaves the loop: the first request the loop does not
-// serve (stats, flush_all, a meta flag meta.go refuses, me, other binary
-// opcodes, a malformed request, a key with control characters, a cluster
-// upstream) waits until the connection's
+// serve (a flush_all with a delay, a stats group, a meta flag meta.go
+// refuses, me, other binary opcodes, a malformed request, a key with
+// control characters, a cluster upstream) waits until the connection's
 // requests on the loop are answered, and the connection is then handed to
 // a goroutine of its own (detach) with its unread input and unwritten
 // replies, to be served as before the loops existed. It does not come
@@ -116,6 +117,7 @@ const (
 const (
 	waitNone   uint8 = iota
 	waitDrain        // requests on an earlier upstream: wait for their answers
+	waitTurn         // a request that waits for the answers to those before it (myTurn)
 	waitRoom         // too many requests in flight or replies unwritten
 	waitDetach       // a request the loop does not serve: detach once answered
 	waitClose        // quit or end of input: close once answered

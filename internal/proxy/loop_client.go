@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/binary"
 	"net"
 	"os"
 	"syscall"
@@ -197,6 +198,21 @@ func (l *ploop) command(c *conn, r *protocol.TextRequest, rest []byte) (used, mo
 		}
 		l.startMeta(c, r, rest[:n])
 		return n, 0
+	case protocol.CmdStats:
+		if !l.myTurn(c) {
+			return -1, 0
+		}
+		l.stats(c, t)
+		return 0, 0
+	case protocol.CmdFlushAll:
+		if r.Exptime > 0 {
+			break // not supported: the goroutine path refuses it
+		}
+		if !l.mayStart(c) {
+			return -1, 0
+		}
+		l.startFlush(c, r.Noreply)
+		return 0, 0
 	case protocol.CmdMetaNoop:
 		l.local(c, r.Cmd, "MN", false)
 		return 0, 0
@@ -255,8 +271,26 @@ func (l *ploop) binary(c *conn, data []byte) (used, more int) {
 		fits = ext == 0
 	case protocol.OpIncrement, protocol.OpDecrement:
 		fits = ext == 20 && val == 0
-	case protocol.OpNoop:
+	case protocol.OpNoop, protocol.OpVerbosity:
 		l.localBin(c, &req, nil)
+		return n, 0
+	case protocol.OpStat:
+		if len(req.Key) != 0 {
+			break // a stats group: the goroutine path answers
+		}
+		if !l.myTurn(c) {
+			return -1, 0
+		}
+		l.statsBin(c, &req)
+		return n, 0
+	case protocol.OpFlush:
+		if ext == 4 && binary.BigEndian.Uint32(req.Extras) != 0 {
+			break // a delay, not supported: the goroutine path refuses it
+		}
+		if !l.mayStart(c) {
+			return -1, 0
+		}
+		l.startFlushBin(c, &req)
 		return n, 0
 	case protocol.OpVersion:
 		l.localBin(c, &req, []byte(l.p.Version)) // allocates: rare
@@ -302,6 +336,17 @@ func (l *ploop) mayStart(c *conn) bool {
 	return true
 }
 
+// myTurn reports whether c's requests before this one are all answered;
+// if not, c's input waits until they are. A request that reports on what
+// came before it (stats) is served then.
+func (l *ploop) myTurn(c *conn) bool {
+	if c.lqh < len(c.lq) {
+		c.lwait = waitTurn
+		return false
+	}
+	return true
+}
+
 // wantDetach stops c's input at the request the loop does not serve; c
 // leaves the loop once its requests on it are answered.
 func (l *ploop) wantDetach(c *conn) {
@@ -322,7 +367,7 @@ func (l *ploop) settled(c *conn) {
 		if empty && len(c.out) == 0 {
 			l.toDQ(c)
 		}
-	case waitDrain:
+	case waitDrain, waitTurn:
 		if empty {
 			c.lwait = waitNone
 			l.toRQ(c)

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"net"
 	"strings"
 	"sync/atomic"
 	"unsafe"
@@ -44,6 +45,11 @@ func (l *ploop) pick(c *conn, key []byte) (*lup, error) {
 	if err != nil {
 		return nil, err
 	}
+	return l.pickAddr(c, addr), nil
+}
+
+// pickAddr returns the loop's connection for c to the server at addr.
+func (l *ploop) pickAddr(c *conn, addr net.Addr) *lup {
 	// A server's text connections, then its binary ones (a binary
 	// client's requests go to the server in binary).
 	ups := l.ups[addr]
@@ -65,7 +71,7 @@ func (l *ploop) pick(c *conn, key []byte) (*lup, error) {
 		ups[i] = up
 		l.all = append(l.all, up)
 	}
-	return up, nil
+	return up
 }
 
 // startGet starts a get, gets, gat or gats of r's keys, T[First:N-1].
@@ -247,6 +253,38 @@ func (l *ploop) localBin(c *conn, req *protocol.Request, value []byte) {
 	l.finish(q)
 }
 
+// statsBin answers a binary Stat without a key: a response per stat,
+// then an empty one, as memcached answers it.
+func (l *ploop) statsBin(c *conn, req *protocol.Request) {
+	q := l.newReq(c)
+	l.p.ctr.fastPath.Add(-1) // as in stats
+	q.bin, q.op, q.opaque = true, req.Opcode, req.Opaque
+	for _, kv := range l.p.statLines() {
+		q.out = protocol.AppendResponse(q.out, req.Opcode, protocol.StatusOK, req.Opaque, 0, nil, []byte(kv[0]), []byte(kv[1]))
+	}
+	q.out = protocol.AppendResponse(q.out, req.Opcode, protocol.StatusOK, req.Opaque, 0, nil, nil, nil)
+	l.finish(q)
+}
+
+// startFlushBin is startFlush for a binary Flush (FlushQ: no answer
+// when every server flushed).
+func (l *ploop) startFlushBin(c *conn, req *protocol.Request) {
+	q := l.newReq(c)
+	q.bin, q.op, q.opaque = true, req.Opcode, req.Opaque
+	_, q.quiet = req.Opcode.Loud()
+	q.cmd = protocol.CmdFlushAll
+	l.p.ctr.cmdFlush.Add(1)
+	l.gen.sel.Each(func(a net.Addr) error {
+		up := l.pickAddr(c, a)
+		up.wbuf = protocol.AppendRequest(up.wbuf, &protocol.Request{Header: protocol.Header{Opcode: protocol.OpFlush}})
+		l.push(up, q, 0, 0)
+		return nil
+	})
+	if q.frags == 0 {
+		l.finish(q)
+	}
+}
+
 // local answers a request the proxy answers itself (version, verbosity),
 // in its turn after the requests before it.
 func (l *ploop) local(c *conn, cmd protocol.Cmd, reply string, noreply bool) {
@@ -257,6 +295,33 @@ func (l *ploop) local(c *conn, cmd protocol.Cmd, reply string, noreply bool) {
 		q.out = append(q.out, '\r', '\n')
 	}
 	l.finish(q)
+}
+
+// stats answers "stats" (Proxy.appendStats). It is served once c's
+// earlier requests are answered (myTurn), so that it counts them.
+func (l *ploop) stats(c *conn, t *protocol.Tokens) {
+	q := l.newReq(c)
+	l.p.ctr.fastPath.Add(-1) // so that reading proxy_fast_path does not change it
+	q.cmd, q.line = protocol.CmdStats, true
+	q.out = l.p.appendStats(q.out, t)
+	l.finish(q)
+}
+
+// startFlush sends flush_all to every server of the pool; finish answers
+// OK when each one did, else the first error.
+func (l *ploop) startFlush(c *conn, noreply bool) {
+	q := l.newReq(c)
+	q.cmd, q.line, q.noreply = protocol.CmdFlushAll, true, noreply
+	l.p.ctr.cmdFlush.Add(1)
+	l.gen.sel.Each(func(a net.Addr) error {
+		up := l.pickAddr(c, a)
+		up.wbuf = append(up.wbuf, "flush_all\r\n"...)
+		l.push(up, q, 0, 0)
+		return nil
+	})
+	if q.frags == 0 {
+		l.finish(q)
+	}
 }
 
 // push queues a request fragment on up, to be written this round.
@@ -310,6 +375,9 @@ func (l *ploop) finish(r *lreq) {
 	c := r.c
 	switch {
 	case r.bin:
+		if r.cmd == protocol.CmdFlushAll && !r.failed {
+			r.out = protocol.AppendResponse(r.out[:0], r.op, protocol.StatusOK, r.opaque, 0, nil, nil, nil)
+		}
 		if l.countBin(r) && r.quiet && !r.failed {
 			r.out = r.out[:0]
 		}
@@ -318,6 +386,9 @@ func (l *ploop) finish(r *lreq) {
 			r.out = r.out[:0]
 		}
 	case r.line:
+		if r.cmd == protocol.CmdFlushAll && !r.failed {
+			r.out = append(r.out[:0], "OK\r\n"...)
+		}
 		l.count(r)
 		if r.noreply {
 			r.out = r.out[:0]

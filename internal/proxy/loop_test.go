@@ -335,7 +335,8 @@ func TestLoopServesTextCommands(t *testing.T) {
 // TestLoopServesBinary: one pipelined write of every binary request that
 // names a key (the loud and the quiet forms of get, getk, gat, gatk,
 // set, add, replace, append, prepend, delete, incr, decr, and touch, a
-// cas, an incr that creates the item) and noops is answered by a proxy
+// cas, an incr that creates the item), noops and flushes is answered by
+// a proxy
 // over two servers as one memcached answers it (CAS fields zeroed: the
 // servers count their own), and on an event loop none of them leaves it.
 func TestLoopServesBinary(t *testing.T) {
@@ -392,6 +393,13 @@ func TestLoopServesBinary(t *testing.T) {
 		add(protocol.OpDeleteQ, nil, k+"none", "")
 		add(protocol.OpNoop, nil, "", "")
 	}
+	add(protocol.OpFlushQ, nil, "", "")
+	add(protocol.OpGetK, nil, "b:a", "")
+	add(protocol.OpSet, store, "b:a", "v5")
+	add(protocol.OpFlush, nil, "", "")
+	add(protocol.OpGetK, nil, "b:a", "")
+	add(protocol.OpGetK, nil, "b:b", "")
+	add(protocol.OpNoop, nil, "", "")
 	n := opaque
 	before := statValue(t, addr, "proxy_fast_path")
 	want, got := exchangeBinary(t, direct, req, opaque), exchangeBinary(t, addr, req, opaque)
@@ -444,6 +452,70 @@ func TestLoopServerDownBinary(t *testing.T) {
 		}
 		if h.Status != protocol.StatusInternal || !strings.HasPrefix(string(body), prefix) || !strings.Contains(string(body), "refused") {
 			t.Errorf("response %d: status %#x %q, want %#x %q… refused", i, h.Status, body, protocol.StatusInternal, prefix)
+		}
+	}
+}
+
+// TestLoopServesStatsAndFlush: stats and flush_all pipelined with other
+// requests are served on the event loop in their turn: stats counts the
+// requests before it, flush_all empties every server, and a stats group
+// the proxy does not have is memcached's ERROR.
+func TestLoopServesStatsAndFlush(t *testing.T) {
+	_, addr := startProxy(t, "upstream", 2)
+	before := statValue(t, addr, "proxy_fast_path")
+	gets := statValue(t, addr, "cmd_get")
+	var req strings.Builder
+	keys := []string{"sf:a", "sf:b", "sf:c", "sf:d", "sf:e", "sf:f"}
+	for _, k := range keys {
+		req.WriteString("set " + k + " 0 0 1\r\nx\r\n")
+	}
+	req.WriteString("get " + strings.Join(keys, " ") + "\r\nstats\r\nflush_all\r\nget " + strings.Join(keys, " ") +
+		"\r\nflush_all noreply\r\nstats reset\r\nstats nosuchgroup\r\nflush_all 0\r\n")
+	nreq := len(keys) + 8 - 3 // the three stats requests are not counted
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(nc, req.String())
+	r := bufio.NewReader(nc)
+	want := strings.Repeat("STORED\r\n", len(keys))
+	for _, k := range keys {
+		want += "VALUE " + k + " 0 1\r\nx\r\n"
+	}
+	want += "END\r\n"
+	got := make([]byte, len(want))
+	if _, err := io.ReadFull(r, got); err != nil || string(got) != want {
+		t.Fatalf("got %q (%v), want %q", got, err, want)
+	}
+	sawGets := false
+	for {
+		l, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l == "END\r\n" {
+			break
+		}
+		if f := strings.Fields(l); len(f) == 3 && f[0] == "STAT" && f[1] == "cmd_get" {
+			sawGets = true
+			if n, _ := strconv.ParseInt(f[2], 10, 64); n != gets+int64(len(keys)) {
+				t.Errorf("stats after a get of %d keys: cmd_get %d, want %d", len(keys), n, gets+int64(len(keys)))
+			}
+		}
+	}
+	if !sawGets {
+		t.Error("stats has no cmd_get")
+	}
+	want = "OK\r\nEND\r\nRESET\r\nERROR\r\nOK\r\n"
+	got = make([]byte, len(want))
+	if _, err := io.ReadFull(r, got); err != nil || string(got) != want {
+		t.Fatalf("got %q (%v), want %q", got, err, want)
+	}
+	if loopsOn() {
+		if n := statValue(t, addr, "proxy_fast_path") - before; n != int64(nreq) {
+			t.Errorf("the event loop served %d of the %d requests", n, nreq)
 		}
 	}
 }

@@ -233,7 +233,13 @@ func (l *ploop) parseUp(up *lup) error {
 		r := f.r
 		line := data[:nl+1]
 		if r.line {
-			if !r.failed {
+			switch {
+			case r.failed:
+			case r.cmd == protocol.CmdFlushAll: // one answer per server: finish says OK if each did
+				if string(line) != "OK\r\n" {
+					r.fail(string(protocol.TrimLine(line[:nl])))
+				}
+			default:
 				r.out = append(r.out, line...)
 			}
 			up.r += nl + 1
@@ -334,7 +340,13 @@ func (l *ploop) parseUpBin(up *lup) error {
 		if !l.whole(up, data, total) {
 			break
 		}
-		if !r.failed {
+		switch {
+		case r.failed:
+		case r.cmd == protocol.CmdFlushAll: // one answer per server: finish says OK if each did
+			if h.Status != protocol.StatusOK {
+				r.fail("SERVER_ERROR flush: " + h.Status.Text())
+			}
+		default:
 			at := len(r.out)
 			r.out = append(r.out, data[:total]...)
 			r.out[at+1] = byte(r.op)

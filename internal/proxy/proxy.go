@@ -83,7 +83,7 @@ type counters struct {
 	deleteHits, deleteMisses, incrHits, incrMisses, decrHits, decrMisses atomic.Int64
 	casHits, casMisses, casBadval, cmdFlush, bytesRead, bytesWritten     atomic.Int64
 	upstreamErrors                                                       atomic.Int64
-	fastPath                                                             atomic.Int64 // requests answered by Complete (async.go)
+	fastPath                                                             atomic.Int64 // requests served without a goroutine switch (an event loop, async.go), stats requests aside
 }
 
 // New builds a proxy for cfg and connects its upstream (a cluster's

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/vbcache/vbcache/internal/protocol"
 )
 
 // statLines returns the proxy's "stats": memcached's general stats that
@@ -127,24 +129,26 @@ func leftPad(s string, n int) string {
 // and "stats proxy", RESET for "stats reset" (which the proxy ignores),
 // and ERROR for anything else, as memcached answers an unknown group.
 func (c *conn) stats() {
-	t := &c.req.Tokens
+	c.out = c.p.appendStats(c.out, &c.req.Tokens)
+}
+
+// appendStats appends the reply to the text "stats" request of tokens t.
+func (p *Proxy) appendStats(out []byte, t *protocol.Tokens) []byte {
 	if t.N > 2 {
 		switch string(t.T[1]) {
 		case "proxy", "servers":
 		case "reset":
-			c.reply("RESET")
-			return
+			return append(out, "RESET\r\n"...)
 		default:
-			c.reply("ERROR")
-			return
+			return append(out, "ERROR\r\n"...)
 		}
 	}
-	for _, kv := range c.p.statLines() {
-		c.out = append(c.out, "STAT "...)
-		c.out = append(c.out, kv[0]...)
-		c.out = append(c.out, ' ')
-		c.out = append(c.out, kv[1]...)
-		c.out = append(c.out, '\r', '\n')
+	for _, kv := range p.statLines() {
+		out = append(out, "STAT "...)
+		out = append(out, kv[0]...)
+		out = append(out, ' ')
+		out = append(out, kv[1]...)
+		out = append(out, '\r', '\n')
 	}
-	c.out = append(c.out, "END\r\n"...)
+	return append(out, "END\r\n"...)
 }
