@@ -122,17 +122,16 @@ func (l *ploop) input(c *conn) (need int) {
 // is the goroutine path's to answer: it parses the line again.
 func (l *ploop) command(c *conn, r *protocol.TextRequest, rest []byte) (used, more int) {
 	t := &r.Tokens
-	if r.Err != "" || t.Rest != nil {
+	isGet := r.Cmd == protocol.CmdGet || r.Cmd == protocol.CmdGets || r.Cmd == protocol.CmdGat || r.Cmd == protocol.CmdGats
+	if r.Err != "" || t.Rest != nil && !isGet {
 		l.wantDetach(c)
 		return -1, 0
 	}
 	switch r.Cmd {
 	case protocol.CmdGet, protocol.CmdGets, protocol.CmdGat, protocol.CmdGats:
-		for i := r.First; i < t.N-1; i++ {
-			if !memcache.LegalKey(t.T[i]) || len(t.T[i]) > protocol.KeyMaxLength {
-				l.wantDetach(c)
-				return -1, 0
-			}
+		if !legalKeys(r) {
+			l.wantDetach(c)
+			return -1, 0
 		}
 		if !l.mayStart(c) {
 			return -1, 0
@@ -332,6 +331,29 @@ func (l *ploop) mayStart(c *conn) bool {
 			return false
 		}
 		c.lgen = u
+	}
+	return true
+}
+
+// legalKeys reports whether every key of a get is one the servers take
+// (memcache.LegalKey): T[First:N-1], and those in the rest of the line.
+func legalKeys(r *protocol.TextRequest) bool {
+	t := &r.Tokens
+	for i := r.First; i < t.N-1; i++ {
+		if !memcache.LegalKey(t.T[i]) {
+			return false
+		}
+	}
+	for rest := t.Rest; len(rest) > 0; {
+		tok := rest
+		if i := bytes.IndexByte(rest, ' '); i >= 0 {
+			tok, rest = rest[:i], rest[i+1:]
+		} else {
+			rest = nil
+		}
+		if len(tok) > 0 && !memcache.LegalKey(tok) {
+			return false
+		}
 	}
 	return true
 }

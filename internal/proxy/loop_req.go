@@ -74,22 +74,28 @@ func (l *ploop) pickAddr(c *conn, addr net.Addr) *lup {
 	return up
 }
 
-// startGet starts a get, gets, gat or gats of r's keys, T[First:N-1].
-// Each server is sent the command's verb (and a gat's exptime) with the
-// keys it holds.
+// startGet starts a get, gets, gat or gats of r's keys: T[First:N-1],
+// then those of the rest of the line (NextKeys). Each server is sent the
+// command's verb (and a gat's exptime) with the keys it holds.
 func (l *ploop) startGet(c *conn, r *protocol.TextRequest) {
 	t := &r.Tokens
 	q := l.newReq(c)
 	q.cmd = r.Cmd
-	q.nkeys = t.N - 1 - r.First
+	// The tokens are slices of the line, which stays put: these outlive
+	// NextKeys.
+	verbTok, expTok := t.T[0], []byte(nil)
+	if r.First == 2 {
+		expTok = t.T[1]
+	}
 	verb := func(up *lup) {
-		up.wbuf = append(up.wbuf, t.T[0]...)
-		if r.First == 2 {
+		up.wbuf = append(up.wbuf, verbTok...)
+		if expTok != nil {
 			up.wbuf = append(up.wbuf, ' ')
-			up.wbuf = append(up.wbuf, t.T[1]...)
+			up.wbuf = append(up.wbuf, expTok...)
 		}
 	}
-	if q.nkeys == 1 {
+	if t.N-1-r.First == 1 && t.Rest == nil {
+		q.nkeys = 1
 		up, err := l.pick(c, t.T[r.First])
 		if err != nil {
 			l.failEarly(q, t.T[r.First], err)
@@ -103,16 +109,22 @@ func (l *ploop) startGet(c *conn, r *protocol.TextRequest) {
 		return
 	}
 	// Several keys: find each one's server.
-	for i := r.First; i < t.N-1; i++ {
-		up, err := l.pick(c, t.T[i])
-		if err != nil {
-			l.failEarly(q, t.T[i], err)
-			return
+	for first := r.First; ; first = 0 {
+		for i := first; i < t.N-1; i++ {
+			up, err := l.pick(c, t.T[i])
+			if err != nil {
+				l.failEarly(q, t.T[i], err)
+				return
+			}
+			q.srv = append(q.srv, up)
+			q.kb = append(q.kb, t.T[i]...)
+			q.kend = append(q.kend, int32(len(q.kb)))
 		}
-		q.srv = append(q.srv, up)
-		q.kb = append(q.kb, t.T[i]...)
-		q.kend = append(q.kend, int32(len(q.kb)))
+		if !r.NextKeys() {
+			break
+		}
 	}
+	q.nkeys = len(q.kend)
 	first := q.srv[0]
 	q.split = false
 	for _, up := range q.srv[1:] {
@@ -123,9 +135,9 @@ func (l *ploop) startGet(c *conn, r *protocol.TextRequest) {
 	}
 	if !q.split {
 		verb(first)
-		for i := r.First; i < t.N-1; i++ {
+		for i := range q.nkeys {
 			first.wbuf = append(first.wbuf, ' ')
-			first.wbuf = append(first.wbuf, t.T[i]...)
+			first.wbuf = append(first.wbuf, q.key(i)...)
 		}
 		first.wbuf = append(first.wbuf, '\r', '\n')
 		l.push(first, q, 0, 0)

@@ -297,6 +297,7 @@ func TestLoopServesTextCommands(t *testing.T) {
 			"ma c:none"+k+" q\r\n",
 			"md "+k+"n q\r\n",
 			"md "+k+"n q O5\r\n",
+			"gets"+strings.Repeat(" "+k+"m c:none", 30)+"\r\n", // more keys than a line's tokens
 		)
 	}
 	req := strings.Join(script, "")
@@ -316,8 +317,8 @@ func TestLoopServesTextCommands(t *testing.T) {
 	// hit and one that misses; incr and decr hits, a miss, and an incr
 	// of "abc" that memcached refuses (counted as neither); the cas of a
 	// wrong unique (EXISTS) and of a missing key; 4 mg (2 hits), 4 ms and
-	// 2 md (a hit, a miss).
-	wantCtr := map[string]int64{"cmd_get": 8 + 4, "get_hits": 1 + 2, "get_misses": 7 + 2, "cmd_set": 9 + 4,
+	// 2 md (a hit, a miss); a gets of 60 keys, half of them hits.
+	wantCtr := map[string]int64{"cmd_get": 8 + 4 + 60, "get_hits": 1 + 2 + 30, "get_misses": 7 + 2 + 30, "cmd_set": 9 + 4,
 		"cmd_touch": 8, "touch_hits": 5, "touch_misses": 3, "delete_hits": 2 + 1, "delete_misses": 1 + 1,
 		"incr_hits": 1, "incr_misses": 1, "decr_hits": 2, "decr_misses": 0, "cas_hits": 0, "cas_misses": 1, "cas_badval": 1}
 	for _, s := range counters {
