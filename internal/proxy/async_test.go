@@ -304,6 +304,22 @@ func TestFastPathDoesNotAllocate(t *testing.T) {
 			"VALUE alloc 3 5\r\nhello\r\nVALUE allocb 3 5\r\nhello\r\nEND\r\n")
 		mget()
 		cases["multi-get"] = mget
+		// And the other commands it serves.
+		roundTrip(text, []byte("set allocn 0 0 1\r\n5\r\n"), "STORED\r\n")()
+		for name, rt := range map[string][2]string{
+			"incr":    {"incr allocn 0\r\n", "5\r\n"},
+			"delete":  {"delete allocnone\r\n", "NOT_FOUND\r\n"},
+			"touch":   {"touch alloc 0\r\n", "TOUCHED\r\n"},
+			"gat":     {"gat 0 alloc allocb\r\n", "VALUE alloc 3 5\r\nhello\r\nVALUE allocb 3 5\r\nhello\r\nEND\r\n"},
+			"mg":      {"mg alloc v f q\r\nmg allocnone v q\r\nmn\r\n", "VA 5 f3\r\nhello\r\nMN\r\n"},
+			"ms":      {"ms allocm 2 T0\r\nhi\r\n", "HD\r\n"},
+			"append":  {"append allocnone 0 0 1\r\nx\r\n", "NOT_STORED\r\n"},
+			"noreply": {"set allocq 0 0 1 noreply\r\nx\r\ndelete allocq noreply\r\nmn\r\n", "MN\r\n"},
+		} {
+			f := roundTrip(text, []byte(rt[0]), rt[1])
+			f()
+			cases[name] = f
+		}
 	}
 	for name, f := range cases {
 		allocs := testing.AllocsPerRun(2000, f)
