@@ -349,9 +349,23 @@ func FuzzProxyFastPath(f *testing.F) {
 		"set a 0 0 1 noreply\r\n1\r\nget a\r\nset a 0 0 1\r\n2\r\nget a b c\r\nadd a 0 0 1\r\n3\r\nget a\r\nset a 0 0 x\r\nget a\r\n",
 		strings.Repeat("get a\r\nset a 0 0 1\r\nz\r\n", 20),
 		"\x80\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00a",
+		// What the event loop forwards, answers itself or serves inline.
+		"mg a v q\r\nms a 2 q T0\r\nhi\r\nmg a v k O1\r\nma a q\r\nmd a q\r\nmn\r\nmg a h\r\nmn\r\n",
+		"stats\r\nflush_all\r\nflush_all 5\r\nstats x\r\ngat 0\r\ngat 0 a b\r\ncas a 0 0 1 1\r\nx\r\nset a 0 0 1\r\nxyz\r\n",
+		"get" + strings.Repeat(" k", 3000) + "\r\nbogus\r\nGET / HTTP/1.1\r\n",
+		"set a 0 0 1\r\n1\r\n" + strings.Repeat("x", 3000),
 	} {
 		f.Add([]byte(s))
 	}
+	var bin []byte
+	for i, op := range []protocol.Opcode{protocol.OpGetKQ, protocol.OpSetQ, protocol.OpGetK, protocol.OpFlushQ, protocol.OpStat, 0x55, protocol.OpNoop} {
+		var ext []byte
+		if op == protocol.OpSetQ {
+			ext = make([]byte, 8)
+		}
+		bin = protocol.AppendRequest(bin, &protocol.Request{Header: protocol.Header{Opcode: op, Opaque: uint32(i)}, Extras: ext, Key: []byte("a")})
+	}
+	f.Add(bin)
 	_, addr := startProxy(f, "upstream", 2)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		nc, err := net.Dial("tcp", addr)

@@ -44,9 +44,11 @@
 // each client once. A server connection with requests in flight holds
 // new ones until its next answer (Nagle's rule, for requests), so at
 // pipeline 1 one write to a server carries the requests of many clients.
-// The first other request takes the connection off the loop, once its
-// requests there are answered, to a goroutine of its own, where it is
-// served as described below. Config.NoEventLoops turns the loops off.
+// Errors and refusals are answered on the loop too, by the code of the
+// goroutine path below. A key with control characters takes the
+// connection off the loop, once its requests there are answered, to a
+// goroutine of its own, where it is served as described below.
+// Config.NoEventLoops turns the loops off.
 //
 // # The fast path
 //

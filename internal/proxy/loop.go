@@ -52,14 +52,18 @@ import (
 // with nothing in flight writes at once, so a lone client waits for
 // nothing.
 //
-// Everything else leaves the loop: the first request the loop does not
-// serve (a flush_all with a delay, a stats group, a meta flag meta.go
-// refuses, me, other binary opcodes, a malformed request, a key with
-// control characters, a cluster upstream) waits until the connection's
-// requests on the loop are answered, and the connection is then handed to
-// a goroutine of its own (detach) with its unread input and unwritten
-// replies, to be served as before the loops existed. It does not come
-// back.
+// A request the proxy answers without its servers (an unknown command, a
+// line or packet memcached refuses, a bad data chunk, a refused meta
+// flag, a stats group, a flush_all with a delay) is served on the loop
+// by the goroutine path's own code (textCommand, binaryPacket: inline),
+// once the connection's earlier requests are answered, so that its reply
+// goes after theirs. What is left leaves the loop: a request with a key
+// of control characters, which memcache.Client refuses and the proxy
+// answers per command, or any request once the upstream is a cluster.
+// It waits until the connection's requests on the loop are answered,
+// and the connection is then handed to a goroutine of its own (detach)
+// with its unread input and unwritten replies, to be served as before
+// the loops existed. It does not come back.
 //
 // Sockets are edge-triggered (EPOLLET). A client is read until a read comes
 // back short, which proves its queue was empty (any later byte raises a

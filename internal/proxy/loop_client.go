@@ -72,6 +72,12 @@ func (l *ploop) serveClient(c *conn) {
 // when that is known.
 func (l *ploop) input(c *conn) (need int) {
 	for c.r < c.w && c.lwait == waitNone {
+		if c.swallow > 0 { // the data block of a refused storage command
+			n := min(c.swallow, c.w-c.r)
+			c.r += n
+			c.swallow -= n
+			continue
+		}
 		if len(c.lq)-c.lqh >= loopMaxQueued || len(c.out) >= loopMaxOut {
 			c.lwait = waitRoom
 			return 0
@@ -83,97 +89,135 @@ func (l *ploop) input(c *conn) (need int) {
 				c.mode = 2
 			}
 		}
+		var used, more int
+		var local bool
 		if c.mode == 2 {
-			used, more := l.binary(c, data)
-			switch {
-			case more > 0:
-				return more
-			case used <= 0:
-				return 0 // waiting, detaching, or not a whole packet yet
+			used, more, local = l.binary(c, data)
+		} else if nl := bytes.IndexByte(data, '\n'); nl < 0 {
+			// memcached's rules for a long line (textCommand): a get's
+			// may grow, anything else is garbage and closes.
+			local = len(data) > protocol.LineMaxNoNewline
+		} else {
+			r := &c.req
+			protocol.ParseTextRequest(protocol.TrimLine(data[:nl]), r)
+			used, more, local = l.command(c, r, data[nl+1:])
+			if used >= 0 && !local {
+				used += nl + 1
 			}
-			c.r += used
-			continue
-		}
-		nl := bytes.IndexByte(data, '\n')
-		if nl < 0 {
-			if len(data) > protocol.LineMaxNoNewline {
-				l.wantDetach(c) // the goroutine path knows memcached's rules for long lines
+			if more > 0 {
+				more += nl + 1
 			}
-			return 0
 		}
-		r := &c.req
-		protocol.ParseTextRequest(protocol.TrimLine(data[:nl]), r)
-		used, more := l.command(c, r, data[nl+1:])
+		if local {
+			used, more = l.inline(c, data)
+		}
 		switch {
 		case more > 0:
-			return nl + 1 + more
-		case used < 0:
-			return 0 // waiting, or detaching: the command is served later
+			return more
+		case used <= 0:
+			return 0 // waiting, detaching, or not a whole request yet
 		}
-		c.r += nl + 1 + used
+		c.r += used
 	}
 	return 0
+}
+
+// inline serves the request at the front of data, one the proxy answers
+// without its servers (an error, a refusal, a long line), the way the
+// goroutine path serves it (text.go, meta.go, binary.go): once c's
+// earlier requests are answered, its reply goes after theirs. It returns
+// what textCommand or binaryPacket does: the bytes used, or more > 0
+// when the request needs that many first, or (0, 0) when the line is not
+// whole; used is -1 while c waits for its turn.
+func (l *ploop) inline(c *conn, data []byte) (used, more int) {
+	if !l.myTurn(c) {
+		return -1, 0
+	}
+	if c.mode == 2 {
+		used, more = c.binaryPacket(data)
+	} else {
+		used, more = c.textCommand(data)
+	}
+	if len(c.out) > 0 {
+		l.toCQ(c)
+	}
+	if c.close {
+		c.lwait = waitClose
+		l.settled(c)
+	}
+	return used, more
 }
 
 // command starts r, the request on c's next line, rest being the bytes
 // after the line. It returns the bytes of rest used, more > 0 when the
 // request needs that many bytes of rest first, or used -1 when the
-// request is not started (c's input waits). A request that did not parse
-// is the goroutine path's to answer: it parses the line again.
-func (l *ploop) command(c *conn, r *protocol.TextRequest, rest []byte) (used, more int) {
+// request is not started (c's input waits, or c leaves the loop). local
+// says the request is inline's to serve: the proxy answers it without
+// its servers. A key with control characters is the goroutine path's
+// (memcache.Client refuses it, which the proxy answers per command).
+func (l *ploop) command(c *conn, r *protocol.TextRequest, rest []byte) (used, more int, local bool) {
 	t := &r.Tokens
 	isGet := r.Cmd == protocol.CmdGet || r.Cmd == protocol.CmdGets || r.Cmd == protocol.CmdGat || r.Cmd == protocol.CmdGats
-	if r.Err != "" || t.Rest != nil && !isGet {
+	switch {
+	case r.Err != "":
+		return 0, 0, true
+	case t.Rest != nil && !isGet:
 		l.wantDetach(c)
-		return -1, 0
+		return -1, 0, false
 	}
 	switch r.Cmd {
 	case protocol.CmdGet, protocol.CmdGets, protocol.CmdGat, protocol.CmdGats:
+		if t.N-1 == r.First && t.Rest == nil {
+			return 0, 0, true // "gat 0": no key, END
+		}
 		if !legalKeys(r) {
 			l.wantDetach(c)
-			return -1, 0
+			return -1, 0, false
 		}
 		if !l.mayStart(c) {
-			return -1, 0
+			return -1, 0, false
 		}
 		l.startGet(c, r)
-		return 0, 0
+		return 0, 0, false
 	case protocol.CmdSet, protocol.CmdAdd, protocol.CmdReplace, protocol.CmdAppend, protocol.CmdPrepend, protocol.CmdCas:
 		n := r.Bytes
-		if !memcache.LegalKey(r.Key) || n > maxBody {
-			break
+		if !memcache.LegalKey(r.Key) {
+			l.wantDetach(c)
+			return -1, 0, false
+		}
+		if n > maxBody {
+			return 0, 0, true // too large: refused, its data swallowed
 		}
 		if len(rest) < n {
-			return 0, n
+			return 0, n, false
 		}
 		if rest[n-2] != '\r' || rest[n-1] != '\n' {
-			break
+			return 0, 0, true // a bad data chunk
 		}
 		if !l.mayStart(c) {
-			return -1, 0
+			return -1, 0, false
 		}
 		tokens := 5 // verb, key, flags, exptime, bytes
 		if r.Cmd == protocol.CmdCas {
 			tokens = 6
 		}
 		l.startLine(c, r, tokens, rest[:n])
-		return n, 0
+		return n, 0, false
 	case protocol.CmdDelete, protocol.CmdIncr, protocol.CmdDecr, protocol.CmdTouch:
 		if !memcache.LegalKey(r.Key) {
-			break
+			l.wantDetach(c)
+			return -1, 0, false
 		}
 		if !l.mayStart(c) {
-			return -1, 0
+			return -1, 0, false
 		}
 		tokens := 3 // verb, key, delta or exptime
 		if r.Cmd == protocol.CmdDelete {
 			tokens = 2
 		}
 		l.startLine(c, r, tokens, nil)
-		return 0, 0
+		return 0, 0, false
 	case protocol.CmdMetaGet, protocol.CmdMetaSet, protocol.CmdMetaDelete, protocol.CmdMetaArith:
-		// The flags the goroutine path refuses (meta.go) are refused
-		// there: the connection leaves.
 		from, allowed, n := 2, mgFlags, 0
 		switch r.Cmd {
 		case protocol.CmdMetaSet:
@@ -183,78 +227,78 @@ func (l *ploop) command(c *conn, r *protocol.TextRequest, rest []byte) (used, mo
 		case protocol.CmdMetaArith:
 			allowed = maFlags
 		}
-		if i, _ := metaRefused(t, from, allowed); i > 0 || !memcache.LegalKey(r.Key) || n > maxBody {
-			break
+		if i, _ := metaRefused(t, from, allowed); i > 0 || n > maxBody {
+			return 0, 0, true // refused as meta.go refuses it (an ms's data swallowed)
+		}
+		if !memcache.LegalKey(r.Key) {
+			l.wantDetach(c)
+			return -1, 0, false
 		}
 		if len(rest) < n {
-			return 0, n
+			return 0, n, false
 		}
 		if n > 0 && (rest[n-2] != '\r' || rest[n-1] != '\n') {
-			break
+			return 0, 0, true // a bad data chunk
 		}
 		if !l.mayStart(c) {
-			return -1, 0
+			return -1, 0, false
 		}
 		l.startMeta(c, r, rest[:n])
-		return n, 0
+		return n, 0, false
 	case protocol.CmdStats:
 		if !l.myTurn(c) {
-			return -1, 0
+			return -1, 0, false
 		}
 		l.stats(c, t)
-		return 0, 0
+		return 0, 0, false
 	case protocol.CmdFlushAll:
 		if r.Exptime > 0 {
-			break // not supported: the goroutine path refuses it
+			return 0, 0, true // a delay: refused, as the goroutine path does
 		}
 		if !l.mayStart(c) {
-			return -1, 0
+			return -1, 0, false
 		}
 		l.startFlush(c, r.Noreply)
-		return 0, 0
+		return 0, 0, false
 	case protocol.CmdMetaNoop:
 		l.local(c, r.Cmd, "MN", false)
-		return 0, 0
+		return 0, 0, false
 	case protocol.CmdVersion:
 		l.local(c, r.Cmd, "VERSION "+l.p.Version, false)
-		return 0, 0
+		return 0, 0, false
 	case protocol.CmdVerbosity:
 		l.p.verbosity.Store(int32(min(r.Level, 2)))
 		l.local(c, r.Cmd, "OK", r.Noreply)
-		return 0, 0
-	case protocol.CmdQuit:
-		if t.N == 2 {
-			c.lwait = waitClose
-			l.settled(c)
-			return 0, 0
-		}
+		return 0, 0, false
 	}
-	l.wantDetach(c)
-	return -1, 0
+	// The rest the proxy answers itself: quit, an unknown command (or an
+	// HTTP request, which closes), me, shutdown.
+	return 0, 0, true
 }
 
 // binary starts the binary request at the front of data. It returns the
 // bytes used, more > 0 when the request needs that many bytes first, 0
 // when the header is not whole, or used -1 when the request is not
-// started (c's input waits). What the loop does not serve, and a request
-// whose lengths do not fit its opcode, is the goroutine path's
-// (binary.go), which answers it as memcached does.
-func (l *ploop) binary(c *conn, data []byte) (used, more int) {
+// started (c's input waits, or c leaves the loop). local says the
+// request is inline's to serve: one the loop does not forward (a request
+// whose lengths do not fit its opcode, an unknown opcode, a stats group,
+// a flush with a delay, a bad packet), which binary.go answers as
+// memcached does. A key with control characters is the goroutine
+// path's.
+func (l *ploop) binary(c *conn, data []byte) (used, more int, local bool) {
 	var req protocol.Request
 	n, err := protocol.ParseRequest(data, &req)
 	if err != nil {
-		l.wantDetach(c)
-		return -1, 0
+		return 0, 0, true // closes
 	}
 	if n == 0 {
 		if len(data) < protocol.HeaderLen {
-			return 0, 0
+			return 0, 0, false
 		}
 		if req.BodyLen > maxBody {
-			l.wantDetach(c)
-			return -1, 0
+			return 0, 0, true // closes
 		}
-		return 0, protocol.HeaderLen + int(req.BodyLen)
+		return 0, protocol.HeaderLen + int(req.BodyLen), false
 	}
 	op, quiet := req.Opcode.Loud()
 	ext, val := len(req.Extras), len(req.Value)
@@ -272,45 +316,50 @@ func (l *ploop) binary(c *conn, data []byte) (used, more int) {
 		fits = ext == 20 && val == 0
 	case protocol.OpNoop, protocol.OpVerbosity:
 		l.localBin(c, &req, nil)
-		return n, 0
-	case protocol.OpStat:
-		if len(req.Key) != 0 {
-			break // a stats group: the goroutine path answers
-		}
-		if !l.myTurn(c) {
-			return -1, 0
-		}
-		l.statsBin(c, &req)
-		return n, 0
-	case protocol.OpFlush:
-		if ext == 4 && binary.BigEndian.Uint32(req.Extras) != 0 {
-			break // a delay, not supported: the goroutine path refuses it
-		}
-		if !l.mayStart(c) {
-			return -1, 0
-		}
-		l.startFlushBin(c, &req)
-		return n, 0
+		return n, 0, false
 	case protocol.OpVersion:
 		l.localBin(c, &req, []byte(l.p.Version)) // allocates: rare
-		return n, 0
+		return n, 0, false
 	case protocol.OpQuit:
 		if !quiet {
 			l.localBin(c, &req, nil)
 		}
 		c.lwait = waitClose
 		l.settled(c)
-		return n, 0
+		return n, 0, false
+	case protocol.OpStat:
+		if len(req.Key) != 0 {
+			return 0, 0, true // a stats group: "Not found"
+		}
+		if !l.myTurn(c) {
+			return -1, 0, false
+		}
+		l.statsBin(c, &req)
+		return n, 0, false
+	case protocol.OpFlush:
+		if ext == 4 && binary.BigEndian.Uint32(req.Extras) != 0 {
+			return 0, 0, true // a delay: refused, as the goroutine path does
+		}
+		if !l.mayStart(c) {
+			return -1, 0, false
+		}
+		l.startFlushBin(c, &req)
+		return n, 0, false
+	default:
+		return 0, 0, true // "Unknown command"
 	}
-	if !fits || len(req.Key) == 0 || len(req.Key) > protocol.KeyMaxLength || !memcache.LegalKey(req.Key) {
+	if !fits || len(req.Key) == 0 || len(req.Key) > protocol.KeyMaxLength {
+		return 0, 0, true // "Invalid arguments", and the connection closes
+	}
+	if !memcache.LegalKey(req.Key) {
 		l.wantDetach(c)
-		return -1, 0
+		return -1, 0, false
 	}
 	if !l.mayStart(c) {
-		return -1, 0
+		return -1, 0, false
 	}
 	l.startBin(c, &req, data[:n])
-	return n, 0
+	return n, 0, false
 }
 
 // mayStart makes sure a request of c may start now: the upstream is a pool

@@ -520,3 +520,79 @@ func TestLoopServesStatsAndFlush(t *testing.T) {
 		}
 	}
 }
+
+// TestLoopAnswersErrorsInline: requests the proxy answers without its
+// servers (unknown commands, bad lines, a bad data chunk, a key too
+// long, bad meta flags) are answered on the event loop in their turn, as
+// memcached answers them, and the connection stays on the loop: the
+// requests after them are still served there. (A get of a key too long
+// is left out: memcached then drops the replies of the requests before
+// it that it has not sent yet, which depends on how its reads split the
+// pipeline; the node copies that, the proxy does not.)
+func TestLoopAnswersErrorsInline(t *testing.T) {
+	bin := nodeproc.Need(t, "reference", "memcached")
+	direct := nodeproc.Start(t, nodeproc.Memcached, bin, "-t", "1").Addr
+	_, addr := startProxy(t, "upstream", 2)
+	script := []struct {
+		req     string
+		forward bool // a request the loop forwards (counted in proxy_fast_path)
+	}{
+		{"set e:a 0 0 1\r\n1\r\n", true},
+		{"bogus\r\n", false},
+		{"get\r\n", false},
+		{"gat 0\r\n", false},
+		{"get e:a\r\n", true},
+		{"set e:b 0 0 x\r\n", false},
+		{"set e:b 0 0 1\r\nxyz\r\n", false},
+		{"get e:a e:b\r\n", true},
+		{"incr e:a abc\r\n", false},
+		{"delete " + strings.Repeat("k", 251) + "\r\n", false},
+		{"set e:c 0 0 -1\r\n", false},
+		{"mg e:a v !\r\n", false},
+		{"mg e:a v v\r\n", false},
+		{"ms e:a abc\r\n", false},
+		{"ms e:a 1\r\nxyz\r\n", false},
+		{"incr e:a 1\r\n", true},
+		{"flush_all abc\r\n", false},
+		{"verbosity\r\n", false},
+		{"get e:a\r\n", true},
+	}
+	var req strings.Builder
+	forwarded := 0
+	for _, s := range script {
+		req.WriteString(s.req)
+		if s.forward {
+			forwarded++
+		}
+	}
+	before := statValue(t, addr, "proxy_fast_path")
+	got, want := exchange(t, addr, req.String()+"mn\r\n"), exchange(t, direct, req.String()+"mn\r\n")
+	if got != want {
+		t.Fatalf("the proxy answered\n%q\nmemcached\n%q", got, want)
+	}
+	if loopsOn() {
+		if n := statValue(t, addr, "proxy_fast_path") - before; n != int64(forwarded+1) {
+			t.Errorf("the event loop served %d requests, want %d (with the mn): the connection left it", n, forwarded+1)
+		}
+	}
+	// Binary: an unknown opcode is answered as memcached answers it,
+	// between requests the loop forwards.
+	var breq []byte
+	for i, op := range []protocol.Opcode{protocol.OpGetK, 0x55, protocol.OpGetK, protocol.OpNoop} {
+		r := &protocol.Request{Header: protocol.Header{Opcode: op, Opaque: uint32(i + 1)}, Key: []byte("e:a")}
+		if op == 0x55 || op == protocol.OpNoop {
+			r.Key = nil // memcached reads no further after an unknown opcode's key
+		}
+		breq = protocol.AppendRequest(breq, r)
+	}
+	before = statValue(t, addr, "proxy_fast_path")
+	bgot, bwant := exchangeBinary(t, addr, breq, 4), exchangeBinary(t, direct, breq, 4)
+	if !bytes.Equal(bgot, bwant) {
+		t.Fatalf("the proxy answered\n%x\nmemcached\n%x", bgot, bwant)
+	}
+	if loopsOn() {
+		if n := statValue(t, addr, "proxy_fast_path") - before; n != 3 {
+			t.Errorf("the event loop served %d binary requests, want 3: the connection left it", n)
+		}
+	}
+}

@@ -198,8 +198,8 @@ func (c *conn) get() {
 		}
 		first = 0
 	}
-	if len(c.keyEnd) == 0 {
-		c.reply("ERROR")
+	if len(c.keyEnd) == 0 { // "gat 0": memcached answers END
+		c.out = append(c.out, "END\r\n"...)
 		return
 	}
 	all := string(c.kb)
