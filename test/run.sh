@@ -92,9 +92,10 @@ wait "$others" || { wait "$faults"; tail -50 "$VBCACHE_ARTIFACTS/faults-test.log
 # subshell of its own (set -e holds there); the schedule ends either way.
 (
 
-# The proxy serves pool clients on event loops; its goroutine paths (the
-# fast path of async.go, the plain path) are what a detached connection
-# gets, and what VBCACHE_NOLOOP=1 gives everyone: test them on their own.
+# The proxy serves pool clients on event loops; its goroutine path
+# (text.go, meta.go, binary.go over memcache.Client) is what a cluster's
+# clients get, and what VBCACHE_NOLOOP=1 gives a pool's: run the pool
+# tests through it too, for their byte-for-byte checks against memcached.
 echo "== go test -race, proxy without event loops"
 VBCACHE_NOLOOP=1 go test -race -timeout 5m ./internal/proxy/ ./test/proxy/
 

@@ -69,10 +69,6 @@ func (c *conn) binaryPacket(data []byte) (used, more int) {
 		return 0, 0
 	}
 	op, quiet := r.Opcode.Loud()
-	if (op == protocol.OpGet || op == protocol.OpGetK) && len(r.Key) > 0 && len(r.Key) <= protocol.KeyMaxLength &&
-		len(r.Extras) == 0 && len(r.Value) == 0 && c.startBinGetAsync(r.Opcode, r.Opaque, r.Key) {
-		return n, 0
-	}
 	resp := func(status protocol.Status, cas uint64, extras, key, value []byte) {
 		c.out = protocol.AppendResponse(c.out, r.Opcode, status, r.Opaque, cas, extras, key, value)
 	}

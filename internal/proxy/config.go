@@ -53,8 +53,7 @@ type Config struct {
 
 	// Choices for comparisons and tests, not in the pool file (and not
 	// reloaded: they are read by New). NoEventLoops serves every client on
-	// the goroutine paths (proxy.go, async.go) instead of event loops
-	// (loop.go); NoRequestHold makes a loop write each request to its
+	// a goroutine of its own (proxy.go) instead of event loops (loop.go); NoRequestHold makes a loop write each request to its
 	// server at once instead of holding it for the next answer (writeUp).
 	NoEventLoops  bool `json:"-"`
 	NoRequestHold bool `json:"-"`
@@ -89,9 +88,9 @@ type ClusterConfig struct {
 const (
 	DefaultTimeout = 2000 * time.Millisecond
 	// DefaultServerConnections is a pool's connections per server when
-	// server_connections is not set: one, as twemproxy's default. It
-	// keeps each client's requests to a server in order, so the fast
-	// path pipelines a client's sets as well as its gets (async.go).
+	// server_connections is not set: one, as twemproxy's default. (An
+	// event loop sends all of one client's requests to a server over one
+	// of them, in order, whatever the number.)
 	DefaultServerConnections = 1
 	// DefaultClusterConnections is a cluster's connections per node.
 	DefaultClusterConnections = 2

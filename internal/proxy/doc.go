@@ -5,70 +5,53 @@
 //
 // # Data flow
 //
-// Each client connection has one goroutine (owned by the Proxy; Close
-// closes the socket and waits for it). It parses requests with
-// protocol.ParseTextRequest, the grammar and error replies the node uses
-// (the event loops parse with it too), runs each one against the
-// current upstream and appends the reply; replies are written when the
-// buffered input is drained, so a pipelining client gets them in batches.
-// A connection's requests run in order, one at a time, so "set k" then
-// "get k" on one connection always sees the set. Requests of all the
-// connections share the upstream client, which multiplexes and pipelines
-// them over a few connections per server (Config.ServerConnections). A
-// multi-key get is split by server and sent to all of them before any
-// answer is awaited (Client.GetMultiFunc); the values are gathered in the
-// connection's scratch buffer and written in the order of the request's
-// keys. Requests of one connection share one deadline context, renewed
-// when it is an eighth of Config.Timeout older than a fresh one would be,
-// so each request gets between 7/8 of the timeout and all of it.
+// Over a pool (Config.Servers), every client is served by an event loop
+// (loop.go), the way twemproxy serves everyone from one thread: a loop
+// per P owns an epoll set holding its clients and its own connections to
+// the servers. Requests are parsed with protocol.ParseTextRequest, the
+// grammar and error replies the node uses (and protocol.ParseRequest for
+// binary ones), and forwarded: every classic command a server answers
+// (get, gets, gat and gats with any number of keys, split by server; the
+// storage commands, cas, delete, incr, decr and touch), the meta
+// commands mg, ms, md and ma with the flags meta.go supports, flush_all
+// (to every server), and the binary requests that name a key (get, getk,
+// gat, gatk, set, add, replace, append, prepend, delete, incr, decr,
+// touch, loud and quiet) and flush. The servers' answers go to the
+// client as they are, in request order: a binary client's requests go
+// to the servers in binary, so it gets memcached's own responses (CAS
+// values, a touch's flags). stats (once the connection's earlier
+// requests are answered, so that it counts them), version, verbosity,
+// mn, quit and their binary kin are answered by the loop itself.
+// Requests the proxy answers without its servers (errors, refusals)
+// are answered on the loop by the goroutine path's code (below, inline),
+// in their turn. One round reads every ready socket and writes each
+// server and each client once; a server connection with requests in
+// flight holds new ones until its next answer (Nagle's rule, for
+// requests), so at pipeline 1 one write to a server carries the requests
+// of many clients. A client's requests to a server travel over one
+// connection, so "set k" then "get k" always sees the set. Nothing on
+// this path allocates per request (TestFastPathDoesNotAllocate).
 //
-// # Event loops
+// # The goroutine path
 //
-// Over a pool, a text client starts on an event loop (loop.go), the way
-// twemproxy serves everyone from one thread: a loop per P owns an epoll
-// set holding its clients and its own connections to the servers, and
-// serves every classic command a server answers (get, gets, gat and gats
-// with any number of keys, split by server; the storage commands, cas,
-// delete, incr, decr and touch), the meta commands mg, ms, md and ma
-// with the flags meta.go supports, stats (once the connection's earlier
-// requests are answered, so that it counts them), flush_all (sent to
-// every server), version, verbosity, mn and quit, and
-// the binary requests that name a key (get, getk, gat, gatk, set, add,
-// replace, append, prepend, delete, incr, decr, touch, loud and quiet)
-// and noop, version, quit, stat, verbosity and flush, without a
-// goroutine switch, forwarding the
-// servers' answers as they are: a binary client's requests go to the
-// servers in binary, so it gets memcached's own responses (its CAS
-// values, a touch's flags), which the goroutine path's text upstream
-// cannot give. One round reads every ready socket and writes each server and
-// each client once. A server connection with requests in flight holds
-// new ones until its next answer (Nagle's rule, for requests), so at
-// pipeline 1 one write to a server carries the requests of many clients.
-// Errors and refusals are answered on the loop too, by the code of the
-// goroutine path below. A key with control characters takes the
-// connection off the loop, once its requests there are answered, to a
-// goroutine of its own, where it is served as described below.
-// Config.NoEventLoops turns the loops off.
-//
-// # The fast path
-//
-// On a connection's goroutine,
-// single-key text get, gets, set, add and replace, and binary GET, GETQ,
-// GETK and GETKQ, over a pool do not wait
-// on the client's goroutine (async.go): it sends the request with
-// memcache's GetAsync or StoreAsync and goes back to its socket, and the
-// upstream connection's reader goroutine writes the reply to the client
-// (asyncReq.Complete), sparing the two goroutine switches of a request
-// that waits. A client's pipelined gets are all in flight at once (up to
-// 16), on every server they live on. With one connection per server (the
-// default, as twemproxy's), requests reach each server in the order they
-// were sent, so sets, adds and replaces are pipelined with them; with
-// more, a storage command is alone in flight. Anything else waits for
-// what is in flight. Replies are written in request order, those of one
-// upstream read in one write (memcache.Flusher). The
-// fast path allocates nothing per request (TestFastPathDoesNotAllocate);
-// the plain path allocates the key string and, for a single-key get, the
-// client's Item and Value.
+// A cluster's clients (the vbucket client routes, retries and follows
+// the map; see Upstreams), a pool client that sends a key with control
+// characters (memcache.Client refuses it, and the proxy answers per
+// command; it leaves its loop once its requests there are answered), and
+// every client under Config.NoEventLoops (for comparisons) are served by
+// a goroutine of their own (owned by the Proxy; Close closes the socket
+// and waits for it): text.go, meta.go and binary.go run each request
+// against the upstream's memcache.Client and append the reply, and the
+// replies are written when the buffered input is drained. A connection's
+// requests run in order, one at a time. Requests of all the connections
+// share the upstream client, which multiplexes and pipelines them over a
+// few connections per server (Config.ServerConnections). A multi-key get
+// is split by server and sent to all of them before any answer is awaited
+// (Client.GetMultiFunc); the values are gathered in the connection's
+// scratch buffer and written in the order of the request's keys.
+// Requests of one connection share one deadline context, renewed when it
+// is an eighth of Config.Timeout older than a fresh one would be, so each
+// request gets between 7/8 of the timeout and all of it.
 //
 // # Upstreams
 //

@@ -32,10 +32,10 @@ import (
 // and matches its answers to the requests in order; then writes each
 // server connection once, with every request the round gave it, and each
 // client once, with every reply that is due, in request order. A request
-// costs no goroutine switch: on the goroutine paths (proxy.go, async.go)
-// a request and its answer each woke a goroutine, and the scheduler's
-// park, netpoll and wake-up were the proxy's largest cost after the
-// system calls (docs/PERFORMANCE.md). The answers are forwarded as the
+// costs no goroutine switch: on the goroutine path (proxy.go) a request
+// and its answer each wake a goroutine, and the scheduler's park,
+// netpoll and wake-up were the proxy's largest cost after the system
+// calls (docs/PERFORMANCE.md). The answers are forwarded as the
 // server sent them, so the client sees what memcached said, byte for
 // byte. A get's answer is read with internal/protocol's reply grammar,
 // the one the Go client reads it with, to find where it ends and which

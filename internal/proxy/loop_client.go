@@ -170,7 +170,10 @@ func (l *ploop) command(c *conn, r *protocol.TextRequest, rest []byte) (used, mo
 		if t.N-1 == r.First && t.Rest == nil {
 			return 0, 0, true // "gat 0": no key, END
 		}
-		if !legalKeys(r) {
+		switch tooLong, legal := getKeys(r); {
+		case tooLong:
+			return 0, 0, true // CLIENT_ERROR, before any server is asked
+		case !legal:
 			l.wantDetach(c)
 			return -1, 0, false
 		}
@@ -384,14 +387,19 @@ func (l *ploop) mayStart(c *conn) bool {
 	return true
 }
 
-// legalKeys reports whether every key of a get is one the servers take
-// (memcache.LegalKey): T[First:N-1], and those in the rest of the line.
-func legalKeys(r *protocol.TextRequest) bool {
+// getKeys checks the keys of a get, T[First:N-1] and those in the rest
+// of the line: whether one is longer than memcached takes, and whether
+// every one is a key memcache.Client takes (LegalKey: no control
+// characters).
+func getKeys(r *protocol.TextRequest) (tooLong, legal bool) {
 	t := &r.Tokens
+	legal = true
+	check := func(k []byte) {
+		tooLong = tooLong || len(k) > protocol.KeyMaxLength
+		legal = legal && memcache.LegalKey(k)
+	}
 	for i := r.First; i < t.N-1; i++ {
-		if !memcache.LegalKey(t.T[i]) {
-			return false
-		}
+		check(t.T[i])
 	}
 	for rest := t.Rest; len(rest) > 0; {
 		tok := rest
@@ -400,11 +408,11 @@ func legalKeys(r *protocol.TextRequest) bool {
 		} else {
 			rest = nil
 		}
-		if len(tok) > 0 && !memcache.LegalKey(tok) {
-			return false
+		if len(tok) > 0 {
+			check(tok)
 		}
 	}
-	return true
+	return tooLong, legal
 }
 
 // myTurn reports whether c's requests before this one are all answered;

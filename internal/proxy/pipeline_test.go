@@ -234,7 +234,7 @@ func TestBinaryPipelinesAnswerAsMemcached(t *testing.T) {
 			t.Fatalf("round %d: the proxy answered\n%x\nmemcached\n%x", round, got, want)
 		}
 	}
-	if n := statValue(t, addr, "proxy_fast_path"); n == 0 {
+	if n := statValue(t, addr, "proxy_fast_path"); n == 0 && loopsOn() {
 		t.Error("no binary get took the fast path")
 	}
 }

@@ -83,7 +83,7 @@ type counters struct {
 	deleteHits, deleteMisses, incrHits, incrMisses, decrHits, decrMisses atomic.Int64
 	casHits, casMisses, casBadval, cmdFlush, bytesRead, bytesWritten     atomic.Int64
 	upstreamErrors                                                       atomic.Int64
-	fastPath                                                             atomic.Int64 // requests served without a goroutine switch (an event loop, async.go), stats requests aside
+	fastPath                                                             atomic.Int64 // requests served on an event loop (the goroutine path's inline code aside), stats requests aside
 }
 
 // New builds a proxy for cfg and connects its upstream (a cluster's
@@ -137,10 +137,8 @@ func (p *Proxy) Serve(ln net.Listener) error {
 			}
 			return err
 		}
-		c := &conn{p: p, nc: nc, rbuf: make([]byte, readBufSize), goConn: goConn{raw: rawio.Conn(nc), rawFD: -1}}
+		c := &conn{p: p, nc: nc, rbuf: make([]byte, readBufSize), goConn: goConn{raw: rawio.Conn(nc)}}
 		c.rawFn = c.rawStep
-		c.async.settled = make(chan struct{}, 1)
-		c.async.writeFn = c.writeAsync
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
@@ -247,8 +245,7 @@ func (p *Proxy) acquire() *upstream {
 // socket's buffers, the request being parsed and how to answer it. The
 // state of each path is a type of its own, embedded: loopConn while an
 // event loop serves the connection (loop.go), goConn once a goroutine of
-// its own does (below), asyncState for that goroutine's requests on the
-// fast path (async.go) and getScratch for its plain path's multi-key
+// its own does (below), and getScratch for that goroutine's multi-key
 // gets.
 type conn struct {
 	p    *Proxy
@@ -265,7 +262,6 @@ type conn struct {
 
 	loopConn
 	goConn
-	async asyncState // the requests on the fast path (async.go)
 	getScratch
 }
 
@@ -281,7 +277,6 @@ type goConn struct {
 	raw     syscall.RawConn
 	rawFn   func(fd uintptr) bool
 	rawErr  error
-	rawFD   int  // the raw socket's descriptor while rawStep serves it, else -1
 	resumed bool // detached with input or replies left: serve them first
 
 	rc   reqCtx        // the upstream requests' context
@@ -309,7 +304,6 @@ type hit struct {
 func (c *conn) serve() {
 	defer c.p.wg.Done()
 	defer func() {
-		c.settle() // Complete may still write to the socket
 		c.rc.stop()
 		c.nc.Close()
 		c.p.mu.Lock()
@@ -356,16 +350,11 @@ func (c *conn) serve() {
 // its FIN arrive with them, and then no readiness event would follow for
 // the end of the stream. rawStep leaves the loop for a read error or EOF,
 // a close, or replies the socket would not take at once (flush waits for
-// the socket). A wait that ends with the read deadline is the fast path's
-// Flush asking this goroutine to write replies the socket would not take
-// (stallWoken).
+// the socket).
 func (c *conn) serveRaw() {
 	for {
 		c.rawErr = nil
 		if err := c.raw.Read(c.rawFn); err != nil {
-			if c.stallWoken(err) {
-				continue
-			}
 			return
 		}
 		if err := c.flush(); err != nil || c.close || c.rawErr != nil {
@@ -376,7 +365,6 @@ func (c *conn) serveRaw() {
 
 // rawStep is serveRaw's callback: true leaves the poller's loop.
 func (c *conn) rawStep(fd uintptr) bool {
-	c.rawFD = int(fd)
 	if c.resumed {
 		c.resumed = false
 		if c.rawServe(fd) {
@@ -489,16 +477,6 @@ func (c *conn) resetOut() {
 // bytes from c.r the next request needs when that is known.
 func (c *conn) processInput() (need int) {
 	for !c.close {
-		if c.async.nsent > 0 {
-			if c.r == c.w {
-				return 0 // the upstream readers write the replies (Flush)
-			}
-			// Binary: only a get joins what is in flight. Text:
-			// dispatch decides, once the line is tokenized.
-			if c.mode == 2 && !c.binPipelined(c.rbuf[c.r:c.w]) {
-				c.settle()
-			}
-		}
 		if c.swallow > 0 {
 			n := min(c.swallow, c.w-c.r)
 			c.r += n

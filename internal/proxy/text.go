@@ -16,7 +16,6 @@ func (c *conn) reply(s string) {
 	if c.noreply {
 		return
 	}
-	c.settle() // a storage command may be pipelined behind what is in flight
 	c.out = append(c.out, s...)
 	c.out = append(c.out, '\r', '\n')
 }
@@ -46,9 +45,6 @@ func (c *conn) dispatch(line, rest []byte) (used, more int) {
 	r := &c.req
 	c.noreply = false
 	protocol.ParseTextRequest(line, r)
-	if !c.pipelined(r) {
-		c.settle() // every reply before this command's
-	}
 	switch r.Cmd {
 	case protocol.CmdMetaGet:
 		c.metaGet()
@@ -62,12 +58,7 @@ func (c *conn) dispatch(line, rest []byte) (used, more int) {
 		c.reply("MN")
 	case protocol.CmdMetaDebug:
 		c.reply("CLIENT_ERROR me is not supported by the proxy")
-	case protocol.CmdGet, protocol.CmdGets:
-		if r.Err == "" && r.N == 3 && r.Rest == nil && c.startGetAsync(r.T[1], r.Cmd == protocol.CmdGets) {
-			break
-		}
-		c.get()
-	case protocol.CmdGat, protocol.CmdGats:
+	case protocol.CmdGet, protocol.CmdGets, protocol.CmdGat, protocol.CmdGats:
 		c.get()
 	case protocol.CmdSet, protocol.CmdAdd, protocol.CmdReplace, protocol.CmdAppend, protocol.CmdPrepend, protocol.CmdCas:
 		return c.update(rest)
@@ -277,6 +268,23 @@ func (c *conn) get() {
 	c.out = append(c.out, "END\r\n"...)
 }
 
+// appendValue appends a text get's VALUE block for one hit.
+func appendValue(out []byte, key string, flags uint32, val []byte, cas uint64, withCAS bool) []byte {
+	out = append(out, "VALUE "...)
+	out = append(out, key...)
+	out = append(out, ' ')
+	out = protocol.AppendUint(out, uint64(flags))
+	out = append(out, ' ')
+	out = protocol.AppendUint(out, uint64(len(val)))
+	if withCAS {
+		out = append(out, ' ')
+		out = protocol.AppendUint(out, cas)
+	}
+	out = append(out, '\r', '\n')
+	out = append(out, val...)
+	return append(out, '\r', '\n')
+}
+
 // keep copies the hit for key i of a get into the conn's scratch space.
 func (c *conn) keep(i int, it *memcache.Item) {
 	c.hits[i] = hit{off: len(c.vals), n: len(it.Value), flags: it.Flags, cas: it.CasID}
@@ -323,10 +331,6 @@ func (c *conn) update(rest []byte) (used, more int) {
 		c.reply("CLIENT_ERROR bad data chunk")
 		return n, 0
 	}
-	if (verb == "set" || verb == "add" || verb == "replace") && c.startStoreAsync(verb, key, data[:n-2], flags, exp) {
-		return n, 0
-	}
-	c.settle()
 	c.item = memcache.Item{Key: string(key), Value: data[:n-2], Flags: flags, Expiration: exp, CasID: casID}
 	it := &c.item // the client encodes it during the call: reused
 	u := c.p.acquire()

@@ -27,10 +27,6 @@ type upstream struct {
 	mc      *memcache.Client
 	sel     memcache.ServerSelector // pool: the client's selector
 	cluster bool
-	// ordered: a pool with one connection per server, whose requests
-	// reach each server in the order they were sent (async.go pipelines
-	// a client's writes only then).
-	ordered bool
 	timeout time.Duration
 	retry   time.Duration // cluster: how long a failing request is retried
 	st      *serverStats  // shared by every generation of a Proxy
@@ -83,7 +79,6 @@ func newUpstream(ctx context.Context, cfg *Config, st *serverStats) (*upstream, 
 		u.mc = memcache.NewFromSelector(sel)
 		u.mc.Timeout = u.timeout
 		u.mc.MaxConns = cfg.conns()
-		u.ordered = u.mc.MaxConns == 1
 		u.mc.DialContext = st.dialer(u.timeout)
 		close(u.done)
 		return u, nil
