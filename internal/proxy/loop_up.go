@@ -309,14 +309,7 @@ func (l *ploop) parseUp(up *lup) error {
 			return errUpstreamProtocol
 		}
 	}
-	if up.qh < len(up.q) {
-		if progressed {
-			up.deadline = l.now.Add(up.u.timeout)
-		}
-	} else if up.r < up.w {
-		return errUpstreamProtocol // an answer to nothing
-	}
-	return nil
+	return l.parsed(up, progressed)
 }
 
 // parseUpBin is parseUp for a binary connection: each request has one
@@ -356,6 +349,13 @@ func (l *ploop) parseUpBin(up *lup) error {
 		l.fragOK(up, f)
 		progressed = true
 	}
+	return l.parsed(up, progressed)
+}
+
+// parsed ends a parse of up's answers: a connection with requests left
+// that answered some gets a new deadline; one with none left must have
+// no more to say.
+func (l *ploop) parsed(up *lup, progressed bool) error {
 	if up.qh < len(up.q) {
 		if progressed {
 			up.deadline = l.now.Add(up.u.timeout)
