@@ -165,6 +165,23 @@ func (s *sched) dumpAll() {
 	s.save("replaced-processes", strings.Join(s.past, "\n\n"))
 }
 
+// failoverLines logs what the managers said about failovers and
+// promotions (their whole logs go to the artifacts, dumpAll): a vbucket
+// left unserved after a fault is most often one whose promotion did not
+// happen, and this is the part of the logs that says why.
+func (s *sched) failoverLines() {
+	for i, p := range s.mgrs {
+		var lines []string
+		for _, l := range strings.Split(p.Output(), "\n") {
+			if strings.Contains(l, "failover") || strings.Contains(l, "failed over") || strings.Contains(l, "promot") || strings.Contains(l, "recovery") {
+				lines = append(lines, l)
+			}
+		}
+		s.t.Logf("manager%d on failovers and promotions (the last %d of %d lines):\n%s", i+1, min(len(lines), 40), len(lines),
+			strings.Join(lines[max(0, len(lines)-40):], "\n"))
+	}
+}
+
 func (s *sched) save(name, out string) {
 	path := filepath.Join(artifactsDir(), fmt.Sprintf("vbcache-%s-%d.log", name, time.Now().UnixNano()))
 	if err := os.WriteFile(path, []byte(out), 0o644); err == nil {
@@ -861,6 +878,8 @@ func (s *sched) runFault(l *load, rng *rand.Rand, f string) stepResult {
 	s.waitFor("one leader", 60*time.Second, func() bool { return s.leader() >= 0 })
 	if !ok || r.recovery > schedRecover {
 		t.Errorf("%s on %s: every vbucket served %v after the heal (at most %v allowed; all served: %v)", f, r.victim, r.recovery, schedRecover, ok)
+		s.failoverLines()
+		s.dumpAll()
 	}
 	// Back to a steady cluster: a failed-over node joins again, and a
 	// rebalance gives it vbuckets or finishes an interrupted one.
