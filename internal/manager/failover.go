@@ -311,6 +311,7 @@ func (m *Manager) failover(ctx context.Context, addr string, force bool) (rep Fa
 	committed = true
 	m.mu.Lock()
 	delete(m.told, addr) // it is to be told again that it is out
+	delete(m.unpromoted, addr)
 	m.mu.Unlock()
 	// The new map goes out before any promotion: a peer the node asks for
 	// a lease then names it, and the node takes its view first.
@@ -335,14 +336,35 @@ func (m *Manager) failover(ctx context.Context, addr string, force bool) (rep Fa
 			}
 			rep.fencing = "; its lease and any its peers gave had run out"
 		default:
-			return rep, fmt.Errorf("%w: the map without it is committed, but nothing was promoted: %s", ErrNotSure, v.Why)
+			// The map names the new actives; the node is told it is
+			// out when it answers again (tellFailedOver), and that
+			// fences it: the promotions are done then
+			// (finishPromotion), if the map has not changed since.
+			m.mu.Lock()
+			m.unpromoted[addr] = &promotion{ns: ns, changed: changed, lost: lost, keptOld: keptOld}
+			m.mu.Unlock()
+			return rep, fmt.Errorf("%w: the map without it is committed, but nothing was promoted (it will be once the node answers and is told it is out): %s", ErrNotSure, v.Why)
 		}
 	}
-	// Promote.
 	var emptied int
-	rep.Unactivated, emptied = m.activate(ctx, addr, ns, changed, lost, keptOld)
+	rep.Unactivated, emptied = m.promote(ctx, addr, &promotion{ns: ns, changed: changed, lost: lost, keptOld: keptOld})
 	rep.Promoted -= emptied
 	rep.Lost += emptied
+	return rep, nil
+}
+
+// promotion is what a failover of a node promotes: the vbuckets of
+// changed on their new actives in ns, with activate's lost and keptOld.
+type promotion struct {
+	ns                     *State
+	changed, lost, keptOld map[int]bool
+}
+
+// promote does p's promotions (activate) and points the surviving
+// replicas at the new actives; it returns activate's counts.
+func (m *Manager) promote(ctx context.Context, addr string, p *promotion) (unactivated, emptied int) {
+	ns := p.ns
+	unactivated, emptied = m.activate(ctx, addr, ns, p.changed, p.lost, p.keptOld)
 	// Surviving replicas follow the new actives.
 	for vb, row := range ns.Map {
 		for j := 1; j < len(row); j++ {
@@ -356,7 +378,40 @@ func (m *Manager) failover(ctx context.Context, addr string, force bool) (rep Fa
 			m.conn(ctx, ns.server(row[j]), func(c *admin.Conn) error { return c.Replicate(vb, src) })
 		}
 	}
-	return rep, nil
+	return unactivated, emptied
+}
+
+// finishPromotion does the promotions a failover of addr left undone
+// (unpromoted), now that addr has been told it is out (tellFailedOver:
+// every vbucket dead there, and the new map): it is fenced, the proof a
+// failover looks for. Only if the map is still the failover's own (the
+// same rev): a map changed since may have given those vbuckets to
+// others. It takes opMu, as a failover does, after the tell has ended
+// (AddNode waits for a tell while holding opMu).
+func (m *Manager) finishPromotion(ctx context.Context, addr string) {
+	m.mu.Lock()
+	p := m.unpromoted[addr]
+	told := m.told[addr]
+	m.mu.Unlock()
+	if p == nil || !told {
+		return
+	}
+	m.opMu.Lock()
+	defer m.opMu.Unlock()
+	m.mu.Lock()
+	if m.unpromoted[addr] != p {
+		m.mu.Unlock()
+		return // taken, or replaced by a later failover
+	}
+	delete(m.unpromoted, addr)
+	m.mu.Unlock()
+	if s := m.State(); s.Rev != p.ns.Rev || s.RevEpoch != p.ns.RevEpoch {
+		m.cfg.Logf("manager: %s was told it is out; its failover's promotions are not done: the map changed since (rev %d, the failover's %d)", addr, s.Rev, p.ns.Rev)
+		return
+	}
+	unact, emptied := m.promote(ctx, addr, p)
+	m.cfg.Logf("manager: %s was told it is out: its failover's promotions done: %d vbuckets promoted, %d lost, %d NOT activated",
+		addr, len(p.changed)-len(p.lost)-emptied-unact, len(p.lost)+emptied, unact)
 }
 
 // promoteSettle is move.Options.Settle for failover's promotions: how

@@ -141,7 +141,12 @@ type Manager struct {
 	// when it ends.
 	told    map[string]bool
 	telling map[string]chan struct{}
-	moving  map[int]bool // vbuckets being moved now
+	// unpromoted holds, per failed node, the promotions a failover left
+	// undone when it committed its map and could not be sure the node
+	// had stopped serving (failover); finishPromotion does them once the
+	// node is told it is out.
+	unpromoted map[string]*promotion
+	moving     map[int]bool // vbuckets being moved now
 	// While a leadership runs, inLeadership hands work to the goroutine
 	// lead starts for it on leadWork; leadEnd is the leadership's
 	// context's Done. Both nil when following.
@@ -222,7 +227,8 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, cli: cfg.Etcd, health: map[string]*nodeHealth{}, subs: map[chan struct{}]struct{}{},
 		conns: map[string]*nodeConn{}, moving: map[int]bool{}, told: map[string]bool{}, telling: map[string]chan struct{}{},
-		leases: map[string]*leaseRec{}, grantConns: map[string]*nodeConn{}}
+		unpromoted: map[string]*promotion{},
+		leases:     map[string]*leaseRec{}, grantConns: map[string]*nodeConn{}}
 	m.pubCond = sync.NewCond(&m.pubMu)
 	return m, nil
 }

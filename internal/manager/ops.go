@@ -222,6 +222,7 @@ func (m *Manager) probeLoop(ctx context.Context) {
 					for _, a := range s.FailedOver {
 						if !slices.Contains(s.Servers, a) && !slices.Contains(s.Nodes, a) {
 							m.tellFailedOver(ctx, s, a)
+							m.finishPromotion(ctx, a)
 						}
 					}
 				}()
