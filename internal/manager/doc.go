@@ -117,7 +117,12 @@
 // new map is committed and pushed before any promotion, so a node that
 // asks its peers for a lease learns it first; the promotions come at
 // once when the peers vouched for the manager without a break, or a
-// lease later. Force (ctl failover --force) skips the waits.
+// lease later. When the push reached too few of the node's quorum set
+// for either (after a leader change that set is every member), the map
+// stays committed and nothing is promoted then (ErrNotSure); the
+// promotions are done once the node answers again and has been told it
+// is out (tellFailedOver, finishPromotion), if the map is still the
+// failover's. Force (ctl failover --force) skips the waits.
 //
 // A promotion is a move whose source is fenced, and goes through
 // move.Promote (activate, failover.go): internal/move's rules decide with
