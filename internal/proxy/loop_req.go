@@ -15,6 +15,13 @@ import (
 // answered.
 
 func (l *ploop) newReq(c *conn) *lreq {
+	l.p.ctr.fastPath.Add(1)
+	return l.takeReq(c)
+}
+
+// takeReq is newReq without counting the request in proxy_fast_path:
+// stats requests, so that reading it does not change it.
+func (l *ploop) takeReq(c *conn) *lreq {
 	var r *lreq
 	if n := len(l.free); n > 0 {
 		r = l.free[n-1]
@@ -24,7 +31,6 @@ func (l *ploop) newReq(c *conn) *lreq {
 	}
 	r.c = c
 	c.lq = append(c.lq, r)
-	l.p.ctr.fastPath.Add(1)
 	return r
 }
 
@@ -268,8 +274,7 @@ func (l *ploop) localBin(c *conn, req *protocol.Request, value []byte) {
 // statsBin answers a binary Stat without a key: a response per stat,
 // then an empty one, as memcached answers it.
 func (l *ploop) statsBin(c *conn, req *protocol.Request) {
-	q := l.newReq(c)
-	l.p.ctr.fastPath.Add(-1) // as in stats
+	q := l.takeReq(c)
 	q.bin, q.op, q.opaque = true, req.Opcode, req.Opaque
 	for _, kv := range l.p.statLines() {
 		q.out = protocol.AppendResponse(q.out, req.Opcode, protocol.StatusOK, req.Opaque, 0, nil, []byte(kv[0]), []byte(kv[1]))
@@ -312,8 +317,7 @@ func (l *ploop) local(c *conn, cmd protocol.Cmd, reply string, noreply bool) {
 // stats answers "stats" (Proxy.appendStats). It is served once c's
 // earlier requests are answered (myTurn), so that it counts them.
 func (l *ploop) stats(c *conn, t *protocol.Tokens) {
-	q := l.newReq(c)
-	l.p.ctr.fastPath.Add(-1) // so that reading proxy_fast_path does not change it
+	q := l.takeReq(c)
 	q.cmd, q.line = protocol.CmdStats, true
 	q.out = l.p.appendStats(q.out, t)
 	l.finish(q)
@@ -528,20 +532,16 @@ func (l *ploop) countBin(r *lreq) (hidden bool) {
 	loud, _ := r.op.Loud()
 	ok, miss := !r.failed && r.status == protocol.StatusOK, !r.failed && r.status == protocol.StatusKeyNotFound
 	switch loud {
-	case protocol.OpGet, protocol.OpGetK:
-		ctr.cmdGet.Add(1)
-		if ok {
-			ctr.getHits.Add(1)
-		} else if miss {
-			ctr.getMisses.Add(1)
+	case protocol.OpGet, protocol.OpGetK, protocol.OpGAT, protocol.OpGATK:
+		n, hits, misses := &ctr.cmdGet, &ctr.getHits, &ctr.getMisses
+		if loud == protocol.OpGAT || loud == protocol.OpGATK {
+			n, hits, misses = &ctr.cmdTouch, &ctr.touchHits, &ctr.touchMisses
 		}
-		return miss
-	case protocol.OpGAT, protocol.OpGATK:
-		ctr.cmdTouch.Add(1)
+		n.Add(1)
 		if ok {
-			ctr.touchHits.Add(1)
+			hits.Add(1)
 		} else if miss {
-			ctr.touchMisses.Add(1)
+			misses.Add(1)
 		}
 		return miss
 	case protocol.OpTouch:
