@@ -14,31 +14,16 @@ import (
 
 	"github.com/vbcache/vbcache/internal/clock"
 	"github.com/vbcache/vbcache/internal/server"
+	"github.com/vbcache/vbcache/internal/server/servertest"
 )
 
 // startNode runs an in-process vbcache node on a loopback port (STYLE.md
 // habit 13) and stops it when the test ends.
 func startNode(tb testing.TB) string {
 	tb.Helper()
-	cfg := server.Config{Port: -1, PortSet: true, Listen: []string{"127.0.0.1"}, Version: "test"}
+	cfg := server.Config{Version: "test"}
 	cfg.Store.Clock = clock.NewFake(time.Unix(1700000000, 0))
-	s, err := server.New(cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		tb.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx) }()
-	tb.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			tb.Errorf("Serve: %v", err)
-		}
-	})
-	return s.Addrs()[0].String()
+	return servertest.Start(tb, cfg)
 }
 
 // checkGoroutines fails the test if goroutines started during it are

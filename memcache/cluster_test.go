@@ -15,6 +15,7 @@ import (
 	"github.com/vbcache/vbcache/internal/clock"
 	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/server"
+	"github.com/vbcache/vbcache/internal/server/servertest"
 	"github.com/vbcache/vbcache/internal/vbmap"
 )
 
@@ -30,26 +31,10 @@ func startClusterNode(tb testing.TB) string {
 // (how long a request waits on a pending vbucket before TMPFAIL).
 func startClusterNodePark(tb testing.TB, park time.Duration) string {
 	tb.Helper()
-	cfg := server.Config{Port: -1, PortSet: true, Listen: []string{"127.0.0.1"}, Version: "test",
+	cfg := server.Config{Version: "test",
 		VBuckets: clusterVBuckets, VBucketParkTimeout: park}
 	cfg.Store.Clock = clock.NewFake(time.Unix(1700000000, 0))
-	s, err := server.New(cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		tb.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx) }()
-	tb.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			tb.Errorf("Serve: %v", err)
-		}
-	})
-	return s.Addrs()[0].String()
+	return servertest.Start(tb, cfg)
 }
 
 // admin is the test's own binary connection to a node, standing in for

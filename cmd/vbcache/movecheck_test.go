@@ -1,35 +1,19 @@
 package main
 
 import (
-	"context"
 	"io"
 	"strings"
 	"testing"
 
 	"github.com/vbcache/vbcache/internal/server"
+	"github.com/vbcache/vbcache/internal/server/servertest"
 )
 
 // startClusterNode runs an in-process cluster-mode node on a real socket.
 func startClusterNode(t *testing.T, vbuckets int) string {
 	t.Helper()
-	cfg := server.Config{Port: -1, PortSet: true, Listen: []string{"127.0.0.1"}, Version: "test", VBuckets: vbuckets}
-	s, err := server.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	return s.Addrs()[0].String()
+	cfg := server.Config{Version: "test", VBuckets: vbuckets}
+	return servertest.Start(t, cfg)
 }
 
 // TestMovecheckCommand runs "vbcache movecheck --init" against two nodes:

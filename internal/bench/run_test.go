@@ -7,30 +7,15 @@ import (
 
 	"github.com/vbcache/vbcache/internal/clock"
 	"github.com/vbcache/vbcache/internal/server"
+	"github.com/vbcache/vbcache/internal/server/servertest"
 )
 
 // startNode runs an in-process vbcache node on a loopback port.
 func startNode(t *testing.T) string {
 	t.Helper()
-	cfg := server.Config{Port: -1, PortSet: true, Listen: []string{"127.0.0.1"}, MaxConnsFast: true, Version: "bench-test"}
+	cfg := server.Config{MaxConnsFast: true, Version: "bench-test"}
 	cfg.Store.Clock = clock.NewFake(time.Unix(1700000000, 0))
-	s, err := server.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	return s.Addrs()[0].String()
+	return servertest.Start(t, cfg)
 }
 
 func mustRun(t *testing.T, c Config) *Result {

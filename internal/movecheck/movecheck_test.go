@@ -7,6 +7,7 @@ import (
 
 	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/server"
+	"github.com/vbcache/vbcache/internal/server/servertest"
 	"github.com/vbcache/vbcache/internal/vbucket"
 )
 
@@ -15,24 +16,8 @@ const testVBuckets = 16
 // startNode runs an in-process cluster-mode node on a real socket.
 func startNode(t *testing.T) string {
 	t.Helper()
-	cfg := server.Config{Port: -1, PortSet: true, Listen: []string{"127.0.0.1"}, Version: "test", VBuckets: testVBuckets}
-	s, err := server.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	return s.Addrs()[0].String()
+	cfg := server.Config{Version: "test", VBuckets: testVBuckets}
+	return servertest.Start(t, cfg)
 }
 
 func startCluster(t *testing.T, n int) []string {

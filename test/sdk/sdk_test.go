@@ -11,7 +11,6 @@ package sdk
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/server"
+	"github.com/vbcache/vbcache/internal/server/servertest"
 	"github.com/vbcache/vbcache/internal/vbmap"
 	"github.com/vbcache/vbcache/internal/vbucket"
 )
@@ -40,29 +40,12 @@ const (
 func startNode(t *testing.T) string {
 	t.Helper()
 	cfg := server.Config{
-		Port: -1, PortSet: true, Listen: []string{"127.0.0.1"},
 		MaxConns: 1024, Threads: 2, ReqsPerEvent: 20, Backlog: 1024,
 		MaxConnsFast: true, LRUCrawler: true, SlabReassign: true, Version: "sdk-test",
 		SASL: true, SASLPasswords: map[string]string{user: pass},
 		VBuckets: numVBuckets,
 	}
-	s, err := server.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	return s.Addrs()[0].String()
+	return servertest.Start(t, cfg)
 }
 
 // admin is an authenticated binary connection used to configure a node.
