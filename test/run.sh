@@ -92,13 +92,6 @@ wait "$others" || { wait "$faults"; tail -50 "$VBCACHE_ARTIFACTS/faults-test.log
 # subshell of its own (set -e holds there); the schedule ends either way.
 (
 
-# The proxy serves pool clients on event loops; its goroutine path
-# (text.go, meta.go, binary.go over memcache.Client) is what a cluster's
-# clients get, and what VBCACHE_NOLOOP=1 gives a pool's: run the pool
-# tests through it too, for their byte-for-byte checks against memcached.
-echo "== go test -race, proxy without event loops"
-VBCACHE_NOLOOP=1 go test -race -timeout 5m ./internal/proxy/ ./test/proxy/
-
 echo "== fuzz (${fuzztime} each)"
 # Every Fuzz* target of every package, found by grep so new ones join in.
 found=0

@@ -79,11 +79,10 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// comparisons sets the proxy's choices for comparisons and tests from the
-// environment: VBCACHE_NOLOOP=1 (no event loops) and VBCACHE_NOHOLD=1 (no
-// request hold), as docs/PERFORMANCE.md and test/run.sh use them.
+// comparisons sets the proxy's choice for comparisons from the
+// environment: VBCACHE_NOHOLD=1 (no request hold), as docs/PERFORMANCE.md
+// uses it.
 func comparisons(cfg *proxy.Config) {
-	cfg.NoEventLoops = os.Getenv("VBCACHE_NOLOOP") != ""
 	cfg.NoRequestHold = os.Getenv("VBCACHE_NOHOLD") != ""
 }
 

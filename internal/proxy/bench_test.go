@@ -6,7 +6,6 @@ import (
 	"context"
 	"io"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -64,15 +63,6 @@ func startProxyWith(tb testing.TB, why string, n int, extra string) (*Proxy, str
 	return serveProxy(tb, strings.Join(servers, ", "), extra)
 }
 
-// testNoLoops is VBCACHE_NOLOOP=1 in the tests' environment: test/run.sh
-// runs this package a second time that way, so that the goroutine paths
-// serve every client (Config.NoEventLoops).
-var testNoLoops = os.Getenv("VBCACHE_NOLOOP") != ""
-
-// loopsOn reports whether the tests' proxies serve pool clients on event
-// loops.
-func loopsOn() bool { return !testNoLoops }
-
 // serveProxy starts an in-process proxy over servers (host:port:weight,
 // comma-separated) with ketama over md5 and more lines of configuration.
 func serveProxy(tb testing.TB, servers, extra string) (*Proxy, string) {
@@ -82,7 +72,6 @@ func serveProxy(tb testing.TB, servers, extra string) (*Proxy, string) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cfg.NoEventLoops = testNoLoops
 	p, err := New(context.Background(), cfg)
 	if err != nil {
 		tb.Fatal(err)

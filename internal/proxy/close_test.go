@@ -10,13 +10,12 @@ import (
 	"github.com/vbcache/vbcache/internal/protocol"
 )
 
-// TestCloseWhileClientFloods: Close returns while a client on a goroutine
-// of its own (binary: not the event loops') sends requests without pause
-// and reads the answers. Its goroutine serves it inside the socket's
-// RawConn read callback (serveRaw), which net.Conn.Close waits for; the
-// callback left only when a read found nothing, which never happens to a
-// client that keeps the socket's queue full, so Close (holding p.mu, which
-// every other connection's exit and the accept loop wait for) hung.
+// TestCloseWhileClientFloods: Close returns while a binary client sends
+// requests without pause and reads the answers. (When a goroutine of its
+// own served such a client, inside the socket's RawConn read callback,
+// which net.Conn.Close waits for, the callback left only when a read
+// found nothing, which never happens to a client that keeps the socket's
+// queue full, and Close hung.)
 func TestCloseWhileClientFloods(t *testing.T) {
 	p, addr := startProxy(t, "upstream", 1)
 	nc, err := net.Dial("tcp", addr)

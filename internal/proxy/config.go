@@ -51,11 +51,10 @@ type Config struct {
 	Cluster *ClusterConfig `json:"cluster,omitempty"`
 	Manager string         `json:"manager,omitempty"`
 
-	// Choices for comparisons and tests, not in the pool file (and not
-	// reloaded: they are read by New). NoEventLoops serves every client on
-	// a goroutine of its own (proxy.go) instead of event loops (loop.go); NoRequestHold makes a loop write each request to its
-	// server at once instead of holding it for the next answer (writeUp).
-	NoEventLoops  bool `json:"-"`
+	// A choice for comparisons and tests, not in the pool file (and not
+	// reloaded: it is read by New): NoRequestHold makes a loop write each
+	// request to its server at once instead of holding it for the next
+	// answer (writeUp).
 	NoRequestHold bool `json:"-"`
 
 	// twemproxy keys accepted and ignored (they have no meaning here, or

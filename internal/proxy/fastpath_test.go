@@ -18,13 +18,18 @@ import (
 	"github.com/vbcache/vbcache/internal/protocol"
 )
 
-// skipOffLoops skips a test of the fast path, the event loops, when the
-// proxy serves without them (VBCACHE_NOLOOP=1): the goroutine path
-// serves a connection's requests one at a time.
-func skipOffLoops(t *testing.T) {
-	if !loopsOn() {
-		t.Skip("the fast path is the event loops' (Config.NoEventLoops)")
+// dialProxy connects to the proxy at addr for the test (closed at its
+// end, with a deadline of 30 s) and returns the connection and a reader
+// of its replies.
+func dialProxy(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { nc.Close() })
+	nc.SetDeadline(time.Now().Add(30 * time.Second))
+	return nc, bufio.NewReader(nc)
 }
 
 // statValue reads one general stat of the proxy over a fresh connection.
@@ -113,11 +118,7 @@ func testKeepsOrder(t *testing.T, addr string) {
 		}
 	}
 	// An event loop serves 16 of the 17 requests; the key too long is
-	// answered inline (by the goroutine path's code, not counted).
-	// Without loops every request is the goroutine path's.
-	if !loopsOn() {
-		return
-	}
+	// answered inline (local.go, not counted).
 	if n := statValue(t, addr, "proxy_fast_path") - before; n != 20*16 {
 		t.Errorf("fast path served %d requests, want %d", n, 20*16)
 	}
@@ -247,7 +248,6 @@ func TestFastPathClientsLeave(t *testing.T) {
 // client drives a blocking socket with raw system calls; memcached is
 // another process).
 func TestFastPathDoesNotAllocate(t *testing.T) {
-	skipOffLoops(t)
 	_, addr := startProxy(t, "upstream", 2)
 	ta, err := net.ResolveTCPAddr("tcp", addr)
 	if err != nil {
@@ -307,29 +307,26 @@ func TestFastPathDoesNotAllocate(t *testing.T) {
 	binGet := roundTrip(bin, getk, string(buf[:n]))
 	binGet()
 	cases := map[string]func(){"set": set, "get": get, "binary get": binGet}
-	if loopsOn() {
-		// A multi-key get, split over both servers on an event loop
-		// (the goroutine paths' plain path allocates for one).
-		mget := roundTrip(text, []byte("get alloc allocb alloc:c alloc:d\r\n"),
-			"VALUE alloc 3 5\r\nhello\r\nVALUE allocb 3 5\r\nhello\r\nEND\r\n")
-		mget()
-		cases["multi-get"] = mget
-		// And the other commands it serves.
-		roundTrip(text, []byte("set allocn 0 0 1\r\n5\r\n"), "STORED\r\n")()
-		for name, rt := range map[string][2]string{
-			"incr":    {"incr allocn 0\r\n", "5\r\n"},
-			"delete":  {"delete allocnone\r\n", "NOT_FOUND\r\n"},
-			"touch":   {"touch alloc 0\r\n", "TOUCHED\r\n"},
-			"gat":     {"gat 0 alloc allocb\r\n", "VALUE alloc 3 5\r\nhello\r\nVALUE allocb 3 5\r\nhello\r\nEND\r\n"},
-			"mg":      {"mg alloc v f q\r\nmg allocnone v q\r\nmn\r\n", "VA 5 f3\r\nhello\r\nMN\r\n"},
-			"ms":      {"ms allocm 2 T0\r\nhi\r\n", "HD\r\n"},
-			"append":  {"append allocnone 0 0 1\r\nx\r\n", "NOT_STORED\r\n"},
-			"noreply": {"set allocq 0 0 1 noreply\r\nx\r\ndelete allocq noreply\r\nmn\r\n", "MN\r\n"},
-		} {
-			f := roundTrip(text, []byte(rt[0]), rt[1])
-			f()
-			cases[name] = f
-		}
+	// A multi-key get, split over both servers.
+	mget := roundTrip(text, []byte("get alloc allocb alloc:c alloc:d\r\n"),
+		"VALUE alloc 3 5\r\nhello\r\nVALUE allocb 3 5\r\nhello\r\nEND\r\n")
+	mget()
+	cases["multi-get"] = mget
+	// And the other commands it serves.
+	roundTrip(text, []byte("set allocn 0 0 1\r\n5\r\n"), "STORED\r\n")()
+	for name, rt := range map[string][2]string{
+		"incr":    {"incr allocn 0\r\n", "5\r\n"},
+		"delete":  {"delete allocnone\r\n", "NOT_FOUND\r\n"},
+		"touch":   {"touch alloc 0\r\n", "TOUCHED\r\n"},
+		"gat":     {"gat 0 alloc allocb\r\n", "VALUE alloc 3 5\r\nhello\r\nVALUE allocb 3 5\r\nhello\r\nEND\r\n"},
+		"mg":      {"mg alloc v f q\r\nmg allocnone v q\r\nmn\r\n", "VA 5 f3\r\nhello\r\nMN\r\n"},
+		"ms":      {"ms allocm 2 T0\r\nhi\r\n", "HD\r\n"},
+		"append":  {"append allocnone 0 0 1\r\nx\r\n", "NOT_STORED\r\n"},
+		"noreply": {"set allocq 0 0 1 noreply\r\nx\r\ndelete allocq noreply\r\nmn\r\n", "MN\r\n"},
+	} {
+		f := roundTrip(text, []byte(rt[0]), rt[1])
+		f()
+		cases[name] = f
 	}
 	for name, f := range cases {
 		allocs := testing.AllocsPerRun(2000, f)
@@ -563,7 +560,6 @@ func (h *heldPool) received(n int) []string {
 // together, on both servers, and when the second server answers first the
 // replies still come in request order.
 func TestFastPathPipelinedGets(t *testing.T) {
-	skipOffLoops(t)
 	testPipelined(t, 2, false)
 }
 
@@ -571,7 +567,6 @@ func TestFastPathPipelinedGets(t *testing.T) {
 // default), a client's pipelined sets are in flight together with its
 // gets, and answered in request order.
 func TestFastPathPipelinedSets(t *testing.T) {
-	skipOffLoops(t)
 	testPipelined(t, 1, true)
 }
 
@@ -637,7 +632,6 @@ func testPipelined(t *testing.T, conns int, withSets bool) {
 // those on the dead server with SERVER_ERROR, and the client connection
 // goes on serving.
 func TestFastPathPipelineServerDies(t *testing.T) {
-	skipOffLoops(t)
 	h := startHeldPool(t, 1, true)
 	a, b := h.a, h.b
 
@@ -699,7 +693,6 @@ func TestFastPathPipelineServerDies(t *testing.T) {
 // fills up, and the proxy's last write leaves replies unwritten, with no
 // request to come) still gets every reply whole.
 func TestFastPathStalledReader(t *testing.T) {
-	skipOffLoops(t)
 	_, addr := startProxy(t, "upstream", 2)
 	nc, err := net.Dial("tcp", addr)
 	if err != nil {

@@ -18,9 +18,10 @@ func closedAddr(t testing.TB) string {
 	return a
 }
 
-// FuzzProxyText feeds arbitrary bytes to the front end (text, meta and,
-// by the first byte, binary) over an upstream that refuses connections.
-// Properties: no panic, and processing always ends.
+// FuzzProxyText feeds arbitrary bytes to what the proxy answers itself
+// (local.go: text, meta and, by the first byte, binary), as the loops
+// hand it requests (FuzzProxyFastPath fuzzes the loops). Properties: no
+// panic, and processing always ends.
 func FuzzProxyText(f *testing.F) {
 	for _, s := range []string{
 		"get a b c\r\n", "gets a\r\n", "gat 10 a b\r\n", "set k 0 0 1\r\nx\r\n", "cas k 0 0 1 5\r\nx\r\n",
@@ -32,7 +33,7 @@ func FuzzProxyText(f *testing.F) {
 	} {
 		f.Add([]byte(s))
 	}
-	cfg := &Config{Listen: "127.0.0.1:0", Servers: []string{closedAddr(f)}, Timeout: 50, NoEventLoops: testNoLoops}
+	cfg := &Config{Listen: "127.0.0.1:0", Servers: []string{closedAddr(f)}, Timeout: 50}
 	if err := cfg.Check(); err != nil {
 		f.Fatal(err)
 	}
@@ -45,12 +46,25 @@ func FuzzProxyText(f *testing.F) {
 		c := &conn{p: p, rbuf: append([]byte(nil), data...)}
 		c.w = len(c.rbuf)
 		for range 1000 {
-			before := c.r
-			need := c.processInput()
-			c.out = c.out[:0]
-			if c.close || c.r == before || need > 0 {
+			if c.swallow > 0 {
+				n := min(c.swallow, c.w-c.r)
+				c.r += n
+				c.swallow -= n
+			}
+			if c.r == c.w {
 				return
 			}
+			var used, more int
+			if c.rbuf[c.r] == 0x80 {
+				used, more = c.binaryPacket(c.rbuf[c.r:c.w])
+			} else {
+				used, more = c.textCommand(c.rbuf[c.r:c.w])
+			}
+			c.out = c.out[:0]
+			if c.close || used == 0 || more > 0 {
+				return
+			}
+			c.r += used
 		}
 		t.Fatal("input processing did not end")
 	})

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"net"
 	"runtime"
 	"sync"
@@ -9,13 +10,15 @@ import (
 
 	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/rawio"
+	"github.com/vbcache/vbcache/internal/vbmap"
 )
 
 // # Event loops
 //
-// Over a pool, clients are served by event loops, the way twemproxy's
-// one thread serves everything: a loop owns an epoll set that holds both
-// its client sockets and connections of its own to the pool's servers.
+// Every client is served by an event loop, the way twemproxy's one
+// thread serves everything: a loop owns an epoll set that holds both its
+// client sockets and connections of its own to the servers (a pool's, or
+// a cluster's nodes, routed by vbucket: loop_route.go).
 // One round of a loop reads every client that is ready and turns each
 // complete classic or meta command into a request on its server's
 // connection (a multi-key get, gets, gat or gats is split by server, as
@@ -23,19 +26,19 @@ import (
 // answer it hides is dropped, so that answers match requests in order);
 // flush_all goes to every server; stats, version, verbosity and mn are
 // answered in their turn by the loop itself (stats once the requests
-// before it are answered, so that it counts them). A binary client's requests that name a key go to the servers
-// over binary connections of the loop's own, sent loud whatever opcode
+// before it are answered, so that it counts them). A binary client's
+// requests that name a key go to the servers over binary connections of the loop's own, sent loud whatever opcode
 // the client used (so each is answered, in order), and the answer is
 // forwarded with the client's opcode unless its quiet opcode hides it (a
 // get's miss, any other success); noop, version, quit, stat and
-// verbosity are the loop's to answer. The round then reads every server connection that is ready
-// and matches its answers to the requests in order; then writes each
+// verbosity are the loop's to answer. The round then reads every server
+// connection that is ready and matches its answers to the requests in order; then writes each
 // server connection once, with every request the round gave it, and each
 // client once, with every reply that is due, in request order. A request
-// costs no goroutine switch: on the goroutine path (proxy.go) a request
-// and its answer each wake a goroutine, and the scheduler's park,
-// netpoll and wake-up were the proxy's largest cost after the system
-// calls (docs/PERFORMANCE.md). The answers are forwarded as the
+// costs no goroutine switch: on the goroutine path the proxy had before,
+// a request and its answer each woke a goroutine, and the scheduler's
+// park, netpoll and wake-up were its largest cost after the system calls
+// (docs/PERFORMANCE.md). The answers are forwarded as the
 // server sent them, so the client sees what memcached said, byte for
 // byte. A get's answer is read with internal/protocol's reply grammar,
 // the one the Go client reads it with, to find where it ends and which
@@ -54,16 +57,11 @@ import (
 //
 // A request the proxy answers without its servers (an unknown command, a
 // line or packet memcached refuses, a bad data chunk, a refused meta
-// flag, a stats group, a flush_all with a delay) is served on the loop
-// by the goroutine path's own code (textCommand, binaryPacket: inline),
-// once the connection's earlier requests are answered, so that its reply
-// goes after theirs. What is left leaves the loop: a request with a key
-// of control characters, which memcache.Client refuses and the proxy
-// answers per command, or any request once the upstream is a cluster.
-// It waits until the connection's requests on the loop are answered,
-// and the connection is then handed to a goroutine of its own (detach)
-// with its unread input and unwritten replies, to be served as before
-// the loops existed. It does not come back.
+// flag, a stats group, a flush_all with a delay) is answered on the loop
+// by local.go (textCommand, binaryPacket: inline), once the connection's
+// earlier requests are answered, so that its reply goes after theirs.
+// Keys go to the servers as the client sent them, control characters
+// and all, as memcached takes them.
 //
 // Sockets are edge-triggered (EPOLLET). A client is read until a read comes
 // back short, which proves its queue was empty (any later byte raises a
@@ -87,7 +85,8 @@ import (
 // within Config.Timeout of the request or of its previous answer, or an
 // answer the reply grammar refuses) fails every request in flight on it
 // with memcached's SERVER_ERROR, as twemproxy does, and is reported to
-// the selector (auto_eject_hosts).
+// the selector (auto_eject_hosts); over a cluster, the requests a retry
+// may cure go again instead (loop_route.go).
 //
 // An idle loop parks in the runtime poller, which watches its epoll set
 // as one more descriptor (as the node's loops do, internal/server), with
@@ -99,13 +98,12 @@ import (
 // goroutine is owned by the Proxy (Close stops it and waits). Only that
 // goroutine touches the loop's clients, server connections and requests;
 // the accept goroutine hands new clients over through adds, under mu,
-// and a wake-up pipe.
-//
-// Config.NoEventLoops turns the loops off, for comparisons and tests.
+// and a wake-up pipe. A client a loop cannot poll (not a plain socket)
+// reaches it through a socketpair (Proxy.bridge).
 //
 // This file holds the loops themselves; a loop's clients are in
-// loop_client.go, its requests in loop_req.go and its server connections
-// in loop_up.go.
+// loop_client.go, its requests in loop_req.go, its server connections
+// in loop_up.go and a cluster's routing and retries in loop_route.go.
 
 const (
 	maxLoopEvents    = 256
@@ -119,12 +117,11 @@ const (
 
 // Why a client's input is not being served.
 const (
-	waitNone   uint8 = iota
-	waitDrain        // requests on an earlier upstream: wait for their answers
-	waitTurn         // a request that waits for the answers to those before it (myTurn)
-	waitRoom         // too many requests in flight or replies unwritten
-	waitDetach       // a request the loop does not serve: detach once answered
-	waitClose        // quit or end of input: close once answered
+	waitNone  uint8 = iota
+	waitDrain       // requests on an earlier upstream: wait for their answers
+	waitTurn        // a request that waits for the answers to those before it (myTurn)
+	waitRoom        // too many requests in flight or replies unwritten
+	waitClose       // quit or end of input: close once answered
 )
 
 // loopEntry is what a descriptor of a loop's epoll set is.
@@ -148,18 +145,25 @@ type ploop struct {
 	stopped bool
 
 	// The loop goroutine's alone.
-	tab      []loopEntry // by descriptor
-	gen      *upstream   // the upstream ups serve
-	ups      map[net.Addr][]*lup
-	all      []*lup // every server connection, of every generation
-	rq, rq2  []*conn
-	wq       []*lup
-	cq       []*conn
-	dq       []*conn
-	free     []*lreq
-	nconn    int
-	inflight int // requests in flight on all server connections
-	now      time.Time
+	tab     []loopEntry // by descriptor
+	gen     *upstream   // the upstream ups serve
+	ups     map[net.Addr][]*lup
+	all     []*lup // every server connection, of every generation
+	rq, rq2 []*conn
+	wq      []*lup
+	cq      []*conn
+	dq      []*conn
+	free    []*lreq
+	nconn   int
+	// A cluster's (loop_route.go): the map the table is for, its servers
+	// by index, each server's address by name (one net.Addr per name, the
+	// key of ups), and the requests waiting to go again.
+	rt                *vbmap.Config
+	rtUp              []net.Addr
+	addrs             map[string]net.Addr
+	retries, retries2 []lretry
+	inflight          int // requests in flight on all server connections
+	now               time.Time
 }
 
 // loopConn is the loop's state of a client connection (conn) while a loop
@@ -219,12 +223,20 @@ type lreq struct {
 	status  protocol.Status // the server's answer to a binary request
 	noreply bool
 	done    bool
-	frags   int  // fragments not yet answered
-	split   bool // a get over several servers: values gathered per key
-	nkeys   int
-	hits    int
-	failed  bool   // out holds a failure line: later answers are dropped
-	out     []byte // the reply
+	// A cluster's request keeps what it needs to go again until it is
+	// answered (loop_route.go): a one-node request's bytes (sent, for
+	// the key in kb), a get's verb and exptime (verb, its keys in kb).
+	write  bool      // not sent again unless certainly not applied
+	born   time.Time // retries end Cluster.RetryTimeout after this
+	tries  int
+	sent   []byte
+	verb   []byte
+	frags  int  // fragments not yet answered
+	split  bool // a get over several servers: values gathered per key
+	nkeys  int
+	hits   int
+	failed bool   // out holds a failure line: later answers are dropped
+	out    []byte // the reply
 	// A split get's keys (back to back in kb), the server order of
 	// their indices, and each key's VALUE block in vals (off -1: none).
 	kb    []byte
@@ -237,12 +249,9 @@ type lreq struct {
 
 type span struct{ off, n int32 }
 
-// startLoops creates and starts the loops (Serve, once), unless
-// Config.NoEventLoops. A loop that cannot be created is left out.
+// startLoops creates and starts the loops (Serve, once). A loop that
+// cannot be created is left out; with none, Serve fails (loopErr).
 func (p *Proxy) startLoops() {
-	if p.noLoops {
-		return
-	}
 	var loops []*ploop
 	defer func() { p.loops.Store(&loops) }()
 	n := p.Loops
@@ -252,8 +261,9 @@ func (p *Proxy) startLoops() {
 	for range n {
 		l, err := newPloop(p)
 		if err != nil {
-			if p.Logf != nil {
-				p.Logf("vbcache proxy: event loop: %v; serving with goroutines", err)
+			p.loopErr = fmt.Errorf("proxy: event loop: %w", err)
+			if p.Logf != nil && len(loops) > 0 {
+				p.Logf("vbcache proxy: %v; serving with %d event loops", p.loopErr, len(loops))
 			}
 			break
 		}
@@ -271,16 +281,11 @@ func newPloop(p *Proxy) (*ploop, error) {
 	return &ploop{p: p, pl: pl, ups: make(map[net.Addr][]*lup)}, nil
 }
 
-// pickLoop chooses the loop for a new client on nc (round robin), or nil:
-// no loops, not a plain socket, or a cluster upstream.
-func (p *Proxy) pickLoop(nc net.Conn) *ploop {
+// pickLoop chooses the loop for a new client (round robin), or nil
+// when there is none.
+func (p *Proxy) pickLoop() *ploop {
 	loops := p.loopList()
-	if len(loops) == 0 || p.cur.Load().cluster {
-		return nil
-	}
-	switch nc.(type) {
-	case *net.TCPConn, *net.UnixConn:
-	default:
+	if len(loops) == 0 {
 		return nil
 	}
 	return loops[p.nextLoop.Add(1)%uint64(len(loops))]
@@ -296,7 +301,8 @@ func (p *Proxy) loopList() []*ploop {
 
 // add hands c, accepted on nc, to the loop: the loop gets a duplicate of
 // the descriptor and nc is closed (which takes the original out of the
-// runtime poller). It returns false, nc untouched, when that fails.
+// runtime poller). It returns false, nc untouched, when that fails: nc
+// is not a plain socket (Serve bridges it), or the loop has stopped.
 func (l *ploop) add(c *conn, nc net.Conn) bool {
 	fd, ok := rawio.Dup(nc)
 	if !ok {
@@ -313,7 +319,7 @@ func (l *ploop) add(c *conn, nc net.Conn) bool {
 	l.p.mu.Lock()
 	c.nc = nil
 	l.p.mu.Unlock()
-	c.raw, c.lp, c.lfd = nil, l, fd
+	c.lp, c.lfd = l, fd
 	l.adds = append(l.adds, c)
 	l.mu.Unlock()
 	nc.Close()
@@ -370,6 +376,9 @@ func (l *ploop) run() {
 			clear(rq)
 			l.rq2 = rq[:0]
 		}
+		if len(l.retries) > 0 {
+			l.runRetries()
+		}
 		// The servers' writes first: a failure there (a refused connect)
 		// answers requests, and those replies go out in this round.
 		for _, up := range l.wq {
@@ -410,7 +419,7 @@ func (l *ploop) wait(block bool) (n int, ok bool) {
 	// A deadline armed for a request answered since only wakes the loop
 	// early, to find nothing late: it is replaced only by an earlier one.
 	var d time.Time
-	if l.inflight > 0 {
+	if l.inflight > 0 || len(l.retries) > 0 {
 		if e := l.earliest(); !e.IsZero() && (l.pl.Armed().IsZero() || e.Before(l.pl.Armed())) {
 			d = e
 		}

@@ -3,13 +3,10 @@ package proxy
 import (
 	"bytes"
 	"encoding/binary"
-	"net"
-	"os"
 	"syscall"
 
 	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/rawio"
-	"github.com/vbcache/vbcache/memcache"
 )
 
 // A loop's clients (loop.go): reading their requests, writing their
@@ -123,9 +120,8 @@ func (l *ploop) input(c *conn) (need int) {
 }
 
 // inline serves the request at the front of data, one the proxy answers
-// without its servers (an error, a refusal, a long line), the way the
-// goroutine path serves it (text.go, meta.go, binary.go): once c's
-// earlier requests are answered, its reply goes after theirs. It returns
+// without its servers (an error, a refusal, a long line), with local.go:
+// once c's earlier requests are answered, its reply goes after theirs. It returns
 // what textCommand or binaryPacket does: the bytes used, or more > 0
 // when the request needs that many first, or (0, 0) when the line is not
 // whole; used is -1 while c waits for its turn.
@@ -151,31 +147,20 @@ func (l *ploop) inline(c *conn, data []byte) (used, more int) {
 // command starts r, the request on c's next line, rest being the bytes
 // after the line. It returns the bytes of rest used, more > 0 when the
 // request needs that many bytes of rest first, or used -1 when the
-// request is not started (c's input waits, or c leaves the loop). local
-// says the request is inline's to serve: the proxy answers it without
-// its servers. A key with control characters is the goroutine path's
-// (memcache.Client refuses it, which the proxy answers per command).
+// request is not started (c's input waits). local says the request is
+// inline's to serve: the proxy answers it without its servers.
 func (l *ploop) command(c *conn, r *protocol.TextRequest, rest []byte) (used, more int, local bool) {
 	t := &r.Tokens
-	isGet := r.Cmd == protocol.CmdGet || r.Cmd == protocol.CmdGets || r.Cmd == protocol.CmdGat || r.Cmd == protocol.CmdGats
-	switch {
-	case r.Err != "":
+	if r.Err != "" {
 		return 0, 0, true
-	case t.Rest != nil && !isGet:
-		l.wantDetach(c)
-		return -1, 0, false
 	}
 	switch r.Cmd {
 	case protocol.CmdGet, protocol.CmdGets, protocol.CmdGat, protocol.CmdGats:
 		if t.N-1 == r.First && t.Rest == nil {
 			return 0, 0, true // "gat 0": no key, END
 		}
-		switch tooLong, legal := getKeys(r); {
-		case tooLong:
+		if keyTooLong(r) {
 			return 0, 0, true // CLIENT_ERROR, before any server is asked
-		case !legal:
-			l.wantDetach(c)
-			return -1, 0, false
 		}
 		if !l.mayStart(c) {
 			return -1, 0, false
@@ -184,10 +169,6 @@ func (l *ploop) command(c *conn, r *protocol.TextRequest, rest []byte) (used, mo
 		return 0, 0, false
 	case protocol.CmdSet, protocol.CmdAdd, protocol.CmdReplace, protocol.CmdAppend, protocol.CmdPrepend, protocol.CmdCas:
 		n := r.Bytes
-		if !memcache.LegalKey(r.Key) {
-			l.wantDetach(c)
-			return -1, 0, false
-		}
 		if n > maxBody {
 			return 0, 0, true // too large: refused, its data swallowed
 		}
@@ -207,10 +188,6 @@ func (l *ploop) command(c *conn, r *protocol.TextRequest, rest []byte) (used, mo
 		l.startLine(c, r, tokens, rest[:n])
 		return n, 0, false
 	case protocol.CmdDelete, protocol.CmdIncr, protocol.CmdDecr, protocol.CmdTouch:
-		if !memcache.LegalKey(r.Key) {
-			l.wantDetach(c)
-			return -1, 0, false
-		}
 		if !l.mayStart(c) {
 			return -1, 0, false
 		}
@@ -231,11 +208,7 @@ func (l *ploop) command(c *conn, r *protocol.TextRequest, rest []byte) (used, mo
 			allowed = maFlags
 		}
 		if i, _ := metaRefused(t, from, allowed); i > 0 || n > maxBody {
-			return 0, 0, true // refused as meta.go refuses it (an ms's data swallowed)
-		}
-		if !memcache.LegalKey(r.Key) {
-			l.wantDetach(c)
-			return -1, 0, false
+			return 0, 0, true // refused as local.go refuses it (an ms's data swallowed)
 		}
 		if len(rest) < n {
 			return 0, n, false
@@ -256,7 +229,7 @@ func (l *ploop) command(c *conn, r *protocol.TextRequest, rest []byte) (used, mo
 		return 0, 0, false
 	case protocol.CmdFlushAll:
 		if r.Exptime > 0 {
-			return 0, 0, true // a delay: refused, as the goroutine path does
+			return 0, 0, true // a delay: refused (local.go)
 		}
 		if !l.mayStart(c) {
 			return -1, 0, false
@@ -282,12 +255,10 @@ func (l *ploop) command(c *conn, r *protocol.TextRequest, rest []byte) (used, mo
 // binary starts the binary request at the front of data. It returns the
 // bytes used, more > 0 when the request needs that many bytes first, 0
 // when the header is not whole, or used -1 when the request is not
-// started (c's input waits, or c leaves the loop). local says the
-// request is inline's to serve: one the loop does not forward (a request
-// whose lengths do not fit its opcode, an unknown opcode, a stats group,
-// a flush with a delay, a bad packet), which binary.go answers as
-// memcached does. A key with control characters is the goroutine
-// path's.
+// started (c's input waits). local says the request is inline's to
+// serve: one the loop does not forward (a request whose lengths do not
+// fit its opcode, an unknown opcode, a stats group, a flush with a
+// delay, a bad packet), which local.go answers as memcached does.
 func (l *ploop) binary(c *conn, data []byte) (used, more int, local bool) {
 	var req protocol.Request
 	n, err := protocol.ParseRequest(data, &req)
@@ -341,7 +312,7 @@ func (l *ploop) binary(c *conn, data []byte) (used, more int, local bool) {
 		return n, 0, false
 	case protocol.OpFlush:
 		if ext == 4 && binary.BigEndian.Uint32(req.Extras) != 0 {
-			return 0, 0, true // a delay: refused, as the goroutine path does
+			return 0, 0, true // a delay: refused (local.go)
 		}
 		if !l.mayStart(c) {
 			return -1, 0, false
@@ -354,10 +325,6 @@ func (l *ploop) binary(c *conn, data []byte) (used, more int, local bool) {
 	if !fits || len(req.Key) == 0 || len(req.Key) > protocol.KeyMaxLength {
 		return 0, 0, true // "Invalid arguments", and the connection closes
 	}
-	if !memcache.LegalKey(req.Key) {
-		l.wantDetach(c)
-		return -1, 0, false
-	}
 	if !l.mayStart(c) {
 		return -1, 0, false
 	}
@@ -365,15 +332,10 @@ func (l *ploop) binary(c *conn, data []byte) (used, more int, local bool) {
 	return n, 0, false
 }
 
-// mayStart makes sure a request of c may start now: the upstream is a pool
-// (else c detaches), and c has nothing in flight on an earlier one (else
-// c waits for it).
+// mayStart makes sure a request of c may start now: c has nothing in
+// flight on an earlier upstream (else c waits for it).
 func (l *ploop) mayStart(c *conn) bool {
 	u := l.p.cur.Load()
-	if u.cluster {
-		l.wantDetach(c)
-		return false
-	}
 	if u != l.gen {
 		l.switchGen(u)
 	}
@@ -387,19 +349,14 @@ func (l *ploop) mayStart(c *conn) bool {
 	return true
 }
 
-// getKeys checks the keys of a get, T[First:N-1] and those in the rest
-// of the line: whether one is longer than memcached takes, and whether
-// every one is a key memcache.Client takes (LegalKey: no control
-// characters).
-func getKeys(r *protocol.TextRequest) (tooLong, legal bool) {
+// keyTooLong reports whether one of a get's keys, T[First:N-1] and
+// those in the rest of the line, is longer than memcached takes.
+func keyTooLong(r *protocol.TextRequest) bool {
 	t := &r.Tokens
-	legal = true
-	check := func(k []byte) {
-		tooLong = tooLong || len(k) > protocol.KeyMaxLength
-		legal = legal && memcache.LegalKey(k)
-	}
 	for i := r.First; i < t.N-1; i++ {
-		check(t.T[i])
+		if len(t.T[i]) > protocol.KeyMaxLength {
+			return true
+		}
 	}
 	for rest := t.Rest; len(rest) > 0; {
 		tok := rest
@@ -408,11 +365,11 @@ func getKeys(r *protocol.TextRequest) (tooLong, legal bool) {
 		} else {
 			rest = nil
 		}
-		if len(tok) > 0 {
-			check(tok)
+		if len(tok) > protocol.KeyMaxLength {
+			return true
 		}
 	}
-	return tooLong, legal
+	return false
 }
 
 // myTurn reports whether c's requests before this one are all answered;
@@ -426,22 +383,11 @@ func (l *ploop) myTurn(c *conn) bool {
 	return true
 }
 
-// wantDetach stops c's input at the request the loop does not serve; c
-// leaves the loop once its requests on it are answered.
-func (l *ploop) wantDetach(c *conn) {
-	c.lwait = waitDetach
-	l.settled(c)
-}
-
 // settled is called when c's requests, replies or input state changed:
 // it lets waiting input go on, or queues c to leave the loop.
 func (l *ploop) settled(c *conn) {
 	empty := c.lqh == len(c.lq)
 	switch c.lwait {
-	case waitDetach:
-		if empty {
-			l.toDQ(c)
-		}
 	case waitClose:
 		if empty && len(c.out) == 0 {
 			l.toDQ(c)
@@ -500,16 +446,11 @@ func (l *ploop) writeClient(c *conn) {
 	l.settled(c)
 }
 
-// finishClient ends a client that is done with the loop: closed after
-// quit or the end of its input, else detached.
+// finishClient closes a client that is done with the loop: after quit
+// or the end of its input, once its requests are answered.
 func (l *ploop) finishClient(c *conn) {
-	switch {
-	case c.lqh != len(c.lq):
-		return // queued when empty; nothing starts after that, but be safe
-	case c.lwait == waitClose:
+	if c.lqh == len(c.lq) && c.lwait == waitClose {
 		l.closeClient(c)
-	case c.lwait == waitDetach:
-		l.detach(c)
 	}
 }
 
@@ -536,31 +477,4 @@ func (l *ploop) closeClient(c *conn) {
 	delete(p.conns, c)
 	p.mu.Unlock()
 	p.ctr.currConns.Add(-1)
-}
-
-// detach hands c to a goroutine of its own (see the file comment).
-func (l *ploop) detach(c *conn) {
-	fd := c.lfd
-	syscall.EpollCtl(l.pl.FD, syscall.EPOLL_CTL_DEL, fd, nil)
-	l.tab[fd] = loopEntry{}
-	c.lp, c.lfd = nil, -1
-	c.lq, c.lqh = nil, 0
-	f := os.NewFile(uintptr(fd), "")
-	nc, err := net.FileConn(f)
-	f.Close()
-	p := c.p
-	p.mu.Lock()
-	if err != nil {
-		delete(p.conns, c)
-		p.mu.Unlock()
-		p.ctr.currConns.Add(-1)
-		return
-	}
-	c.nc, c.raw = nc, rawio.Conn(nc)
-	if p.closed {
-		nc.Close() // under p.mu: nobody reads nc yet, so its Close waits for nothing
-	}
-	p.wg.Add(1)
-	p.mu.Unlock()
-	go c.serve()
 }

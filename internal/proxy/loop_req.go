@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/memcache"
 )
 
 // A loop's requests (loop.go): a client request split by server into
@@ -29,15 +30,19 @@ func (l *ploop) takeReq(c *conn) *lreq {
 	} else {
 		r = new(lreq)
 	}
-	r.c = c
+	r.c, r.born = c, l.now
 	c.lq = append(c.lq, r)
 	return r
 }
 
 func (l *ploop) freeReq(r *lreq) {
-	*r = lreq{out: r.out[:0], kb: r.kb[:0], kend: r.kend[:0], order: r.order[:0], blk: r.blk[:0], vals: r.vals[:0], srv: r.srv[:0]}
+	*r = lreq{out: r.out[:0], kb: r.kb[:0], kend: r.kend[:0], order: r.order[:0], blk: r.blk[:0], vals: r.vals[:0], srv: r.srv[:0],
+		sent: r.sent[:0], verb: r.verb[:0]}
 	if cap(r.out) > 1<<20 {
 		r.out = nil
+	}
+	if cap(r.sent) > 1<<20 {
+		r.sent = nil
 	}
 	if cap(r.vals) > 1<<20 {
 		r.vals = nil
@@ -99,6 +104,31 @@ func (l *ploop) startGet(c *conn, r *protocol.TextRequest) {
 			up.wbuf = append(up.wbuf, ' ')
 			up.wbuf = append(up.wbuf, expTok...)
 		}
+	}
+	if l.gen.cluster {
+		// The keys, each VALUE block kept by key, and a first send
+		// (sendGet) that retries can repeat.
+		q.verb = append(q.verb[:0], verbTok...)
+		if expTok != nil {
+			q.verb = append(q.verb, ' ')
+			q.verb = append(q.verb, expTok...)
+		}
+		for first := r.First; ; first = 0 {
+			for i := first; i < t.N-1; i++ {
+				q.kb = append(q.kb, t.T[i]...)
+				q.kend = append(q.kend, int32(len(q.kb)))
+			}
+			if !r.NextKeys() {
+				break
+			}
+		}
+		q.nkeys, q.split = len(q.kend), true
+		for i := range q.nkeys {
+			q.blk = append(q.blk, span{off: -1})
+			q.order = append(q.order, int32(i))
+		}
+		l.sendGet(q, 0, int32(q.nkeys))
+		return
 	}
 	if t.N-1-r.First == 1 && t.Rest == nil {
 		q.nkeys = 1
@@ -194,20 +224,32 @@ func (l *ploop) startLine(c *conn, r *protocol.TextRequest, n int, data []byte) 
 	if len(data) > 0 {
 		l.p.ctr.cmdSet.Add(1)
 	}
+	if l.gen.cluster {
+		q.write = clusterWrite(r.Cmd)
+		q.kb = append(q.kb[:0], r.Key...)
+		q.sent = appendLine(q.sent[:0], t, n, data)
+		l.sendOne(q)
+		return
+	}
 	up, err := l.pick(c, r.Key)
 	if err != nil {
 		l.failEarly(q, r.Key, err)
 		return
 	}
+	up.wbuf = appendLine(up.wbuf, t, n, data)
+	l.push(up, q, 0, 0)
+}
+
+// appendLine appends the first n tokens of t as a line, then data.
+func appendLine(b []byte, t *protocol.Tokens, n int, data []byte) []byte {
 	for i := range n {
 		if i > 0 {
-			up.wbuf = append(up.wbuf, ' ')
+			b = append(b, ' ')
 		}
-		up.wbuf = append(up.wbuf, t.T[i]...)
+		b = append(b, t.T[i]...)
 	}
-	up.wbuf = append(up.wbuf, '\r', '\n')
-	up.wbuf = append(up.wbuf, data...)
-	l.push(up, q, 0, 0)
+	b = append(b, '\r', '\n')
+	return append(b, data...)
 }
 
 // startMeta starts mg, ms, md or ma (data is an ms's value with its
@@ -220,23 +262,35 @@ func (l *ploop) startMeta(c *conn, r *protocol.TextRequest, data []byte) {
 	if r.Cmd == protocol.CmdMetaSet {
 		l.p.ctr.cmdSet.Add(1)
 	}
+	if l.gen.cluster {
+		q.write = clusterWrite(r.Cmd)
+		q.kb = append(q.kb[:0], r.Key...)
+		q.sent = appendMeta(q.sent[:0], t, data)
+		l.sendOne(q)
+		return
+	}
 	up, err := l.pick(c, r.Key)
 	if err != nil {
 		l.failEarly(q, r.Key, err)
 		return
 	}
+	up.wbuf = appendMeta(up.wbuf, t, data)
+	l.push(up, q, 0, 0)
+}
+
+// appendMeta appends the meta request t without its q flag, then data.
+func appendMeta(b []byte, t *protocol.Tokens, data []byte) []byte {
 	for i := 0; i < t.N-1; i++ {
 		if i >= 2 && t.T[i][0] == 'q' {
 			continue
 		}
 		if i > 0 {
-			up.wbuf = append(up.wbuf, ' ')
+			b = append(b, ' ')
 		}
-		up.wbuf = append(up.wbuf, t.T[i]...)
+		b = append(b, t.T[i]...)
 	}
-	up.wbuf = append(up.wbuf, '\r', '\n')
-	up.wbuf = append(up.wbuf, data...)
-	l.push(up, q, 0, 0)
+	b = append(b, '\r', '\n')
+	return append(b, data...)
 }
 
 // startBin starts a binary request, pkt, which names a key: it goes to
@@ -250,6 +304,14 @@ func (l *ploop) startBin(c *conn, req *protocol.Request, pkt []byte) {
 	switch loud {
 	case protocol.OpSet, protocol.OpAdd, protocol.OpReplace:
 		l.p.ctr.cmdSet.Add(1)
+	}
+	if l.gen.cluster {
+		q.write = clusterWriteBin(loud)
+		q.kb = append(q.kb[:0], req.Key...)
+		q.sent = append(q.sent[:0], pkt...)
+		q.sent[1] = byte(loud)
+		l.sendOne(q)
+		return
 	}
 	up, err := l.pick(c, req.Key)
 	if err != nil {
@@ -291,15 +353,11 @@ func (l *ploop) startFlushBin(c *conn, req *protocol.Request) {
 	_, q.quiet = req.Opcode.Loud()
 	q.cmd = protocol.CmdFlushAll
 	l.p.ctr.cmdFlush.Add(1)
-	l.gen.sel.Each(func(a net.Addr) error {
+	l.eachServer(q, func(a net.Addr) {
 		up := l.pickAddr(c, a)
 		up.wbuf = protocol.AppendRequest(up.wbuf, &protocol.Request{Header: protocol.Header{Opcode: protocol.OpFlush}})
 		l.push(up, q, 0, 0)
-		return nil
 	})
-	if q.frags == 0 {
-		l.finish(q)
-	}
 }
 
 // local answers a request the proxy answers itself (version, verbosity),
@@ -329,12 +387,27 @@ func (l *ploop) startFlush(c *conn, noreply bool) {
 	q := l.newReq(c)
 	q.cmd, q.line, q.noreply = protocol.CmdFlushAll, true, noreply
 	l.p.ctr.cmdFlush.Add(1)
-	l.gen.sel.Each(func(a net.Addr) error {
+	l.eachServer(q, func(a net.Addr) {
 		up := l.pickAddr(c, a)
 		up.wbuf = append(up.wbuf, "flush_all\r\n"...)
 		l.push(up, q, 0, 0)
-		return nil
 	})
+}
+
+// eachServer calls f for every server of the pool, or of the cluster's
+// map; then q, a flush, is finished if no server was sent it (a cluster
+// with no map yet: a failure).
+func (l *ploop) eachServer(q *lreq, f func(net.Addr)) {
+	switch {
+	case !l.gen.cluster:
+		l.gen.sel.Each(func(a net.Addr) error { f(a); return nil })
+	case l.syncRoute():
+		for _, a := range l.rtUp {
+			f(a)
+		}
+	default:
+		q.fail(failReplyAddr("cluster", memcache.ErrNoServers))
+	}
 	if q.frags == 0 {
 		l.finish(q)
 	}
@@ -449,9 +522,8 @@ func (l *ploop) finish(r *lreq) {
 	l.settled(c)
 }
 
-// count adds a one-line answer to the counters "stats" reports, as the
-// goroutine path counts them (text.go): a hit or a miss by what the
-// server answered; a failure counts neither.
+// count adds a one-line answer to the counters "stats" reports: a hit
+// or a miss by what the server answered; a failure counts neither.
 func (l *ploop) count(r *lreq) {
 	ctr := &l.p.ctr
 	var hits, misses *atomic.Int64
@@ -487,7 +559,7 @@ func (l *ploop) count(r *lreq) {
 	}
 }
 
-// countMeta adds a meta answer to the counters as meta.go counts it, and
+// countMeta adds a meta answer to the counters, as memcached counts it, and
 // reports whether q hides it: mg's miss (EN), and the success of ms, md
 // (HD) and ma (HD, or VA with v). Failures and errors are always sent.
 func (l *ploop) countMeta(r *lreq) (quiet bool) {
@@ -524,7 +596,7 @@ func (l *ploop) countMeta(r *lreq) (quiet bool) {
 	return false
 }
 
-// countBin adds a binary answer to the counters as binary.go counts it,
+// countBin adds a binary answer to the counters, as memcached counts it,
 // and reports whether a quiet request's answer is one memcached does not
 // send: a get's miss, any other command's success.
 func (l *ploop) countBin(r *lreq) (hidden bool) {

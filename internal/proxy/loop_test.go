@@ -25,9 +25,6 @@ import (
 // how many answers it had sent by then, and answers the first one only
 // when told.
 func TestLoopHoldsRequestsForTheNextAnswer(t *testing.T) {
-	if !loopsOn() {
-		t.Skip("event loops are off (VBCACHE_NOLOOP)")
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +93,6 @@ func TestLoopHoldsRequestsForTheNextAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.NoEventLoops = testNoLoops
 	p, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -326,10 +322,8 @@ func TestLoopServesTextCommands(t *testing.T) {
 			t.Errorf("stats %s went up by %d, want %d", s, d, 6*wantCtr[s])
 		}
 	}
-	if loopsOn() {
-		if n := statValue(t, addr, "proxy_fast_path") - before["proxy_fast_path"]; n != int64(len(script)+1) {
-			t.Errorf("the event loop served %d of the %d requests (with the mn)", n, len(script)+1)
-		}
+	if n := statValue(t, addr, "proxy_fast_path") - before["proxy_fast_path"]; n != int64(len(script)+1) {
+		t.Errorf("the event loop served %d of the %d requests (with the mn)", n, len(script)+1)
 	}
 }
 
@@ -377,12 +371,7 @@ func TestLoopServesBinary(t *testing.T) {
 		add(protocol.OpGATQ, ttl, k+"none", "")
 		add(protocol.OpGATK, ttl, k+"none", "")
 		add(protocol.OpGATKQ, ttl, k, "")
-		if loopsOn() {
-			// Off the loops a touch's answer has no flags and CAS (the
-			// text upstream's TOUCHED has neither: test/proxy's
-			// knownDiffs).
-			add(protocol.OpTouch, ttl, k, "")
-		}
+		add(protocol.OpTouch, ttl, k, "")
 		add(protocol.OpTouch, ttl, k+"none", "")
 		add(protocol.OpIncrement, delta(5, 40, 0), k+"i", "")
 		add(protocol.OpIncrement, delta(5, 40, 0), k+"i", "")
@@ -407,10 +396,8 @@ func TestLoopServesBinary(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Fatalf("the proxy answered\n%x\nmemcached\n%x", got, want)
 	}
-	if loopsOn() {
-		if served := statValue(t, addr, "proxy_fast_path") - before; served != int64(n) {
-			t.Errorf("the event loop served %d of the %d requests", served, n)
-		}
+	if served := statValue(t, addr, "proxy_fast_path") - before; served != int64(n) {
+		t.Errorf("the event loop served %d of the %d requests", served, n)
 	}
 }
 
@@ -514,10 +501,8 @@ func TestLoopServesStatsAndFlush(t *testing.T) {
 	if _, err := io.ReadFull(r, got); err != nil || string(got) != want {
 		t.Fatalf("got %q (%v), want %q", got, err, want)
 	}
-	if loopsOn() {
-		if n := statValue(t, addr, "proxy_fast_path") - before; n != int64(nreq) {
-			t.Errorf("the event loop served %d of the %d requests", n, nreq)
-		}
+	if n := statValue(t, addr, "proxy_fast_path") - before; n != int64(nreq) {
+		t.Errorf("the event loop served %d of the %d requests", n, nreq)
 	}
 }
 
@@ -570,10 +555,8 @@ func TestLoopAnswersErrorsInline(t *testing.T) {
 	if got != want {
 		t.Fatalf("the proxy answered\n%q\nmemcached\n%q", got, want)
 	}
-	if loopsOn() {
-		if n := statValue(t, addr, "proxy_fast_path") - before; n != int64(forwarded+1) {
-			t.Errorf("the event loop served %d requests, want %d (with the mn): the connection left it", n, forwarded+1)
-		}
+	if n := statValue(t, addr, "proxy_fast_path") - before; n != int64(forwarded+1) {
+		t.Errorf("the event loop served %d requests, want %d (with the mn): the connection left it", n, forwarded+1)
 	}
 	// Binary: an unknown opcode is answered as memcached answers it,
 	// between requests the loop forwards.
@@ -590,9 +573,7 @@ func TestLoopAnswersErrorsInline(t *testing.T) {
 	if !bytes.Equal(bgot, bwant) {
 		t.Fatalf("the proxy answered\n%x\nmemcached\n%x", bgot, bwant)
 	}
-	if loopsOn() {
-		if n := statValue(t, addr, "proxy_fast_path") - before; n != 3 {
-			t.Errorf("the event loop served %d binary requests, want 3: the connection left it", n)
-		}
+	if n := statValue(t, addr, "proxy_fast_path") - before; n != 3 {
+		t.Errorf("the event loop served %d binary requests, want 3: the connection left it", n)
 	}
 }

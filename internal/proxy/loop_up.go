@@ -233,6 +233,14 @@ func (l *ploop) parseUp(up *lup) error {
 		r := f.r
 		line := data[:nl+1]
 		if r.line {
+			if up.u.cluster && nl > 0 {
+				if why := refusal(line[:nl-1]); why != nil {
+					up.r += nl + 1
+					l.refused(up, f, why)
+					progressed = true
+					continue
+				}
+			}
 			switch {
 			case r.failed:
 			case r.cmd == protocol.CmdFlushAll: // one answer per server: finish says OK if each did
@@ -265,6 +273,13 @@ func (l *ploop) parseUp(up *lup) error {
 				}
 			case !ok && !protocol.ClassifyReply(text).IsError():
 				return errUpstreamProtocol
+			case !ok && up.u.cluster:
+				if why := refusal(text); why != nil {
+					up.r += total
+					l.refused(up, f, why)
+					progressed = true
+					continue
+				}
 			}
 			if !r.failed {
 				r.out = append(r.out, data[:total]...)
@@ -302,6 +317,11 @@ func (l *ploop) parseUp(up *lup) error {
 			progressed = true
 		case k.IsError():
 			up.r += nl + 1
+			if why := refusal(text); why != nil && up.u.cluster {
+				l.refused(up, f, why)
+				progressed = true
+				continue
+			}
 			r.fail(string(protocol.TrimLine(line[:len(line)-1])))
 			l.fragOK(up, f)
 			progressed = true
@@ -332,6 +352,17 @@ func (l *ploop) parseUpBin(up *lup) error {
 		total := protocol.HeaderLen + int(h.BodyLen)
 		if !l.whole(up, data, total) {
 			break
+		}
+		if why := refusalBin(h.Status); why != nil && up.u.cluster && r.cmd != protocol.CmdFlushAll {
+			if h.Status == protocol.StatusNotMyVBucket {
+				if body := data[protocol.HeaderLen+int(h.ExtLen)+int(h.KeyLen) : total]; len(body) > 0 {
+					up.u.setRoute(body) // the node's map: parsed, rare
+				}
+			}
+			up.r += total
+			l.refused(up, f, why)
+			progressed = true
+			continue
 		}
 		switch {
 		case r.failed:
@@ -401,6 +432,13 @@ func (l *ploop) keep(r *lreq, f *lfrag, key, block []byte) bool {
 // fragOK ends the fragment at the head of up's queue, answered.
 func (l *ploop) fragOK(up *lup, f *lfrag) {
 	r := f.r
+	l.dequeue(up, f)
+	l.fragDone(r)
+	l.closeIfDone(up)
+}
+
+// dequeue takes the fragment f, answered, off the head of up's queue.
+func (l *ploop) dequeue(up *lup, f *lfrag) {
 	up.st.record(l.now.Sub(f.start), false)
 	*f = lfrag{}
 	up.qh++
@@ -412,11 +450,15 @@ func (l *ploop) fragOK(up *lup, f *lfrag) {
 	}
 	if up.failed {
 		up.failed = false
-		up.u.mc.ReportServer(up.addr, nil)
+		up.u.report(up.addr, nil)
 	}
-	l.fragDone(r)
+}
+
+// closeIfDone closes up once it has answered everything, if it is an
+// earlier upstream's.
+func (l *ploop) closeIfDone(up *lup) {
 	if up.qh == len(up.q) && up.u != l.gen {
-		l.closeUp(up) // an earlier upstream's, done
+		l.closeUp(up)
 	}
 }
 
@@ -430,15 +472,20 @@ func (l *ploop) failUp(up *lup, err error) {
 	up.wbuf, up.r, up.w = up.wbuf[:0], 0, 0
 	l.closeFD(up)
 	if asked {
-		up.u.mc.ReportServer(up.addr, err)
+		up.u.report(up.addr, err)
 		up.failed = true
 		l.p.ctr.upstreamErrors.Add(1)
 		for i := range q {
 			f := &q[i]
 			up.st.record(l.now.Sub(f.start), true)
-			r := f.r
-			r.fail(failReplyAddr(up.addr.String(), err))
+			r, lo, hi := f.r, f.lo, f.hi
 			*f = lfrag{}
+			if up.u.cluster && resendable(r.write, err) {
+				l.inflight--
+				l.retryLater(r, lo, hi, up.addr.String(), err) // allocates: rare
+				continue
+			}
+			r.fail(failReplyAddr(up.addr.String(), err))
 			l.fragDone(r)
 		}
 	}
@@ -492,6 +539,8 @@ func (l *ploop) forget(up *lup) {
 func (l *ploop) switchGen(u *upstream) {
 	old := append([]*lup(nil), l.all...)
 	clear(l.ups)
+	clear(l.addrs)
+	l.rt, l.rtUp = nil, l.rtUp[:0]
 	l.gen = u
 	for _, up := range old {
 		if up.qh == len(up.q) && up.u != l.gen {
@@ -500,9 +549,10 @@ func (l *ploop) switchGen(u *upstream) {
 	}
 }
 
-// earliest is the first deadline of a request in flight.
+// earliest is the first deadline of a request in flight or due time of
+// a retry.
 func (l *ploop) earliest() time.Time {
-	var d time.Time
+	d := l.firstRetry()
 	for _, up := range l.all {
 		if up.qh < len(up.q) && (d.IsZero() || up.deadline.Before(d)) {
 			d = up.deadline
@@ -520,6 +570,11 @@ func (l *ploop) expire() {
 		}
 	}
 	for _, up := range late {
-		l.failUp(up, os.ErrDeadlineExceeded)
+		var err error = os.ErrDeadlineExceeded
+		if up.connecting {
+			// Nothing was sent: the connect did not finish in time.
+			err = &net.OpError{Op: "dial", Net: up.addr.Network(), Addr: up.addr, Err: err}
+		}
+		l.failUp(up, err)
 	}
 }

@@ -2,14 +2,12 @@ package proxy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/vbcache/vbcache/memcache"
 )
@@ -35,39 +33,10 @@ func TestNotApplied(t *testing.T) {
 			t.Errorf("notApplied(%v) = %v, want %v", c.err, got, c.want)
 		}
 	}
-	if retryable(memcache.ErrCacheMiss, false) {
-		t.Error("a miss (an answer) is retryable")
+	if !resendable(false, read) || resendable(true, read) {
+		t.Error("a lost connection: a get goes again, an incr does not")
 	}
-	if !retryable(read, false) || retryable(read, true) {
-		t.Error("a lost connection: retryable for a set, not for an incr")
-	}
-	if !retryable(dial, true) {
-		t.Error("a failed dial (nothing sent) is not retryable for an incr")
-	}
-}
-
-// TestRunSendsAtMostOnce: in cluster mode a request that failed after it
-// may have reached a node is sent again only when it is safe to apply
-// twice.
-func TestRunSendsAtMostOnce(t *testing.T) {
-	u := &upstream{cluster: true, retry: 300 * time.Millisecond, timeout: time.Second, mc: memcache.New("127.0.0.1:1")}
-	lost := &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
-	for _, once := range []bool{true, false} {
-		var rc reqCtx
-		calls := 0
-		err := u.run(&rc, []*srvStat{{}}, once, func(context.Context) error {
-			calls++
-			if calls == 1 {
-				return lost
-			}
-			return nil
-		})
-		rc.stop()
-		switch {
-		case once && (calls != 1 || !errors.Is(err, lost)):
-			t.Errorf("at most once: %d calls, err %v; want 1 call and the lost connection", calls, err)
-		case !once && (calls != 2 || err != nil):
-			t.Errorf("retryable: %d calls, err %v; want 2 calls and success", calls, err)
-		}
+	if !resendable(true, dial) {
+		t.Error("a failed dial (nothing sent): an incr does not go again")
 	}
 }

@@ -67,9 +67,8 @@ func (p *Proxy) statLines() [][2]string {
 		{"proxy_reload_errors", i(c.reloadErrors.Load())},
 		{"proxy_fast_path", i(c.fastPath.Load())},
 	}
-	if u.cluster {
-		e, r := u.mc.ConfigRevision()
-		out = append(out, [2]string{"proxy_map_rev", i(e) + "." + i(r)})
+	if rt := u.route.Load(); u.cluster && rt != nil {
+		out = append(out, [2]string{"proxy_map_rev", i(rt.RevEpoch) + "." + i(rt.Rev)})
 	}
 	// Per server: the current upstream's servers, then any other server
 	// with counts (from an earlier generation or a cluster's old map).

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,41 +19,39 @@ import (
 	"github.com/vbcache/vbcache/memcache"
 )
 
-// upstream is one generation of the proxy's upstream: a memcache.Client
-// built from one Config. A reload builds a new upstream, swaps it in, and
-// retires the old one, which closes its Client once the requests that
+// upstream is one generation of the proxy's upstream, built from one
+// Config: a pool's selector, or a cluster's map and the goroutines that
+// keep it fresh. A reload builds a new upstream and swaps it in; the
+// loops move to it, and the old one is retired once the requests that
 // hold it (refs) have finished.
 type upstream struct {
 	cfg     *Config
-	mc      *memcache.Client
-	sel     memcache.ServerSelector // pool: the client's selector
+	sel     memcache.ServerSelector // pool: where keys go
+	mc      *memcache.Client        // pool: reports to sel how its servers fare (auto_eject_hosts); it sends nothing
 	cluster bool
 	timeout time.Duration
 	retry   time.Duration // cluster: how long a failing request is retried
 	st      *serverStats  // shared by every generation of a Proxy
 
-	// mirror is a cluster's map as this proxy last saw it, for stats
-	// (which server a key goes to); the client routes by its own copy.
-	mirror    atomic.Pointer[memcache.VBucket]
-	mirrorRev atomic.Pointer[[2]int64]
+	// route is a cluster's map as this proxy last saw it, newest by
+	// (revEpoch, rev): the event loops route by it (loop_route.go), stats
+	// name servers by it. It is learned from the manager's stream, the
+	// nodes' configs (refresh) and the bodies of NOT_MY_VBUCKET answers.
+	route atomic.Pointer[vbmap.Config]
+	kick  chan struct{} // cap 1: a loop met a refusal; refresh fetches the nodes' configs now
 
 	// byAddr are the counters of a pool upstream's servers, by the
 	// addresses its selector returns (set once, read-only after).
 	byAddr map[net.Addr]*srvStat
 
-	mu      sync.Mutex // protects refs and retired; drained is closed after it, and retire waits after it
-	refs    int
-	retired bool
-	drained chan struct{} // closed when retired and refs reach zero
-
-	cancel context.CancelFunc // ends the follower goroutine
-	done   chan struct{}      // closed when the follower has exited
+	cancel context.CancelFunc // ends the follower goroutines
+	follow sync.WaitGroup     // the follower goroutines (followManager, refresh), owned by u: retire waits
 }
 
 // newUpstream builds and connects an upstream for cfg. ctx bounds the
 // bootstrap of a cluster.
 func newUpstream(ctx context.Context, cfg *Config, st *serverStats) (*upstream, error) {
-	u := &upstream{cfg: cfg, timeout: cfg.timeout(), st: st, drained: make(chan struct{}), done: make(chan struct{})}
+	u := &upstream{cfg: cfg, timeout: cfg.timeout(), st: st, kick: make(chan struct{}, 1)}
 	fctx, cancel := context.WithCancel(context.Background())
 	u.cancel = cancel
 	if cfg.Cluster == nil {
@@ -77,10 +76,6 @@ func newUpstream(ctx context.Context, cfg *Config, st *serverStats) (*upstream, 
 			return nil
 		})
 		u.mc = memcache.NewFromSelector(sel)
-		u.mc.Timeout = u.timeout
-		u.mc.MaxConns = cfg.conns()
-		u.mc.DialContext = st.dialer(u.timeout)
-		close(u.done)
 		return u, nil
 	}
 	u.cluster = true
@@ -93,55 +88,55 @@ func newUpstream(ctx context.Context, cfg *Config, st *serverStats) (*upstream, 
 			cancel()
 			return nil, err
 		}
-		c, err := vbmap.Parse(b)
+		body = b
+	} else {
+		b, err := fetchClusterConfig(ctx, seeds, u.timeout)
 		if err != nil {
 			cancel()
-			return nil, fmt.Errorf("proxy: manager %s: %w", m, err)
+			return nil, fmt.Errorf("proxy: cluster %s: no node gave a config: %w", strings.Join(seeds, ","), err)
 		}
 		body = b
-		seeds = c.VBucketServerMap.ServerList
 	}
-	mc, err := memcache.NewCluster(ctx, seeds, &memcache.ClusterOptions{
-		RefreshInterval: ms(cfg.Cluster.RefreshInterval, DefaultClusterRefresh),
-		MaxTries:        10, MinBackoff: 2 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
-		Timeout: u.timeout, DialContext: st.dialer(u.timeout)})
-	if err != nil {
+	if c, err := vbmap.Parse(body); err != nil {
 		cancel()
-		return nil, err
-	}
-	mc.MaxConns = cfg.conns()
-	u.mc = mc
-	if body == nil {
-		body, _ = fetchClusterConfig(ctx, seeds, u.timeout)
-	}
-	if body != nil {
-		u.setMirror(body)
+		return nil, fmt.Errorf("proxy: cluster config: %w", err)
+	} else {
+		u.route.Store(c)
 	}
 	if cfg.Cluster.Manager != "" {
+		u.follow.Add(1)
 		go u.followManager(fctx, cfg.Cluster.Manager)
-	} else {
-		go u.followNodes(fctx)
 	}
+	u.follow.Add(1)
+	go u.refresh(fctx, ms(cfg.Cluster.RefreshInterval, DefaultClusterRefresh))
 	return u, nil
 }
 
-// setMirror applies a config to the stats mirror when it is newer.
-func (u *upstream) setMirror(body []byte) (newer bool) {
+// setRoute takes a config into route when it is newer by (revEpoch,
+// rev) and keeps the number of vbuckets. It reports whether it did.
+func (u *upstream) setRoute(body []byte) (newer bool) {
 	c, err := vbmap.Parse(body)
 	if err != nil {
 		return false
 	}
-	rev := [2]int64{c.RevEpoch, c.Rev}
-	if old := u.mirrorRev.Load(); old != nil && (rev[0] < old[0] || (rev[0] == old[0] && rev[1] <= old[1])) {
-		return false
+	for {
+		old := u.route.Load()
+		if old != nil && (!c.Newer(old) || c.NumVBuckets() != old.NumVBuckets()) {
+			return false
+		}
+		if u.route.CompareAndSwap(old, c) {
+			return true
+		}
 	}
-	vb, err := memcache.NewVBucketFromJSON(body)
-	if err != nil {
-		return false
+}
+
+// wantMap asks refresh to fetch the nodes' configs now (a loop met a
+// NOT_MY_VBUCKET, a TMPFAIL or a dead node). It never blocks.
+func (u *upstream) wantMap() {
+	select {
+	case u.kick <- struct{}{}:
+	default:
 	}
-	u.mirror.Store(vb)
-	u.mirrorRev.Store(&rev)
-	return true
 }
 
 // followManager reads the manager's streaming map (each config JSON
@@ -150,7 +145,7 @@ func (u *upstream) setMirror(body []byte) (newer bool) {
 // the nodes (the client has no hook to take a config from elsewhere),
 // instead of at its next NOT_MY_VBUCKET or poll.
 func (u *upstream) followManager(ctx context.Context, base string) {
-	defer close(u.done)
+	defer u.follow.Done()
 	mc := &mgrclient.Client{Base: base}
 	for ctx.Err() == nil {
 		if s, err := mc.StreamConfigs(ctx); err == nil {
@@ -159,7 +154,7 @@ func (u *upstream) followManager(ctx context.Context, base string) {
 				if err != nil {
 					break
 				}
-				u.managerSent(ctx, body)
+				u.managerSent(body)
 			}
 			s.Close()
 		}
@@ -170,48 +165,60 @@ func (u *upstream) followManager(ctx context.Context, base string) {
 	}
 }
 
-// managerSent takes a config the manager streamed: into the stats
-// mirror, and, when it is newer than the client's, the client refreshes.
-func (u *upstream) managerSent(ctx context.Context, body []byte) {
-	u.setMirror(body)
-	c, err := vbmap.Parse(body)
-	if err != nil {
-		return
-	}
-	e, r := u.mc.ConfigRevision()
-	if c.RevEpoch > e || (c.RevEpoch == e && c.Rev > r) {
-		rctx, cancel := context.WithTimeout(ctx, u.timeout)
-		u.mc.RefreshConfig(rctx)
-		cancel()
-	}
+// managerSent takes a config the manager streamed into route.
+func (u *upstream) managerSent(body []byte) {
+	u.setRoute(body)
 }
 
-// followNodes keeps the stats mirror in step with the client's map: when
-// the client's revision moves past the mirror's, fetch the config over
-// 0xb5 from the map's servers.
-func (u *upstream) followNodes(ctx context.Context) {
-	defer close(u.done)
-	t := time.NewTicker(time.Second)
+// refresh keeps route in step with the nodes: every interval, and at
+// once (at most every refreshGap) when a loop asks (wantMap), it fetches
+// the config of every server of the map and of the seeds over 0xb5, at
+// the same time, and keeps the newest.
+func (u *upstream) refresh(ctx context.Context, interval time.Duration) {
+	defer u.follow.Done()
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-u.kick:
 		}
-		e, r := u.mc.ConfigRevision()
-		if old := u.mirrorRev.Load(); old != nil && old[0] == e && old[1] == r {
-			continue
-		}
-		var seeds []string
-		if vb := u.mirror.Load(); vb != nil {
-			vb.Each(func(a net.Addr) error { seeds = append(seeds, a.String()); return nil })
-		}
-		seeds = append(seeds, u.cfg.Cluster.Nodes...)
-		if body, err := fetchClusterConfig(ctx, seeds, u.timeout); err == nil {
-			u.setMirror(body)
+		u.fetchRoute(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(refreshGap):
 		}
 	}
+}
+
+// refreshGap is the least time between two fetches of the nodes' configs.
+const refreshGap = 20 * time.Millisecond
+
+// fetchRoute asks each server of route and each seed for its config, at
+// once, and takes the newest into route.
+func (u *upstream) fetchRoute(ctx context.Context) {
+	seen := make(map[string]bool)
+	var servers []string
+	if rt := u.route.Load(); rt != nil {
+		servers = append(servers, rt.VBucketServerMap.ServerList...)
+	}
+	servers = append(servers, u.cfg.Cluster.Nodes...)
+	var wg sync.WaitGroup
+	for _, s := range servers {
+		if seen[s] {
+			continue
+		}
+		seen[s] = true
+		wg.Go(func() {
+			if body, err := fetchClusterConfig(ctx, []string{s}, u.timeout); err == nil {
+				u.setRoute(body)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // fetchClusterConfig asks the servers in turn for their cluster config
@@ -275,52 +282,31 @@ func managerConfig(ctx context.Context, base string) ([]byte, error) {
 	return nil, fmt.Errorf("proxy: manager %s: %w", base, err)
 }
 
-// acquire takes a reference for one request; false if u is retired.
-func (u *upstream) acquire() bool {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.retired {
-		return false
-	}
-	u.refs++
-	return true
-}
-
-func (u *upstream) release() {
-	u.mu.Lock()
-	u.refs--
-	last := u.retired && u.refs == 0
-	u.mu.Unlock()
-	if last {
-		close(u.drained)
+// report tells a pool's selector how a request to addr ended (err nil:
+// answered), for auto_eject_hosts.
+func (u *upstream) report(addr net.Addr, err error) {
+	if u.mc != nil {
+		u.mc.ReportServer(addr, err)
 	}
 }
 
-// retire stops new requests from taking u and, once the requests holding
-// it have finished (or after limit), closes its client and follower.
-func (u *upstream) retire(limit time.Duration) {
-	u.mu.Lock()
-	u.retired = true
-	idle := u.refs == 0
-	u.mu.Unlock()
-	if idle {
-		close(u.drained)
-	}
-	select {
-	case <-u.drained:
-	case <-time.After(limit):
-	}
+// retire ends u once a reload or Close has replaced it: its followers
+// stop. The loops' connections to its servers close as they finish the
+// requests they hold.
+func (u *upstream) retire() {
 	u.cancel()
-	<-u.done
-	u.mc.Close()
+	u.follow.Wait()
+	if u.mc != nil {
+		u.mc.Close()
+	}
 }
 
 // addrOf names the server a key is routed to, for stats.
 func (u *upstream) addrOf(key string) string {
 	if u.cluster {
-		if vb := u.mirror.Load(); vb != nil {
-			if a, err := vb.PickServer(key); err == nil {
-				return a.String()
+		if rt := u.route.Load(); rt != nil {
+			if i := rt.Active(vbmap.VBucketString(key, rt.NumVBuckets())); i >= 0 && i < len(rt.VBucketServerMap.ServerList) {
+				return rt.VBucketServerMap.ServerList[i]
 			}
 		}
 		return "cluster"
@@ -333,172 +319,28 @@ func (u *upstream) addrOf(key string) string {
 
 // servers lists the upstream's servers, for flush_all and stats.
 func (u *upstream) servers() []string {
-	var out []string
-	var s memcache.ServerSelector = u.sel
 	if u.cluster {
-		if vb := u.mirror.Load(); vb != nil {
-			s = vb
+		if rt := u.route.Load(); rt != nil {
+			return slices.Clone(rt.VBucketServerMap.ServerList)
 		}
+		return nil
 	}
-	if s != nil {
-		s.Each(func(a net.Addr) error { out = append(out, a.String()); return nil })
-	}
+	var out []string
+	u.sel.Each(func(a net.Addr) error { out = append(out, a.String()); return nil })
 	return out
 }
 
-// call runs one upstream request for key (the stats attribution) under
-// rc's deadline. In cluster mode a failure (not an answer) is retried,
-// after a map refresh and a backoff, until the cluster retry timeout: a
-// node being failed over looks to the client like added latency.
-func (u *upstream) call(rc *reqCtx, key string, fn func(ctx context.Context) error) error {
-	s := [1]*srvStat{u.statOf(key)}
-	return u.run(rc, s[:], false, fn)
-}
-
-// callOnce is call for a request that must not be sent twice: every
-// write. incr, decr, append and prepend applied twice corrupt the value;
-// add and cas sent again after they took effect answer NOT_STORED or
-// EXISTS for a write that happened; and a set or delete sent again after
-// a timeout can land after other clients' later writes and undo them
-// (issue 21's schedule caught the proxy doing that: porcupine saw a set's
-// value come back over two newer acknowledged ones). A failure after the
-// request may have reached a node (a timeout, a connection lost
-// mid-request) could have been applied by that node before it died, so
-// such a request is retried only after failures that guarantee it was not
-// (notApplied); the others are answered as a failure (SERVER_ERROR), as a
-// client talking to the node directly would see them.
-func (u *upstream) callOnce(rc *reqCtx, key string, fn func(ctx context.Context) error) error {
-	s := [1]*srvStat{u.statOf(key)}
-	return u.run(rc, s[:], true, fn)
-}
-
 // notApplied reports whether a failed request certainly was not applied:
-// the node refused it (NOT_MY_VBUCKET, TMPFAIL, also after the client's
-// own retries ran out), no connection could be made, or no server owns
-// the key.
+// the node refused it (NOT_MY_VBUCKET, TMPFAIL), no connection could be
+// made, or no server owns the key. Only then is a cluster's write sent
+// again (loop_route.go): applied twice, incr, decr, append and prepend
+// corrupt the value, add and cas answer as if they had failed, and a set
+// or delete sent again can land after other clients' newer writes and
+// undo them (issue 21's schedule caught the proxy doing that).
 func notApplied(err error) bool {
 	var op *net.OpError
 	return errors.Is(err, memcache.ErrNotMyVBucket) || errors.Is(err, memcache.ErrTemporaryFailure) ||
 		errors.Is(err, memcache.ErrNoServers) || (errors.As(err, &op) && op.Op == "dial")
-}
-
-// retryable reports whether run may send a request again after err.
-func retryable(err error, once bool) bool {
-	return !answer(err) && (!once || notApplied(err))
-}
-
-// callMulti is call for a multi-key request: each server the keys go to
-// counts one request. stats is scratch space, reused by the caller.
-func (u *upstream) callMulti(rc *reqCtx, keys []string, stats *[]*srvStat, fn func(ctx context.Context) error) error {
-	ss := (*stats)[:0]
-next:
-	for _, k := range keys {
-		s := u.statOf(k)
-		for _, t := range ss {
-			if t == s {
-				continue next
-			}
-		}
-		ss = append(ss, s)
-		if !u.cluster && len(ss) == len(u.byAddr) {
-			break // every server is in: hash no more keys
-		}
-	}
-	*stats = ss
-	return u.run(rc, ss, false, fn)
-}
-
-// statOf returns the counters of the server key is routed to, without
-// allocating for a pool upstream (a cluster's map can change; its names
-// are looked up).
-func (u *upstream) statOf(key string) *srvStat {
-	if !u.cluster && key != "" {
-		if a, err := u.sel.PickServer(key); err == nil {
-			if s := u.byAddr[a]; s != nil {
-				return s
-			}
-		}
-	}
-	return u.st.get(u.addrOf(key))
-}
-
-// A reqCtx is a client connection's request context: one deadline is
-// shared by that connection's requests until it is an eighth of the
-// timeout older than a fresh one would be, so that a request is not
-// charged a context and a timer of its own. Each request therefore gets
-// between 7/8 of the timeout and the whole timeout (the memcache client's
-// own per-connection deadline, at the full timeout, still applies).
-// Only its connection's goroutine uses it.
-type reqCtx struct {
-	ctx      context.Context
-	cancel   context.CancelFunc
-	deadline time.Time
-}
-
-// get returns a context whose deadline is within (timeout*7/8, timeout]
-// of now.
-func (rc *reqCtx) get(now time.Time, timeout time.Duration) context.Context {
-	want := now.Add(timeout)
-	if d := want.Sub(rc.deadline); rc.ctx == nil || d > timeout/8 || d < 0 {
-		rc.stop()
-		rc.ctx, rc.cancel = context.WithDeadline(context.Background(), want)
-		rc.deadline = want
-	}
-	return rc.ctx
-}
-
-// stop releases the context's timer.
-func (rc *reqCtx) stop() {
-	if rc.cancel != nil {
-		rc.cancel()
-		rc.ctx, rc.cancel = nil, nil
-	}
-}
-
-func (u *upstream) run(rc *reqCtx, stats []*srvStat, once bool, fn func(ctx context.Context) error) error {
-	start := time.Now()
-	err := fn(rc.get(start, u.timeout))
-	if u.cluster && retryable(err, once) {
-		back := 10 * time.Millisecond
-		for time.Since(start)+back <= u.retry {
-			time.Sleep(back)
-			back = min(2*back, 200*time.Millisecond)
-			rctx, cancel := context.WithTimeout(context.Background(), u.timeout)
-			u.mc.RefreshConfig(rctx)
-			cancel()
-			ctx, cancel := context.WithTimeout(context.Background(), u.timeout)
-			err = fn(ctx)
-			cancel()
-			if !retryable(err, once) {
-				break
-			}
-		}
-	}
-	d := time.Since(start)
-	for _, s := range stats {
-		s.record(d, !answer(err))
-	}
-	return err
-}
-
-// answer reports whether err is the server's answer (a miss, NOT_STORED,
-// an error line: the client gets it as it is) rather than a failure to
-// get one (I/O, timeout, refusals exhausted: SERVER_ERROR from the proxy).
-func answer(err error) bool {
-	switch {
-	case err == nil, errors.Is(err, memcache.ErrCacheMiss), errors.Is(err, memcache.ErrNotStored),
-		errors.Is(err, memcache.ErrCASConflict), errors.Is(err, memcache.ErrMalformedKey):
-		return true
-	case errors.Is(err, memcache.ErrTemporaryFailure), errors.Is(err, memcache.ErrNotMyVBucket):
-		return false
-	}
-	m := err.Error()
-	for _, p := range []string{"memcache: client error: ", "memcache: server error: ", "memcache: status 0x", "memcache: server replied ERROR"} {
-		if strings.HasPrefix(m, p) {
-			return true
-		}
-	}
-	return false
 }
 
 // serverStats holds per-server counters for "stats", shared by every
@@ -563,34 +405,4 @@ func (s *srvStat) p99() int64 {
 		}
 	}
 	return v[(n*99)/100]
-}
-
-// dialer counts connections per server.
-func (st *serverStats) dialer(timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		d := net.Dialer{Timeout: timeout}
-		nc, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		s := st.get(addr)
-		s.conns.Add(1)
-		s.totalConns.Add(1)
-		return &countedConn{Conn: nc, s: s}, nil
-	}
-}
-
-type countedConn struct {
-	net.Conn
-	s    *srvStat
-	once sync.Once
-}
-
-// TransparentConn lets the upstream client serve the socket directly
-// (rawio.Conn): counting closes does not touch the bytes.
-func (c *countedConn) TransparentConn() net.Conn { return c.Conn }
-
-func (c *countedConn) Close() error {
-	c.once.Do(func() { c.s.conns.Add(-1) })
-	return c.Conn.Close()
 }
