@@ -82,10 +82,13 @@ func TestLoopHoldsRequestsForTheNextAnswer(t *testing.T) {
 					return
 				}
 			}
-			io.WriteString(nc, "VALUE "+k+" 0 1\r\nx\r\nEND\r\n")
+			// Counted before it is written: the proxy may send the
+			// next request, and the reader log it, as soon as the
+			// answer is on the wire.
 			mu.Lock()
 			answered++
 			mu.Unlock()
+			io.WriteString(nc, "VALUE "+k+" 0 1\r\nx\r\nEND\r\n")
 		}
 	}()
 	// One loop: the two clients share its connection to the server.
