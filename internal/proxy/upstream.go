@@ -22,8 +22,9 @@ import (
 // upstream is one generation of the proxy's upstream, built from one
 // Config: a pool's selector, or a cluster's map and the goroutines that
 // keep it fresh. A reload builds a new upstream and swaps it in; the
-// loops move to it, and the old one is retired once the requests that
-// hold it (refs) have finished.
+// loops move to it at once, and the old one is retired (its followers
+// stop); the loops' connections to its servers close once they have
+// answered what they hold.
 type upstream struct {
 	cfg     *Config
 	sel     memcache.ServerSelector // pool: where keys go
@@ -97,12 +98,16 @@ func newUpstream(ctx context.Context, cfg *Config, st *serverStats) (*upstream, 
 		}
 		body = b
 	}
-	if c, err := vbmap.Parse(body); err != nil {
+	c, err := vbmap.Parse(body)
+	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("proxy: cluster config: %w", err)
-	} else {
-		u.route.Store(c)
+		from := "cluster " + strings.Join(seeds, ",")
+		if m := cfg.Cluster.Manager; m != "" {
+			from = "manager " + m
+		}
+		return nil, fmt.Errorf("proxy: %s: %w", from, err)
 	}
+	u.route.Store(c)
 	if cfg.Cluster.Manager != "" {
 		u.follow.Add(1)
 		go u.followManager(fctx, cfg.Cluster.Manager)
