@@ -97,8 +97,19 @@ func (m *Manager) Status() Status {
 	return st
 }
 
-// Handler returns the HTTP API.
+// Handler returns the HTTP API. A browser's cross-origin request that
+// would change state (any method but GET, HEAD and OPTIONS, by its
+// Sec-Fetch-Site or Origin header) is refused with 403 before it reaches
+// an endpoint (net/http's CrossOriginProtection), so a page an operator
+// visits cannot add, remove or fail over nodes through the operator's
+// browser. Reads stay open to any origin, and requests from programs
+// (ctl, the proxy, curl: no such headers) are not affected.
 func (m *Manager) Handler() http.Handler {
+	return http.NewCrossOriginProtection().Handler(m.mux())
+}
+
+// mux is the API's endpoints.
+func (m *Manager) mux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /pools/default/b/default", func(w http.ResponseWriter, r *http.Request) {
 		if len(m.State().Servers) == 0 {

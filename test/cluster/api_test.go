@@ -2,6 +2,9 @@ package cluster
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/url"
 	"testing"
 	"time"
 
@@ -102,5 +105,71 @@ func TestConfigStreamAndStop(t *testing.T) {
 	c := client(t, addrs(nodes))
 	if err := c.Set(mcItem("after-stop", "1")); err != nil {
 		t.Fatalf("set after the stop: %v", err)
+	}
+}
+
+// TestManagerRefusesCrossOriginChanges: a browser's cross-origin request
+// that would change the cluster (a form posted from another site, as
+// issue 23 found with "Origin: evil.example") is refused with 403 by
+// every state-changing endpoint and changes nothing; the same request
+// from the manager's own origin, or from a program (no browser headers),
+// is served, and reads are open to any origin.
+func TestManagerRefusesCrossOriginChanges(t *testing.T) {
+	nodes := startNodes(t, 1)
+	mp := startManager(t, "--replicas", "0", "--failover-after", "0")
+	m := mgr{t: t, url: mp.URL()}
+	m.waitLeader()
+	do := func(method, path string, header ...string) int {
+		t.Helper()
+		req, err := http.NewRequest(method, m.url+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	q := "?node=" + url.QueryEscape(nodes[0].Addr)
+	changes := []struct{ method, path string }{
+		{"POST", "/nodes" + q}, {"DELETE", "/nodes" + q}, {"POST", "/rebalance"},
+		{"POST", "/rebalance/stop"}, {"POST", "/failover" + q},
+	}
+	for _, c := range changes {
+		for _, h := range [][]string{
+			{"Sec-Fetch-Site", "cross-site"},
+			{"Origin", "http://evil.example"},
+		} {
+			if code := do(c.method, c.path, h...); code != http.StatusForbidden {
+				t.Errorf("%s %s with %s: %s: %d, want 403", c.method, c.path, h[0], h[1], code)
+			}
+		}
+	}
+	if s := m.status(); len(s.Nodes) != 0 {
+		t.Fatalf("refused requests changed the cluster: %+v", s.Nodes)
+	}
+	if code := do("GET", "/status", "Sec-Fetch-Site", "cross-site"); code != http.StatusOK {
+		t.Errorf("cross-origin GET /status: %d, want 200", code)
+	}
+	// The manager's own page posting to it, then a program: both served.
+	if code := do("POST", "/nodes"+q, "Origin", m.url, "Sec-Fetch-Site", "same-origin"); code != http.StatusOK {
+		t.Fatalf("same-origin POST /nodes: %d, want 200", code)
+	}
+	if s := m.status(); len(s.Nodes) != 1 || !s.Nodes[0].Member {
+		t.Fatalf("after the same-origin add: %+v, want the node a member", s.Nodes)
+	}
+	if code := do("DELETE", "/nodes"+q); code != http.StatusOK {
+		t.Fatalf("DELETE /nodes from a program: %d, want 200", code)
+	}
+	for _, n := range m.status().Nodes {
+		if n.Member {
+			t.Errorf("after the removal from a program: %+v is still a member", n)
+		}
 	}
 }
