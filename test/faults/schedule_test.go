@@ -750,12 +750,7 @@ func (s *sched) runFault(l *load, rng *rand.Rand, f string) stepResult {
 	var healAt time.Time // when the fault ended: healed, or the killed node failed over
 	if s.async && (f == fCutFromManagers || f == fIsolateNode || f == fPauseNode || f == fKillNode || f == fRestartNode || f == fKillNodeMidReb) {
 		r.lossy, r.vbs = true, map[int]bool{}
-		cfg := s.config()
-		for v, row := range cfg.VBucketServerMap.VBucketMap {
-			if row[0] >= 0 && cfg.VBucketServerMap.ServerList[row[0]] == va {
-				r.vbs[v] = true
-			}
-		}
+		activeOn(s.config(), va, r.vbs)
 		r.sampled = l.rec.Now()
 		r.window[0] = r.sampled - time.Second.Nanoseconds()
 		r.behind = s.behind(va)
@@ -841,6 +836,11 @@ func (s *sched) runFault(l *load, rng *rand.Rand, f string) stepResult {
 		healAt = time.Now()
 	case fKillNodeMidReb:
 		s.movingRebalance(members)
+		// The rebalance may move vbuckets to the victim: writes it
+		// acknowledges for them before the kill may be lost too.
+		if r.lossy {
+			activeOn(s.config(), va, r.vbs)
+		}
 		start = time.Now()
 		s.nodes[vi].Signal(syscall.SIGKILL)
 		<-s.nodes[vi].Done()
@@ -911,6 +911,19 @@ func (s *sched) runFault(l *load, rng *rand.Rand, f string) stepResult {
 		}
 	}
 	return r
+}
+
+// activeOn adds to vbs the vbuckets whose active is addr in cfg's map or
+// in its forward map (the running rebalance's target).
+func activeOn(cfg *vbmap.Config, addr string, vbs map[int]bool) {
+	m := cfg.VBucketServerMap
+	for _, rows := range [][][]int{m.VBucketMap, m.VBucketMapForward} {
+		for v, row := range rows {
+			if len(row) > 0 && row[0] >= 0 && m.ServerList[row[0]] == addr {
+				vbs[v] = true
+			}
+		}
+	}
 }
 
 // behind is how many seqnos the streams from node addr are behind (the
