@@ -44,7 +44,15 @@ type Config struct {
 	IdleTimeout    time.Duration // -o idle_timeout (0: never)
 	NoEventLoops   bool          // a goroutine per connection instead of event loops (loop.go); for comparisons and tests
 	MaxConnsFast   bool          // reject extra connections with "ERROR Too many open connections" (default on)
-	LRUCrawler     bool          // -o lru_crawler (on) / no_lru_crawler
+	// MaxConnsPerIP is -o max_conns_per_ip (vbcache): the connections one
+	// client address may hold at once; more are refused as -c refuses
+	// them. 0: no limit.
+	MaxConnsPerIP int
+	// MaxUnauthConns is -o max_unauth_conns (vbcache): with -S or -Y, the
+	// connections that may be open and not yet authenticated at once;
+	// more are refused as -c refuses them. 0: no limit.
+	MaxUnauthConns int
+	LRUCrawler     bool // -o lru_crawler (on) / no_lru_crawler
 	// NoLRUMaintainer is -o no_lru_maintainer (or no_modern): memcached
 	// then has a flat LRU and leaves the segment statistics out of stats.
 	NoLRUMaintainer bool

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"net"
+	"net/netip"
 	"os"
 	"sync/atomic"
 	"time"
@@ -84,7 +85,11 @@ type conn struct {
 	bh      protocol.Header // the binary request being served
 	bquiet  bool            // it is a quiet variant
 	binStat bool            // stats go out as binary Stat packets
-	authed  bool            // passed SASL (-S) or the ascii token (-Y)
+	authed  bool            // passed SASL (-S) or the ascii token (-Y); set through setAuthed
+	// accepted: from a listener (not UDP). unauthCounted: counted in
+	// Server.unauth. ip: counted in Server.perIP under it (zero: not).
+	accepted, unauthCounted bool
+	ip                      netip.Addr
 	// authMark is where the last unsent -Y answer starts, or -1.
 	authMark int
 	saslSrv  *sasl.Server // the SASL exchange in progress, if any
@@ -114,6 +119,20 @@ type conn struct {
 
 	state   atomic.Int32 // connState, read by "stats conns"
 	lastCmd atomic.Int64 // unix seconds of the last command
+}
+
+// setAuthed records whether the connection is authenticated, and keeps
+// Server.unauth (-o max_unauth_conns) in step.
+func (c *conn) setAuthed(v bool) {
+	c.authed = v
+	switch {
+	case v && c.unauthCounted:
+		c.unauthCounted = false
+		c.s.unauth.Add(-1)
+	case !v && !c.unauthCounted && c.accepted && c.s.authRequired():
+		c.unauthCounted = true
+		c.s.unauth.Add(1)
+	}
 }
 
 func newConn(s *Server, nc net.Conn) *conn {

@@ -16,7 +16,7 @@ func (c *conn) saslList() {
 	}
 	// memcached (re)initialises the connection's SASL state here, which
 	// also forgets an earlier authentication.
-	c.authed = false
+	c.setAuthed(false)
 	c.binOKString(0, sasl.Mechanisms())
 }
 
@@ -55,7 +55,7 @@ func (c *conn) saslStep(op protocol.Opcode, mech, data []byte) {
 	// As in memcached, every SASL message first forgets an earlier
 	// authentication: a failed re-authentication leaves the connection
 	// unauthenticated.
-	c.authed = false
+	c.setAuthed(false)
 	if op == protocol.OpSASLAuth {
 		srv, err := c.s.sasl.NewServer(string(mech))
 		if err != nil {
@@ -73,7 +73,7 @@ func (c *conn) saslStep(op protocol.Opcode, mech, data []byte) {
 		c.saslSrv = nil
 		c.saslFail()
 	case done:
-		c.authed = true
+		c.setAuthed(true)
 		c.saslSrv = nil
 		c.ctr.authCmds.Add(1)
 		// memcached answers "Authenticated"; a SCRAM exchange ends with
@@ -144,7 +144,7 @@ func (c *conn) asciiAuth(data []byte) (used, need int) {
 	c.ctr.authCmds.Add(1)
 	pass, known := c.s.cfg.AuthTokens[string(t.T[0])]
 	if known && subtle.ConstantTimeCompare([]byte(pass), t.T[1]) == 1 {
-		c.authed = true
+		c.setAuthed(true)
 		c.authReply("STORED")
 		return used, 0
 	}

@@ -51,6 +51,7 @@ import (
 	"io"
 	"log"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -102,6 +103,16 @@ type Server struct {
 	totalConns     atomic.Uint64
 	rejectedConns  atomic.Uint64
 	connStructures atomic.Uint64
+
+	// The limits against one hostile client (-o max_conns_per_ip,
+	// max_unauth_conns; admit). perIP is protected by mu: the open
+	// connections of each client address, kept only with the first
+	// limit. unauth counts the accepted connections not authenticated
+	// while -S or -Y asks for it (conn.setAuthed keeps it).
+	perIP          map[netip.Addr]int
+	unauth         atomic.Int64
+	rejectedPerIP  atomic.Uint64
+	rejectedUnauth atomic.Uint64
 
 	idleKicks     atomic.Uint64
 	limitMaxbytes atomic.Int64 // -m, changed by cache_memlimit
@@ -458,7 +469,21 @@ func (s *Server) acceptLoop(l net.Listener) {
 			}()
 			continue
 		}
+		ip, refused := s.admit(nc)
+		if refused != nil {
+			s.freeFD(fd)
+			refused.Add(1)
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				nc.SetWriteDeadline(time.Now().Add(time.Second))
+				io.WriteString(nc, "ERROR Too many open connections\r\n")
+				nc.Close()
+			}()
+			continue
+		}
 		c := s.newConn(nc, l.Addr(), fd)
+		c.ip = ip
 		if lp := s.pickLoop(nc); lp != nil && lp.add(c, nc) {
 			continue
 		}
@@ -507,6 +532,11 @@ func (s *Server) newConn(nc net.Conn, listen net.Addr, fd int) *conn {
 	c := newConn(s, nc)
 	c.listen = listen
 	c.fd = fd
+	c.accepted = true
+	if s.authRequired() {
+		c.unauthCounted = true
+		s.unauth.Add(1)
+	}
 	s.mu.Lock()
 	s.nextID++
 	c.id = s.nextID
@@ -518,10 +548,49 @@ func (s *Server) newConn(nc net.Conn, listen net.Addr, fd int) *conn {
 	return c
 }
 
+// admit applies -o max_conns_per_ip and max_unauth_conns to a new
+// connection. It returns the client address it counted the connection
+// under (zero when that limit is off), or the counter of the limit that
+// refuses it.
+func (s *Server) admit(nc net.Conn) (ip netip.Addr, refused *atomic.Uint64) {
+	if n := s.cfg.MaxUnauthConns; n > 0 && s.authRequired() && s.unauth.Load() >= int64(n) {
+		return netip.Addr{}, &s.rejectedUnauth
+	}
+	if s.cfg.MaxConnsPerIP <= 0 {
+		return netip.Addr{}, nil
+	}
+	ta, ok := nc.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return netip.Addr{}, nil // a unix socket: no address to count by
+	}
+	ip = ta.AddrPort().Addr().Unmap()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.perIP[ip] >= s.cfg.MaxConnsPerIP {
+		return netip.Addr{}, &s.rejectedPerIP
+	}
+	if s.perIP == nil {
+		s.perIP = map[netip.Addr]int{}
+	}
+	s.perIP[ip]++
+	return ip, nil
+}
+
+// authRequired reports whether clients must authenticate (-S or -Y).
+func (s *Server) authRequired() bool { return s.cfg.SASL || s.cfg.AuthTokens != nil }
+
 func (s *Server) dropConn(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c.id)
+	if c.ip.IsValid() {
+		if s.perIP[c.ip]--; s.perIP[c.ip] <= 0 {
+			delete(s.perIP, c.ip)
+		}
+	}
 	s.mu.Unlock()
+	if c.unauthCounted {
+		s.unauth.Add(-1)
+	}
 	s.freeFD(c.fd)
 	s.currConns.Add(-1)
 }

@@ -177,6 +177,13 @@ func (c *conn) generalStats() {
 	if s.cfg.MaxConnsFast {
 		c.statUint("rejected_connections", s.rejectedConns.Load())
 	}
+	if s.cfg.MaxConnsPerIP > 0 { // vbcache's, as below
+		c.statUint("rejected_connections_per_ip", s.rejectedPerIP.Load())
+	}
+	if s.cfg.MaxUnauthConns > 0 { // vbcache's: memcached's stats have no such lines
+		c.statUint("unauthenticated_connections", uint64(max(s.unauth.Load(), 0)))
+		c.statUint("rejected_unauthenticated_connections", s.rejectedUnauth.Load())
+	}
 	c.statUint("connection_structures", s.connStructures.Load())
 	c.statUint("response_obj_oom", 0)
 	c.statUint("response_obj_count", curr)
@@ -363,6 +370,12 @@ func (c *conn) settingsStats() {
 	c.statLine("temp_lru", yesNo(tu.tempLRU))
 	c.statLine("temporary_ttl", strconv.Itoa(tu.tempTTL))
 	c.statLine("idle_timeout", strconv.Itoa(int(cfg.IdleTimeout/time.Second)))
+	if cfg.MaxConnsPerIP > 0 { // vbcache's settings, shown only when set
+		c.statUint("max_conns_per_ip", uint64(cfg.MaxConnsPerIP))
+	}
+	if cfg.MaxUnauthConns > 0 {
+		c.statUint("max_unauth_conns", uint64(cfg.MaxUnauthConns))
+	}
 	c.statLine("watcher_logbuf_size", "262144")
 	c.statLine("worker_logbuf_size", "65536")
 	c.statLine("read_buf_mem_limit", "0")

@@ -92,6 +92,10 @@ const HelpText = `-p, --port=<num>          TCP port to listen on (default: 1121
    - warm_max_factor:     accepted and ignored
    - temporary_ttl:       accepted and ignored (requires lru_maintainer)
    - idle_timeout:        timeout for idle connections. (default: 0, no timeout)
+   - max_conns_per_ip:    (vbcache) connections one client address may hold;
+                          more are refused like -c's (default: 0, no limit)
+   - max_unauth_conns:    (vbcache) with -S or -Y, connections that may be open
+                          and not yet authenticated (default: 0, no limit)
    - slab_chunk_max:      maximum slab chunk size in bytes. (default: 524288)
    - slab_sizes:          accepted and ignored (classes follow -f and -n)
    - slab_reassign:       let pages move between slab classes (default: enabled)
