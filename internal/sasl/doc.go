@@ -1,7 +1,9 @@
 // Package sasl is the server side of SASL authentication for the binary
 // protocol: the PLAIN mechanism (RFC 4616), SCRAM-SHA-1, SCRAM-SHA-256 and
 // SCRAM-SHA-512 (RFC 5802, RFC 7677) without channel binding, and loaders for
-// memcached's two credential files.
+// memcached's two credential files. It also holds the client side of SCRAM
+// ([NewClient], client.go), with which the cluster's own processes log in to
+// a node as the cluster administrator (package admin drives the exchange).
 //
 // # Shape
 //
