@@ -4,6 +4,14 @@
 // REPLICATE, STOP_REPLICATION) and stats. `vbcache ctl`, the tests and the
 // manager use it. One Conn is one connection, used by one goroutine at a
 // time.
+//
+// A cluster node serves these requests only to the cluster administrator
+// (its --cluster-auth), unless it runs with --insecure-cluster. The caller
+// holds the administrator as [Credentials] (LoadCredentials reads the
+// --cluster-auth file) and dials with [DialWith] or [Credentials.DialNet]:
+// TLS first when Credentials.TLS is set, then a SCRAM-SHA-256 login whose
+// server signature is checked, so a node that does not know the password
+// cannot pass for one that does. Nil Credentials dial a plain connection.
 package admin
 
 import (
