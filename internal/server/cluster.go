@@ -99,6 +99,8 @@ type cluster struct {
 
 	streams *stream.Node // mutation log, producers and consumers
 
+	controlRefused atomic.Uint64 // control requests refused for want of the admin role (stats control_refused)
+
 	ops     []atomic.Uint64 // key requests served, per vbucket
 	refused []atomic.Uint64 // key requests answered NOT_MY_VBUCKET, per vbucket
 
@@ -336,6 +338,22 @@ func managerOp(op protocol.Opcode) bool {
 	return false
 }
 
+// controlOp reports whether op is a cluster-control request: one that
+// changes or reveals what the node owns (vbucket states, the map it hands
+// clients, leases, moves and replication, and the streams that copy its
+// data). Only a connection logged in as the cluster administrator may send
+// them (Config.ClusterAuth), or anyone with --insecure-cluster. The
+// stream requests after OPEN reach the producer only on a connection whose
+// OPEN was served; they are listed so that the list is the whole set
+// docs/OPERATIONS.md gives.
+func controlOp(op protocol.Opcode) bool {
+	switch op {
+	case protocol.OpLeaseQuery, stream.OpOpen, stream.OpCloseStream, stream.OpStreamReq, stream.OpBufferAck, stream.OpSeqnoAck:
+		return true
+	}
+	return managerOp(op)
+}
+
 // binCluster handles, in cluster mode, the vbucket check of key commands
 // and the cluster opcodes. It reports handled false when the request is to
 // be dispatched as usual; otherwise used and need are binaryPacket's.
@@ -348,6 +366,14 @@ func (c *conn) binCluster(op protocol.Opcode, extras, key, rest []byte, vlen, hk
 	}
 	if cut := c.s.cfg.CutControl; cut != nil && cut.Load() && managerOp(op) {
 		c.close = true // the "cut link": no answer, the connection ends
+		return skip()
+	}
+	if controlOp(op) && !c.admin && !c.s.cfg.InsecureCluster {
+		// memcached's answer to a request that needs a login the
+		// connection does not have; the connection stays open for the
+		// data requests it may send.
+		c.s.cl.controlRefused.Add(1)
+		c.binError(protocol.StatusAuthError)
 		return skip()
 	}
 	switch {

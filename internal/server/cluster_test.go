@@ -588,7 +588,7 @@ func TestClusterConfigValidate(t *testing.T) {
 }
 
 func TestClusterHotPathDoesNotAllocate(t *testing.T) {
-	s, err := New(Config{Port: -1, PortSet: true, Version: "t", VBuckets: testVBuckets})
+	s, err := New(Config{Port: -1, PortSet: true, Version: "t", VBuckets: testVBuckets, InsecureCluster: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -654,7 +654,7 @@ func FuzzClusterConn(f *testing.F) {
 	f.Add(req(protocol.OpSelectBucket, 0, nil, []byte("default"), nil))
 	f.Add(req(protocol.OpGetReplica, 5, nil, []byte("k"), nil))
 	f.Add([]byte("set k 0 0 1\r\nx\r\nget k\r\nmg k v\r\n"))
-	s, err := New(Config{Port: -1, PortSet: true, Version: "fuzz", VBuckets: 8,
+	s, err := New(Config{Port: -1, PortSet: true, Version: "fuzz", VBuckets: 8, InsecureCluster: true,
 		VBucketParkTimeout: time.Millisecond, Store: storeCfgForFuzz()})
 	if err != nil {
 		f.Fatal(err)

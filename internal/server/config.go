@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/store"
 )
 
@@ -67,6 +68,16 @@ type Config struct {
 	// SASLPasswords are the SASL credentials, user → password, loaded from
 	// the file MEMCACHED_SASL_PWDB names ("user:password" lines).
 	SASLPasswords map[string]string
+	// ClusterAuth is --cluster-auth: the cluster administrator's login
+	// (cluster mode only). A connection that authenticates over SASL as
+	// ClusterAuth.User is given the admin role, which every cluster-control
+	// request needs (controlOp); the node logs in to its peers with it for
+	// streams and lease queries. SASL is offered for it even without -S.
+	ClusterAuth *admin.Credentials
+	// InsecureCluster is --insecure-cluster: serve cluster-control
+	// requests from anyone, as before issue 23. Without it and without
+	// ClusterAuth, a cluster node refuses them all.
+	InsecureCluster bool
 	// AuthTokens is -Y: text-protocol clients must first send
 	// "set <any> <f> <e> <n>" with "<user> <pass>" as data; user → password.
 	AuthTokens map[string]string

@@ -86,6 +86,7 @@ type conn struct {
 	bquiet  bool            // it is a quiet variant
 	binStat bool            // stats go out as binary Stat packets
 	authed  bool            // passed SASL (-S) or the ascii token (-Y); set through setAuthed
+	admin   bool            // logged in as Config.ClusterAuth's user: may send cluster-control requests
 	// accepted: from a listener (not UDP). unauthCounted: counted in
 	// Server.unauth. ip: counted in Server.perIP under it (zero: not).
 	accepted, unauthCounted bool
@@ -125,6 +126,9 @@ type conn struct {
 // Server.unauth (-o max_unauth_conns) in step.
 func (c *conn) setAuthed(v bool) {
 	c.authed = v
+	if !v {
+		c.admin = false
+	}
 	switch {
 	case v && c.unauthCounted:
 		c.unauthCounted = false

@@ -385,7 +385,7 @@ func (s *Server) askPeers(d int64) {
 		wg.Add(1)
 		go func() { // owned by askPeers, which waits for it
 			defer wg.Done()
-			c, err := dialPeer(ctx, a)
+			c, err := s.dialPeer(ctx, a)
 			if err != nil {
 				return
 			}
@@ -429,9 +429,10 @@ func (s *Server) askPeers(d int64) {
 	}
 }
 
-// dialPeer opens a control connection to another node.
-func dialPeer(ctx context.Context, addr string) (*admin.Conn, error) {
-	c, err := admin.Dial(ctx, addr)
+// dialPeer opens a control connection to another node, logged in with
+// the node's --cluster-auth credentials.
+func (s *Server) dialPeer(ctx context.Context, addr string) (*admin.Conn, error) {
+	c, err := admin.DialWith(ctx, addr, s.cfg.ClusterAuth)
 	if err != nil {
 		return nil, err
 	}
@@ -443,7 +444,7 @@ func dialPeer(ctx context.Context, addr string) (*admin.Conn, error) {
 
 // fetchConfig gets addr's cluster config and stores it when newer.
 func (s *Server) fetchConfig(ctx context.Context, addr string) error {
-	c, err := dialPeer(ctx, addr)
+	c, err := s.dialPeer(ctx, addr)
 	if err != nil {
 		return err
 	}

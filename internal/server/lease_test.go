@@ -378,7 +378,7 @@ func TestLeaseFetchesMapClientsName(t *testing.T) {
 func BenchmarkGetPipelinedLease(b *testing.B) {
 	for _, leased := range []bool{false, true} {
 		b.Run(map[bool]string{false: "no-lease", true: "leased"}[leased], func(b *testing.B) {
-			s, err := New(Config{Port: -1, PortSet: true, Version: "t", VBuckets: testVBuckets})
+			s, err := New(Config{Port: -1, PortSet: true, Version: "t", VBuckets: testVBuckets, InsecureCluster: true})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -10,7 +10,7 @@ import (
 
 // saslList is SASL_LIST_MECHS (memcached's bin_list_sasl_mechs).
 func (c *conn) saslList() {
-	if !c.s.cfg.SASL {
+	if c.s.sasl == nil {
 		c.binError(protocol.StatusUnknown)
 		return
 	}
@@ -23,7 +23,7 @@ func (c *conn) saslList() {
 // saslAuth is SASL_AUTH and SASL_STEP (memcached's process_bin_sasl_auth
 // and process_bin_complete_sasl_auth).
 func (c *conn) saslAuth(op protocol.Opcode, mech, rest []byte, vlen, hk int) (used, need int) {
-	if !c.s.cfg.SASL {
+	if c.s.sasl == nil {
 		c.binError(protocol.StatusUnknown)
 		c.swallowData(vlen, rest)
 		return hk + min(max(vlen, 0), len(rest)), 0
@@ -74,6 +74,9 @@ func (c *conn) saslStep(op protocol.Opcode, mech, data []byte) {
 		c.saslFail()
 	case done:
 		c.setAuthed(true)
+		if adm := c.s.cfg.ClusterAuth; adm != nil && c.saslSrv.User() == adm.User {
+			c.admin = true
+		}
 		c.saslSrv = nil
 		c.ctr.authCmds.Add(1)
 		// memcached answers "Authenticated"; a SCRAM exchange ends with

@@ -175,9 +175,18 @@ func New(cfg Config) (*Server, error) {
 		v = "devel"
 	}
 	s.cfg.Version = MemcachedVersion + "-vbcache-" + v
-	if cfg.SASL {
-		pw := cfg.SASLPasswords
+	if cfg.VBuckets == 0 {
+		s.cfg.ClusterAuth = nil // a plain node is memcached
+	}
+	if cfg.SASL || s.cfg.ClusterAuth != nil {
+		pw, adm := cfg.SASLPasswords, s.cfg.ClusterAuth
 		a, err := sasl.NewAuthenticator(sasl.Config{Lookup: func(u string) (string, bool) {
+			if adm != nil && u == adm.User {
+				return adm.Password, true
+			}
+			if !cfg.SASL {
+				return "", false
+			}
 			p, ok := pw[u]
 			return p, ok
 		}})
@@ -191,6 +200,7 @@ func New(cfg Config) (*Server, error) {
 		s.cl = newCluster(&cfg)
 		s.cl.streams = stream.NewNode(st, s.cl.vbs, cfg.StreamLogBytes)
 		s.cl.streams.Logf = s.log.Printf
+		s.cl.streams.Dial = s.cfg.ClusterAuth.DialNet
 		st.SetObserver(s.cl.streams.Log)
 	}
 	s.limitMaxbytes.Store(cfg.Store.MaxBytes)

@@ -45,6 +45,12 @@ func runServer(t testing.TB, mutate func(*Config)) (s *Server, stop func(), done
 	if mutate != nil {
 		mutate(&cfg)
 	}
+	if cfg.VBuckets > 0 && cfg.ClusterAuth == nil {
+		// As servertest.Start: these tests drive cluster nodes with
+		// unauthenticated control connections; auth_test.go sets
+		// ClusterAuth to test the login.
+		cfg.InsecureCluster = true
+	}
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -80,11 +80,19 @@ const (
 	ackEvery    = 256 << 10
 )
 
+func plainDial(ctx context.Context, addr string, timeout time.Duration) (net.Conn, error) {
+	d := net.Dialer{Timeout: timeout}
+	return d.DialContext(ctx, "tcp", addr)
+}
+
 // run opens the connection, requests the streams and applies them until
 // ctx ends, the connection fails, or (takeover) the stream ends.
 func (c *consumer) run(ctx context.Context) error {
-	d := net.Dialer{Timeout: dialTimeout}
-	nc, err := d.DialContext(ctx, "tcp", c.src)
+	dial := c.n.Dial
+	if dial == nil {
+		dial = plainDial
+	}
+	nc, err := dial(ctx, c.src, dialTimeout)
 	if err != nil {
 		return err
 	}

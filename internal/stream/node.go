@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"sort"
 	"sync"
@@ -26,6 +27,10 @@ type Node struct {
 	Name string
 	// Logf, if set, receives notable events (aborted takeovers).
 	Logf func(format string, args ...any)
+	// Dial, if set, opens the connection to a producer and logs in to it
+	// (the server's --cluster-auth credentials); nil dials plain TCP.
+	// Set before the first stream starts.
+	Dial func(ctx context.Context, addr string, timeout time.Duration) (net.Conn, error)
 
 	moved atomic.Uint64 // takeovers completed as a producer
 

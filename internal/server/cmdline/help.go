@@ -71,6 +71,12 @@ const HelpText = `-p, --port=<num>          TCP port to listen on (default: 1121
                           vbucket being streamed to another node (default: 1048576)
     --sync-replication    cluster mode: answer a write once every replica (and a
                           move's target) has it, at most --pending-timeout later
+    --cluster-auth=<file> cluster mode: the cluster administrator's "user:password"
+                          (vbcache ctl init-security's admin.pwdb); control requests
+                          need a SASL login as that user, and peers are logged in to
+                          with it
+    --insecure-cluster    cluster mode: serve control requests from anyone (without
+                          it or --cluster-auth, a cluster node refuses them all)
 -o, --extended            comma separated list of extended options
                           most options have a 'no_' prefix to disable
    - maxconns_fast:       immediately close new connections after limit (default: enabled)

@@ -80,6 +80,7 @@ type Options struct {
 	tlsOpts     tlsconf.Options   // -o ssl_*
 	tlsReloader *tlsconf.Reloader // built by Finish under -Z; serves Config.TLS
 	saslPWDB    string            // MEMCACHED_SASL_PWDB, read by -S
+	clusterAuth string            // --cluster-auth's file
 	authFile    string            // -Y
 
 	// Accepted for compatibility and otherwise ignored.
@@ -140,6 +141,8 @@ var options = []option{
 	{optParkTimeout, "pending-timeout", true},
 	{optStreamLog, "stream-log-bytes", true},
 	{optSyncReplication, "sync-replication", false},
+	{optClusterAuth, "cluster-auth", true},
+	{optInsecureCluster, "insecure-cluster", false},
 }
 
 // Codes for long-only options (vbcache's own; memcached has none). They
@@ -149,6 +152,8 @@ const (
 	optParkTimeout                     // --pending-timeout D: how long a request waits on a pending vbucket
 	optStreamLog                       // --stream-log-bytes N: mutation ring per streamed vbucket
 	optSyncReplication                 // --sync-replication: answer writes once the replicas have them
+	optClusterAuth                     // --cluster-auth FILE: the cluster administrator's user:password
+	optInsecureCluster                 // --insecure-cluster: serve control requests from anyone
 )
 
 // longAliases are extra long names memcached's help shows or older

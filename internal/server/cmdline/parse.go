@@ -152,6 +152,10 @@ func (o *Options) apply(opt option, val string) error {
 		c.VBucketParkTimeout = d
 	case optSyncReplication:
 		c.SyncReplication = true
+	case optClusterAuth:
+		o.clusterAuth = val
+	case optInsecureCluster:
+		c.InsecureCluster = true
 	case optStreamLog:
 		n, ok := parseInt(val)
 		if !ok || n < 64<<10 || n > 1<<30 {

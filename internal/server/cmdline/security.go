@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/sasl"
 	"github.com/vbcache/vbcache/internal/server"
 	"github.com/vbcache/vbcache/internal/tlsconf"
@@ -213,6 +214,22 @@ func (o *Options) finishSecurity() error {
 			return credentialError(err, "vbcache: -S: cannot open "+saslPWDBEnv+" file [%s]: %v", o.saslPWDB)
 		}
 		c.SASLPasswords = creds
+	}
+	if o.clusterAuth != "" {
+		if c.VBuckets == 0 {
+			return fail(ExitUsage, "vbcache: --cluster-auth is for cluster mode (--vbuckets)")
+		}
+		cr, err := admin.LoadCredentials(o.clusterAuth)
+		if err != nil {
+			return credentialError(err, "vbcache: --cluster-auth: cannot open [%s]: %v", o.clusterAuth)
+		}
+		c.ClusterAuth = cr
+	}
+	if c.VBuckets > 0 && c.ClusterAuth == nil && !c.InsecureCluster {
+		o.Warnings = append(o.Warnings, "vbcache: cluster mode without --cluster-auth: every cluster-control request is refused (a manager cannot manage this node); give it --cluster-auth FILE (see vbcache ctl init-security), or --insecure-cluster")
+	}
+	if c.VBuckets > 0 && c.InsecureCluster {
+		o.Warnings = append(o.Warnings, "WARNING: --insecure-cluster: anyone who can reach this node may change its vbuckets, its map and its leases, and stream its data")
 	}
 	if o.authFile != "" {
 		creds, err := loadAuthFile(o.authFile)
