@@ -6,11 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/move"
+	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/vbucket"
 )
 
@@ -140,6 +142,9 @@ func ctlUsageErr(stderr io.Writer, fs *flag.FlagSet, format string, args ...any)
 // ctlFail reports a failure and returns status 1.
 func ctlFail(stderr io.Writer, fs *flag.FlagSet, err error) int {
 	fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
+	if admin.IsStatus(err, protocol.StatusAuthError) {
+		fmt.Fprintf(stderr, "%s: the node takes control requests only from the cluster administrator: give --cluster-auth FILE (or set VBCACHE_CLUSTER_AUTH) with the user:password file its --cluster-auth names\n", fs.Name())
+	}
 	return 1
 }
 
@@ -165,11 +170,31 @@ func ctlVBucketFlag(vb int) error {
 	return nil
 }
 
-// ctlWithNode runs f on a control connection to addr.
-func ctlWithNode(addr string, f func(c *admin.Conn) error) error {
+// ctlAuthFlag registers --cluster-auth on a subcommand that sends nodes
+// control requests.
+func ctlAuthFlag(fs *flag.FlagSet) *string {
+	return fs.String("cluster-auth", os.Getenv("VBCACHE_CLUSTER_AUTH"),
+		"the cluster administrator's user:password file (ctl init-security's admin.pwdb; default $VBCACHE_CLUSTER_AUTH); none: for nodes run with --insecure-cluster")
+}
+
+// ctlCredentials loads --cluster-auth's file; nil when none is given.
+func ctlCredentials(path string) (*admin.Credentials, error) {
+	if path == "" {
+		return nil, nil
+	}
+	return admin.LoadCredentials(path)
+}
+
+// ctlWithNode runs f on a control connection to addr, logged in with the
+// credentials in authFile (none when empty).
+func ctlWithNode(authFile, addr string, f func(c *admin.Conn) error) error {
+	cr, err := ctlCredentials(authFile)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := admin.Dial(ctx, addr)
+	c, err := admin.DialWith(ctx, addr, cr)
 	if err != nil {
 		return err
 	}
@@ -178,8 +203,9 @@ func ctlWithNode(addr string, f func(c *admin.Conn) error) error {
 }
 
 func ctlMoveVBucket(args []string, stdout, stderr io.Writer) int {
-	const name, usage = "move-vbucket", "--vbucket N --from HOST:PORT --to HOST:PORT [--nodes a,b,c] [--timeout D]"
+	const name, usage = "move-vbucket", "--vbucket N --from HOST:PORT --to HOST:PORT [--nodes a,b,c] [--timeout D] [--cluster-auth FILE]"
 	fs := ctlFlags(name, usage, stderr)
+	auth := ctlAuthFlag(fs)
 	vb := fs.Int("vbucket", -1, "the vbucket to move")
 	from := fs.String("from", "", "the node that holds it active (HOST:PORT)")
 	to := fs.String("to", "", "the node to move it to (HOST:PORT)")
@@ -208,7 +234,11 @@ func ctlMoveVBucket(args []string, stdout, stderr io.Writer) int {
 			extra = append(extra, n)
 		}
 	}
-	res, err := move.Move(context.Background(), *vb, *from, *to, move.Options{Nodes: extra, MoveTimeout: *timeout})
+	cr, err := ctlCredentials(*auth)
+	if err != nil {
+		return ctlFail(stderr, fs, err)
+	}
+	res, err := move.Move(context.Background(), *vb, *from, *to, move.Options{Nodes: extra, MoveTimeout: *timeout, Credentials: cr})
 	if res.Outcome != move.NotStarted {
 		fmt.Fprintln(stdout, res.String())
 		fmt.Fprintln(stdout, res.Timings())
@@ -242,8 +272,9 @@ func ctlParseState(s string) (vbucket.State, bool) {
 }
 
 func ctlVBucket(args []string, stdout, stderr io.Writer) int {
-	const name, usage = "vbucket", "--node HOST:PORT --vbucket N [--set active|replica|pending|dead]"
+	const name, usage = "vbucket", "--node HOST:PORT --vbucket N [--set active|replica|pending|dead] [--cluster-auth FILE]"
 	fs := ctlFlags(name, usage, stderr)
+	auth := ctlAuthFlag(fs)
 	node := fs.String("node", "", "the node (HOST:PORT)")
 	vb := fs.Int("vbucket", -1, "the vbucket")
 	set := fs.String("set", "", "set the state: active, replica, pending or dead")
@@ -263,7 +294,7 @@ func ctlVBucket(args []string, stdout, stderr io.Writer) int {
 			return ctlUsageErr(stderr, fs, "--set %q is not active, replica, pending or dead", *set)
 		}
 	}
-	err := ctlWithNode(*node, func(c *admin.Conn) error {
+	err := ctlWithNode(*auth, *node, func(c *admin.Conn) error {
 		old, err := c.GetVBucket(*vb)
 		if err != nil {
 			return err
@@ -285,8 +316,9 @@ func ctlVBucket(args []string, stdout, stderr io.Writer) int {
 }
 
 func ctlReplicate(args []string, stdout, stderr io.Writer) int {
-	const name, usage = "replicate", "--vbucket N --from A --to B"
+	const name, usage = "replicate", "--vbucket N --from A --to B [--cluster-auth FILE]"
 	fs := ctlFlags(name, usage, stderr)
+	auth := ctlAuthFlag(fs)
 	vb := fs.Int("vbucket", -1, "the vbucket")
 	from := fs.String("from", "", "the node to replicate from: the active, or a replica for a chain (HOST:PORT)")
 	to := fs.String("to", "", "the node that holds the replica (HOST:PORT)")
@@ -301,7 +333,7 @@ func ctlReplicate(args []string, stdout, stderr io.Writer) int {
 			return ctlUsageErr(stderr, fs, "%v", err)
 		}
 	}
-	if err := ctlWithNode(*to, func(c *admin.Conn) error { return c.Replicate(*vb, *from) }); err != nil {
+	if err := ctlWithNode(*auth, *to, func(c *admin.Conn) error { return c.Replicate(*vb, *from) }); err != nil {
 		return ctlFail(stderr, fs, err)
 	}
 	fmt.Fprintf(stdout, "vbucket %d on %s: replica fed from %s\n", *vb, *to, *from)
@@ -309,8 +341,9 @@ func ctlReplicate(args []string, stdout, stderr io.Writer) int {
 }
 
 func ctlStopReplication(args []string, stdout, stderr io.Writer) int {
-	const name, usage = "stop-replication", "--node B --vbucket N"
+	const name, usage = "stop-replication", "--node B --vbucket N [--cluster-auth FILE]"
 	fs := ctlFlags(name, usage, stderr)
+	auth := ctlAuthFlag(fs)
 	node := fs.String("node", "", "the node holding the replica (HOST:PORT)")
 	vb := fs.Int("vbucket", -1, "the vbucket")
 	if st, done := parseCtl(fs, args, stderr); done {
@@ -322,7 +355,7 @@ func ctlStopReplication(args []string, stdout, stderr io.Writer) int {
 	if err := ctlVBucketFlag(*vb); err != nil {
 		return ctlUsageErr(stderr, fs, "%v", err)
 	}
-	if err := ctlWithNode(*node, func(c *admin.Conn) error { return c.StopReplication(*vb) }); err != nil {
+	if err := ctlWithNode(*auth, *node, func(c *admin.Conn) error { return c.StopReplication(*vb) }); err != nil {
 		return ctlFail(stderr, fs, err)
 	}
 	fmt.Fprintf(stdout, "vbucket %d on %s: replication stopped\n", *vb, *node)
@@ -330,8 +363,9 @@ func ctlStopReplication(args []string, stdout, stderr io.Writer) int {
 }
 
 func ctlStreams(args []string, stdout, stderr io.Writer) int {
-	const name, usage = "streams", "--node A"
+	const name, usage = "streams", "--node A [--cluster-auth FILE]"
 	fs := ctlFlags(name, usage, stderr)
+	auth := ctlAuthFlag(fs)
 	node := fs.String("node", "", "the node (HOST:PORT)")
 	if st, done := parseCtl(fs, args, stderr); done {
 		return st
@@ -339,7 +373,7 @@ func ctlStreams(args []string, stdout, stderr io.Writer) int {
 	if err := ctlAddr("node", *node); err != nil {
 		return ctlUsageErr(stderr, fs, "%v", err)
 	}
-	err := ctlWithNode(*node, func(c *admin.Conn) error {
+	err := ctlWithNode(*auth, *node, func(c *admin.Conn) error {
 		lines, err := c.Stats("streams")
 		if err != nil {
 			return err

@@ -103,9 +103,7 @@ func ctlInitSecurity(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail("making the admin's certificate: %v", err)
 	}
-	pw := make([]byte, 24)
-	rand.Read(pw) // never fails (crypto/rand's Read panics rather than return an error)
-	pwdb := []byte(secAdminUser + ":" + base64.RawURLEncoding.EncodeToString(pw) + "\n")
+	pwdb := newAdminPWDB()
 
 	files := []struct {
 		name string
@@ -143,4 +141,12 @@ func ctlInitSecurity(args []string, stdout, stderr io.Writer) int {
 		"  vbcache server -Z -o ssl_chain_cert=%s,ssl_key=%s,ssl_ca_cert=%s,ssl_verify_mode=2\n",
 		filepath.Join(d, secNode), filepath.Join(d, secNodeKey), filepath.Join(d, secCA))
 	return 0
+}
+
+// newAdminPWDB is a password file holding the cluster administrator's one
+// entry, with a new random 32-character password (192 bits).
+func newAdminPWDB() []byte {
+	pw := make([]byte, 24)
+	rand.Read(pw) // never fails (crypto/rand's Read panics rather than return an error)
+	return []byte(secAdminUser + ":" + base64.RawURLEncoding.EncodeToString(pw) + "\n")
 }

@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/vbmap"
 	"github.com/vbcache/vbcache/internal/vbucket"
@@ -34,17 +35,35 @@ func TestCtlAgainstNodes(t *testing.T) {
 	na := nodeproc.Start(t, nodeproc.Vbcache, bin, "--vbuckets", strconv.Itoa(nvb))
 	nb := nodeproc.Start(t, nodeproc.Vbcache, bin, "--vbuckets", strconv.Itoa(nvb))
 	vbs := strconv.Itoa(vb)
+	auth := nodeproc.ClusterAuthFile(t)
 
+	// Without the administrator's credentials the node refuses, and ctl
+	// says what to give it.
+	t.Setenv("VBCACHE_CLUSTER_AUTH", "")
 	st, out, errs := ctlRun("vbucket", "--node", na.Addr, "--vbucket", vbs)
+	if st != 1 || out != "" || !strings.Contains(errs, "Auth failure") || !strings.Contains(errs, "give --cluster-auth FILE") {
+		t.Fatalf("get without credentials: %d %q %q", st, out, errs)
+	}
+	st, out, errs = ctlRun("vbucket", "--node", na.Addr, "--vbucket", vbs, "--cluster-auth", auth)
 	if st != 0 || out != fmt.Sprintf("vbucket %d on %s: dead\n", vb, na.Addr) {
 		t.Fatalf("get: %d %q %q", st, out, errs)
 	}
+	// A wrong password is refused at login.
+	bad := filepath.Join(t.TempDir(), "bad.pwdb")
+	if err := os.WriteFile(bad, []byte("admin:wrong\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if st, out, errs = ctlRun("vbucket", "--node", na.Addr, "--vbucket", vbs, "--cluster-auth", bad); st != 1 || out != "" || !strings.Contains(errs, "Auth failure") {
+		t.Fatalf("get with a wrong password: %d %q %q", st, out, errs)
+	}
+	// The rest find the file in $VBCACHE_CLUSTER_AUTH.
+	t.Setenv("VBCACHE_CLUSTER_AUTH", auth)
 	st, out, errs = ctlRun("vbucket", "--node", na.Addr, "--vbucket", vbs, "--set", "active")
 	if st != 0 || out != fmt.Sprintf("vbucket %d on %s: active (was dead)\n", vb, na.Addr) {
 		t.Fatalf("set: %d %q %q", st, out, errs)
 	}
 
-	c, err := admin.Dial(context.Background(), na.Addr)
+	c, err := nodeproc.DialAdmin(context.Background(), na.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +97,7 @@ func TestCtlAgainstNodes(t *testing.T) {
 		!strings.Contains(out, "no node holds a cluster map") || !strings.Contains(out, "takeover ") {
 		t.Fatalf("move-vbucket: %d %q %q", st, out, errs)
 	}
-	cb, err := admin.Dial(context.Background(), nb.Addr)
+	cb, err := nodeproc.DialAdmin(context.Background(), nb.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}

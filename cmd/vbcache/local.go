@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log"
 	"net"
 	"os"
@@ -87,6 +88,24 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
 	if !c.keep {
 		defer os.RemoveAll(dir)
 	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	// The cluster administrator's login, which the nodes require for
+	// control requests and the manager logs in with: made here, kept with
+	// the data (a kept directory's is used again).
+	authFile := filepath.Join(dir, secAdminPWDB)
+	if f, err := os.OpenFile(authFile, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
+		_, err = f.Write(newAdminPWDB())
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	} else if !errors.Is(err, fs.ErrExist) {
+		return err
+	}
 	// Check the ports first: a clear message beats a half-started cluster.
 	for p := c.base; p <= c.base+1+c.nodes; p++ {
 		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
@@ -125,7 +144,7 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
 		port := c.base + 2 + i
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		cmd := exec.Command(exe, "server", "--vbuckets", strconv.Itoa(c.vbuckets), "-p", strconv.Itoa(port),
-			"-l", "127.0.0.1", "-U", "0", "-m", strconv.Itoa(c.memory))
+			"-l", "127.0.0.1", "-U", "0", "-m", strconv.Itoa(c.memory), "--cluster-auth", authFile)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if os.Geteuid() == 0 {
 			cmd.Args = append(cmd.Args, "-u", "root")
@@ -146,7 +165,8 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
 	}
 	mf := managerFlags{listen: net.JoinHostPort("127.0.0.1", strconv.Itoa(c.base+1)), dataDir: filepath.Join(dir, "etcd"), etcdName: "vbcache",
 		etcdClient: "http://127.0.0.1:" + strconv.Itoa(etcdClient), etcdPeer: "http://127.0.0.1:" + strconv.Itoa(etcdPeer),
-		vbuckets: c.vbuckets, replicas: c.replicas, failoverAfter: c.failoverAfter, maxMoves: 8, prefix: "/vbcache/default"}
+		vbuckets: c.vbuckets, replicas: c.replicas, failoverAfter: c.failoverAfter, maxMoves: 8, prefix: "/vbcache/default",
+		clusterAuth: authFile}
 	ready := make(chan *manager.Manager, 1)
 	mctx, mstop := context.WithCancel(ctx)
 	defer mstop()
@@ -226,11 +246,11 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
   proxy (text, meta, binary):   127.0.0.1:%d   (telnet localhost %d reaches the cluster)
 
   vbcache ctl --manager %s status
-  vbcache server --vbuckets %d -p PORT -l 127.0.0.1   then   vbcache ctl --manager %s add-node 127.0.0.1:PORT && vbcache ctl --manager %s rebalance --wait
+  vbcache server --vbuckets %d --cluster-auth %s -p PORT -l 127.0.0.1   then   vbcache ctl --manager %s add-node 127.0.0.1:PORT && vbcache ctl --manager %s rebalance --wait
 
 Data in %s (%s at exit). Ctrl-C stops the cluster.
 `, c.nodes, c.vbuckets, c.replicas, time.Since(start).Round(time.Millisecond), strings.Join(addrs, " "), mgr, mgr, c.base, c.base,
-		mgr, c.vbuckets, mgr, mgr, dir, map[bool]string{true: "kept", false: "removed"}[c.keep])
+		mgr, c.vbuckets, authFile, mgr, mgr, dir, map[bool]string{true: "kept", false: "removed"}[c.keep])
 	select {
 	case <-ctx.Done():
 	case err := <-merr:

@@ -18,6 +18,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/manager"
 )
 
@@ -41,6 +42,7 @@ type managerFlags struct {
 	probe         time.Duration
 	maxMoves      int
 	prefix        string
+	clusterAuth   string
 }
 
 func (f *managerFlags) register(fs *flag.FlagSet) {
@@ -61,6 +63,7 @@ func (f *managerFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.probe, "probe-interval", time.Second, "how often the leader probes each node with a lease grant (the lease is at least 4 of them)")
 	fs.IntVar(&f.maxMoves, "max-moves", 4, "vbucket moves at once during a rebalance")
 	fs.StringVar(&f.prefix, "prefix", "/vbcache/default", "etcd key prefix of this cluster's state")
+	fs.StringVar(&f.clusterAuth, "cluster-auth", "", "the cluster administrator's user:password file (ctl init-security's admin.pwdb) the manager logs in to nodes with; none: for nodes run with --insecure-cluster")
 }
 
 // runManagerCmd is "vbcache manager".
@@ -93,6 +96,13 @@ func runManagerCmd(args []string, stdout, stderr io.Writer) int {
 // given) until ctx ends. ready, if not nil, receives the manager once it
 // serves HTTP.
 func runManager(ctx context.Context, f managerFlags, logger *log.Logger, ready chan<- *manager.Manager) error {
+	var creds *admin.Credentials
+	if f.clusterAuth != "" {
+		var err error
+		if creds, err = admin.LoadCredentials(f.clusterAuth); err != nil {
+			return fmt.Errorf("--cluster-auth: %w", err)
+		}
+	}
 	endpoints := splitList(f.etcdEndpoints)
 	if len(endpoints) == 0 {
 		e, err := manager.StartEtcd(manager.EtcdMember{Name: f.etcdName, Dir: f.dataDir, ClientURL: f.etcdClient, PeerURL: f.etcdPeer,
@@ -118,7 +128,7 @@ func runManager(ctx context.Context, f managerFlags, logger *log.Logger, ready c
 	}
 	_, portStr, _ := net.SplitHostPort(ln.Addr().String())
 	port, _ := strconv.Atoi(portStr)
-	m, err := manager.New(manager.Config{Etcd: cli, Prefix: f.prefix, Advertise: adv, MgmtPort: port,
+	m, err := manager.New(manager.Config{Etcd: cli, Prefix: f.prefix, Advertise: adv, MgmtPort: port, Credentials: creds,
 		NumVBuckets: f.vbuckets, Replicas: f.replicas, Chain: f.chain, FailoverAfter: f.failoverAfter,
 		Lease: f.lease, ProbeInterval: f.probe, MaxMoves: f.maxMoves, Logf: logger.Printf})
 	if err != nil {

@@ -25,7 +25,7 @@ func runMovecheck(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	if init {
-		done, err := movecheck.Init(ctx, cfg.Nodes, numVB)
+		done, err := movecheck.Init(ctx, cfg.Nodes, numVB, cfg.Credentials)
 		if err != nil {
 			fmt.Fprintf(stderr, "vbcache movecheck: --init: %v\n", err)
 			return 1
@@ -91,6 +91,7 @@ Flags:
 	fs.BoolVar(&init, "init", false, "first set up a cluster that has no config (see above)")
 	fs.IntVar(&numVB, "num-vbuckets", 1024, "with --init: the nodes' --vbuckets")
 	fs.BoolVar(&verbose, "v", false, "print a line per move")
+	authFile := ctlAuthFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return cfg, false, 0, 0
@@ -119,6 +120,11 @@ Flags:
 	case init && cfg.VBucket >= numVB:
 		return bad("--vbucket %d out of range for --num-vbuckets %d", cfg.VBucket, numVB)
 	}
+	cr, err := ctlCredentials(*authFile)
+	if err != nil {
+		return bad("--cluster-auth: %v", err)
+	}
+	cfg.Credentials = cr
 	switch mover {
 	case "managed":
 		cfg.Move = movecheck.ManagedMove

@@ -32,6 +32,11 @@ type Config struct {
 	// manager's HTTP port; Couchbase's SDKs insist on one).
 	MgmtPort int
 
+	// Credentials log the manager's control connections to nodes in as
+	// the cluster administrator (--cluster-auth); nil: none, for nodes
+	// run with --insecure-cluster.
+	Credentials *admin.Credentials
+
 	NumVBuckets int  // for a new cluster (default 1024)
 	Replicas    int  // for a new cluster (0-3)
 	Chain       bool // for a new cluster: chained replication
@@ -547,7 +552,7 @@ func (m *Manager) connIn(pool map[string]*nodeConn, ctx context.Context, addr st
 	nc.mu.Lock()
 	defer nc.mu.Unlock()
 	if nc.c == nil {
-		c, err := admin.Dial(ctx, addr)
+		c, err := admin.DialWith(ctx, addr, m.cfg.Credentials)
 		if err != nil {
 			return err
 		}

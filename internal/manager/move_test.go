@@ -55,7 +55,7 @@ func startNodeWith(t *testing.T, pause string, mod func(*server.Config)) *testNo
 		t.Setenv(handoverPauseEnv, pause) // restored at the end of the test
 	}
 	cfg := server.Config{Port: -1, PortSet: true, Listen: []string{"127.0.0.1"}, MaxConnsFast: true,
-		Version: "test", VBuckets: testVBuckets}
+		Version: "test", VBuckets: testVBuckets, InsecureCluster: true} // the manager's tests are about moves; logins: internal/server, test/security
 	if mod != nil {
 		mod(&cfg)
 	}

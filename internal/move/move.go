@@ -145,6 +145,9 @@ type Options struct {
 	RequestTimeout time.Duration
 	// Logf, if set, receives a line per step.
 	Logf func(format string, args ...any)
+	// Credentials log the move's control connections in (the cluster
+	// administrator's); nil: none, for nodes run with --insecure-cluster.
+	Credentials *admin.Credentials
 
 	// Publish, if set, is step 3 instead of Move's own: it makes the
 	// cluster's map say that vb is active on to, and returns nil once
@@ -367,11 +370,11 @@ func Move(ctx context.Context, vb int, from, to string, opt Options) (res Result
 	res.Preflight = time.Since(t0)
 	switch {
 	case fv.reach != reachOK:
-		return res, fmt.Errorf("%w: source %s: %v", ErrPreflight, from, fv.err)
+		return res, fmt.Errorf("%w: source %s: %w", ErrPreflight, from, fv.err)
 	case fv.state != vbucket.Active:
 		return res, fmt.Errorf("%w: source %s holds vbucket %d as %s, not active", ErrPreflight, from, vb, fv.state)
 	case tv.reach != reachOK:
-		return res, fmt.Errorf("%w: target %s: %v", ErrPreflight, to, tv.err)
+		return res, fmt.Errorf("%w: target %s: %w", ErrPreflight, to, tv.err)
 	case tv.state == vbucket.Active:
 		return res, fmt.Errorf("%w: target %s already holds vbucket %d active", ErrPreflight, to, vb)
 	}
@@ -571,7 +574,7 @@ type mover struct {
 // takeover sends TAKEOVER to the target and waits for its answer. The
 // connection is closed if ctx ends; the move itself goes on on the node.
 func (m *mover) takeover(ctx context.Context) error {
-	c, err := admin.Dial(ctx, m.to)
+	c, err := admin.DialWith(ctx, m.to, m.opt.Credentials)
 	if err != nil {
 		return err
 	}
@@ -653,7 +656,7 @@ func (m *mover) finish(res *Result, deleteOld bool) error {
 func (m *mover) withConn(ctx context.Context, addr string, f func(c *admin.Conn) error) error {
 	dctx, cancel := context.WithTimeout(ctx, m.opt.RequestTimeout)
 	defer cancel()
-	c, err := admin.Dial(dctx, addr)
+	c, err := admin.DialWith(dctx, addr, m.opt.Credentials)
 	if err != nil {
 		return err
 	}

@@ -51,13 +51,17 @@ func startNode(t *testing.T, env ...string) *nodeproc.Node {
 	return nodeproc.StartEnv(t, nodeproc.Vbcache, bin, env, "--vbuckets", strconv.Itoa(numVBuckets))
 }
 
+// creds log a move's connections in to the nodes startNode starts
+// (nodeproc gives them --cluster-auth).
+var creds = nodeproc.ClusterCredentials()
+
 // failpoint makes a source node hold every handover, dead, for 20 s (the
 // test kills a node in that window).
 const failpoint = "VBCACHE_FAILPOINT_HANDOVER_PAUSE=20s"
 
 func dial(t *testing.T, addr string) *admin.Conn {
 	t.Helper()
-	c, err := admin.Dial(context.Background(), addr)
+	c, err := nodeproc.DialAdmin(context.Background(), addr)
 	if err != nil {
 		t.Fatalf("dial %s: %v", addr, err)
 	}
@@ -180,7 +184,7 @@ func TestMoveWithItems(t *testing.T) {
 	pushConfig(t, a, cfg, 5)
 	pushConfig(t, c, cfg, 5)
 
-	res, err := Move(context.Background(), vb, na.Addr, nb.Addr, Options{Logf: t.Logf})
+	res, err := Move(context.Background(), vb, na.Addr, nb.Addr, Options{Credentials: creds, Logf: t.Logf})
 	t.Logf("%s\n%s", res.String(), res.Timings())
 	if err != nil || res.Outcome != Moved {
 		t.Fatalf("Move: %v, %v", res.Outcome, err)
@@ -247,7 +251,7 @@ func TestMoveTargetKilled(t *testing.T) {
 	}
 	done := make(chan out, 1)
 	go func() {
-		res, err := Move(context.Background(), vb, na.Addr, nb.Addr, Options{Settle: 3 * time.Second, Logf: t.Logf})
+		res, err := Move(context.Background(), vb, na.Addr, nb.Addr, Options{Credentials: creds, Settle: 3 * time.Second, Logf: t.Logf})
 		done <- out{res, err}
 	}()
 	waitState(t, a, vb, vbucket.Dead) // the handover is held: B is pending
@@ -289,7 +293,7 @@ func TestMoveSourceKilledInHandover(t *testing.T) {
 	}
 	done := make(chan out, 1)
 	go func() {
-		res, err := Move(context.Background(), vb, na.Addr, nb.Addr, Options{Settle: 3 * time.Second, Logf: t.Logf})
+		res, err := Move(context.Background(), vb, na.Addr, nb.Addr, Options{Credentials: creds, Settle: 3 * time.Second, Logf: t.Logf})
 		done <- out{res, err}
 	}()
 	waitState(t, b, vb, vbucket.Pending)
@@ -320,7 +324,7 @@ func TestMoveSourceKilledInHandover(t *testing.T) {
 func TestMovePreflight(t *testing.T) {
 	na, nb := startNode(t), startNode(t)
 	a, b := dial(t, na.Addr), dial(t, nb.Addr)
-	res, err := Move(context.Background(), 1, na.Addr, nb.Addr, Options{})
+	res, err := Move(context.Background(), 1, na.Addr, nb.Addr, Options{Credentials: creds})
 	if !errors.Is(err, ErrPreflight) || res.Outcome != NotStarted || !strings.Contains(err.Error(), "dead, not active") {
 		t.Fatalf("source dead: %v, %v", res.Outcome, err)
 	}
@@ -330,11 +334,22 @@ func TestMovePreflight(t *testing.T) {
 	if err := b.SetVBucket(1, vbucket.Active); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Move(context.Background(), 1, na.Addr, nb.Addr, Options{}); !errors.Is(err, ErrPreflight) {
+	if _, err := Move(context.Background(), 1, na.Addr, nb.Addr, Options{Credentials: creds}); !errors.Is(err, ErrPreflight) {
 		t.Fatalf("target active: %v", err)
 	}
-	if _, err := Move(context.Background(), 1, na.Addr, na.Addr, Options{}); !errors.Is(err, ErrPreflight) {
+	if _, err := Move(context.Background(), 1, na.Addr, na.Addr, Options{Credentials: creds}); !errors.Is(err, ErrPreflight) {
 		t.Fatalf("same node: %v", err)
+	}
+	// Without the administrator's credentials the nodes refuse the move's
+	// control requests; the preflight says so and touches nothing.
+	if err := b.SetVBucket(1, vbucket.Dead); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Move(context.Background(), 1, na.Addr, nb.Addr, Options{}); !errors.Is(err, ErrPreflight) || !admin.IsStatus(err, protocol.StatusAuthError) {
+		t.Fatalf("no credentials: %v", err)
+	}
+	if st := state(t, b, 1); st != vbucket.Dead {
+		t.Fatalf("target touched: %s", st)
 	}
 	if st := state(t, a, 1); st != vbucket.Active {
 		t.Fatalf("source touched: %s", st)
@@ -380,7 +395,7 @@ func TestMoveCallerPublish(t *testing.T) {
 			setKeys(t, a, tc.vb, keys)
 			var calls []string
 			published := false
-			opt := Options{Logf: t.Logf,
+			opt := Options{Credentials: creds, Logf: t.Logf,
 				Publish: func(ctx context.Context, vb int, to string) (int64, error) {
 					// The old copy is still there, dead, while the map is
 					// being published.
@@ -440,7 +455,7 @@ func TestRecoverFinishesHandover(t *testing.T) {
 	}
 	keys := keysFor(vb, 200)
 	setKeys(t, a, vb, keys)
-	tc, err := admin.Dial(context.Background(), nb.Addr)
+	tc, err := nodeproc.DialAdmin(context.Background(), nb.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,13 +466,13 @@ func TestRecoverFinishesHandover(t *testing.T) {
 	tc.Close()
 	<-sent
 
-	res, err := Recover(vb, na.Addr, nb.Addr, Options{Settle: 3 * time.Second, Logf: t.Logf,
+	res, err := Recover(vb, na.Addr, nb.Addr, Options{Credentials: creds, Settle: 3 * time.Second, Logf: t.Logf,
 		Halt: func() error { return errors.New("not leading") }})
 	if !errors.Is(err, ErrHalted) || res.Outcome != Unresolved {
 		t.Fatalf("halted Recover: %v, %v", res.Outcome, err)
 	}
 	var published []int
-	res, err = Recover(vb, na.Addr, nb.Addr, Options{Settle: 10 * time.Second, Logf: t.Logf,
+	res, err = Recover(vb, na.Addr, nb.Addr, Options{Credentials: creds, Settle: 10 * time.Second, Logf: t.Logf,
 		Publish: func(ctx context.Context, vb int, to string) (int64, error) {
 			published = append(published, vb)
 			return 9, nil
@@ -499,14 +514,14 @@ func TestPromote(t *testing.T) {
 	}
 	t.Cleanup(func() { na.Signal(syscall.SIGCONT) })
 
-	res, err := Promote(context.Background(), vb, na.Addr, nb.Addr, Options{Settle: 3 * time.Second, Logf: t.Logf,
+	res, err := Promote(context.Background(), vb, na.Addr, nb.Addr, Options{Credentials: creds, Settle: 3 * time.Second, Logf: t.Logf,
 		Halt: func() error { return errors.New("not leading") }})
 	if !errors.Is(err, ErrHalted) || res.Outcome != Unresolved || state(t, b, vb) != vbucket.Replica {
 		t.Fatalf("halted Promote: %v, %v", res.Outcome, err)
 	}
 
 	const settle = 10 * time.Second
-	res, err = Promote(context.Background(), vb, na.Addr, nb.Addr, Options{Settle: settle, Logf: t.Logf})
+	res, err = Promote(context.Background(), vb, na.Addr, nb.Addr, Options{Credentials: creds, Settle: settle, Logf: t.Logf})
 	t.Logf("%s in %v: %s", res.String(), res.Duration.Round(time.Millisecond), res.Detail)
 	if err != nil || res.Outcome != Promoted || res.Rule != "R5" {
 		t.Fatalf("Promote: %v (%s): %v", res.Outcome, res.Rule, err)
@@ -519,12 +534,12 @@ func TestPromote(t *testing.T) {
 	}
 	checkKeys(t, b, vb, keys)
 
-	res, err = Promote(context.Background(), vb, na.Addr, nb.Addr, Options{Settle: settle})
+	res, err = Promote(context.Background(), vb, na.Addr, nb.Addr, Options{Credentials: creds, Settle: settle})
 	if err != nil || res.Outcome != Moved || res.Rule != "R1" {
 		t.Fatalf("Promote of an active target: %v (%s): %v", res.Outcome, res.Rule, err)
 	}
 
-	res, err = Promote(context.Background(), vb, na.Addr, nc.Addr, Options{Settle: settle})
+	res, err = Promote(context.Background(), vb, na.Addr, nc.Addr, Options{Credentials: creds, Settle: settle})
 	if !errors.Is(err, ErrUnresolved) || res.Rule != "source-and-copy-lost" || !strings.Contains(err.Error(), res.Rule) {
 		t.Fatalf("Promote of a dead target: %v (%s): %v", res.Outcome, res.Rule, err)
 	}
@@ -532,7 +547,7 @@ func TestPromote(t *testing.T) {
 		t.Fatalf("dead target touched: %s", st)
 	}
 	nc.Stop()
-	res, err = Promote(context.Background(), vb, na.Addr, nc.Addr, Options{Settle: settle})
+	res, err = Promote(context.Background(), vb, na.Addr, nc.Addr, Options{Credentials: creds, Settle: settle})
 	if !errors.Is(err, ErrUnresolved) || res.Rule != "source-and-copy-lost" || res.Duration > settle/2 {
 		t.Fatalf("Promote of a target gone: %v (%s) in %v: %v", res.Outcome, res.Rule, res.Duration, err)
 	}
@@ -590,7 +605,7 @@ func TestMoveSourceKilledBeforeHandover(t *testing.T) {
 			}
 			done := make(chan out, 1)
 			go func() {
-				res, err := Move(context.Background(), vb, na.Addr, nb.Addr, Options{Settle: 3 * time.Second, Logf: t.Logf})
+				res, err := Move(context.Background(), vb, na.Addr, nb.Addr, Options{Credentials: creds, Settle: 3 * time.Second, Logf: t.Logf})
 				done <- out{res, err}
 			}()
 			// The producer is named by the target's own name, its address.
@@ -646,7 +661,7 @@ func TestMoveAbortedKeepsReplica(t *testing.T) {
 	}
 	done := make(chan out, 1)
 	go func() {
-		res, err := Move(context.Background(), vb, na.Addr, nb.Addr, Options{Settle: 3 * time.Second, Logf: t.Logf})
+		res, err := Move(context.Background(), vb, na.Addr, nb.Addr, Options{Credentials: creds, Settle: 3 * time.Second, Logf: t.Logf})
 		done <- out{res, err}
 	}()
 	waitStat(t, a, vb, "producer:"+nb.Addr+":vb_"+strconv.Itoa(vb)+":phase", "handover")

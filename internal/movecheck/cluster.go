@@ -47,7 +47,7 @@ func newestConfig(ctx context.Context, nodes []string) (*vbmap.Config, error) {
 // withConn runs f on a fresh control connection to addr.
 func withConn[T any](ctx context.Context, addr string, f func(*admin.Conn) (T, error)) (T, error) {
 	var zero T
-	c, err := admin.Dial(ctx, addr)
+	c, err := admin.DialWith(ctx, addr, credentials(ctx))
 	if err != nil {
 		return zero, err
 	}
@@ -110,7 +110,8 @@ func stateOf(ctx context.Context, addr string, vb int) (vbucket.State, error) {
 // each made active on its node, the map published at rev 1. It refuses
 // when any node already holds a config (the cluster is someone else's),
 // and reports false then.
-func Init(ctx context.Context, nodes []string, numVBuckets int) (bool, error) {
+func Init(ctx context.Context, nodes []string, numVBuckets int, cr *admin.Credentials) (bool, error) {
+	ctx = withCredentials(ctx, cr)
 	if len(nodes) == 0 {
 		return false, errors.New("movecheck: no nodes")
 	}
@@ -146,7 +147,7 @@ func Init(ctx context.Context, nodes []string, numVBuckets int) (bool, error) {
 // rules when the TAKEOVER fails), with nodes as further nodes to publish
 // to.
 func ManagedMove(ctx context.Context, nodes []string, vb int, from, to string) error {
-	res, err := move.Move(ctx, vb, from, to, move.Options{Nodes: nodes})
+	res, err := move.Move(ctx, vb, from, to, move.Options{Nodes: nodes, Credentials: credentials(ctx)})
 	if err != nil {
 		return fmt.Errorf("%s: %w", res.String(), err)
 	}
@@ -163,7 +164,7 @@ func ManagedMove(ctx context.Context, nodes []string, vb int, from, to string) e
 // vbucket and the error is returned.
 func TakeoverMove(ctx context.Context, nodes []string, vb int, from, to string) error {
 	terr := func() error {
-		c, err := admin.Dial(ctx, to)
+		c, err := admin.DialWith(ctx, to, credentials(ctx))
 		if err != nil {
 			return err
 		}
@@ -210,4 +211,21 @@ func TakeoverMove(ctx context.Context, nodes []string, vb int, from, to string) 
 		return fmt.Errorf("takeover answered an error but the target owns the vbucket (recovered): %w", terr)
 	}
 	return nil
+}
+
+// The checker's control connections log in with Config.Credentials (Init:
+// its cr). They reach the helpers and Config.Move through the context the
+// checker hands them, so that a Move function's signature stays the
+// move's own; nothing outside this package sets or reads the value.
+type credentialsKey struct{}
+
+func withCredentials(ctx context.Context, cr *admin.Credentials) context.Context {
+	return context.WithValue(ctx, credentialsKey{}, cr)
+}
+
+// credentials is the login for the checker's control connections (nil:
+// none, for nodes run with --insecure-cluster).
+func credentials(ctx context.Context) *admin.Credentials {
+	cr, _ := ctx.Value(credentialsKey{}).(*admin.Credentials)
+	return cr
 }

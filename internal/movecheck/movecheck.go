@@ -78,6 +78,9 @@ type Config struct {
 	// serverList). The vbucket moves round them in this order, starting
 	// at its owner in the newest config.
 	Nodes []string
+	// Credentials log the checker's control connections in (the cluster
+	// administrator's --cluster-auth); nil: none.
+	Credentials *admin.Credentials
 	// VBucket is the vbucket that moves.
 	VBucket int
 	// Moves is how many moves to make (default 20).
@@ -285,6 +288,7 @@ type round struct {
 // a move that left no owner); violations are in the report.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg.defaults()
+	ctx = withCredentials(ctx, cfg.Credentials)
 	if len(cfg.Nodes) < 2 {
 		return nil, errors.New("movecheck: need at least two nodes")
 	}
@@ -604,7 +608,7 @@ func poller(ctx context.Context, nodes []string, vb int, cur *atomic.Pointer[rou
 	}()
 	state := func(i int) (vbucket.State, bool) {
 		if conns[i] == nil {
-			c, err := admin.Dial(ctx, nodes[i])
+			c, err := admin.DialWith(ctx, nodes[i], credentials(ctx))
 			if err != nil {
 				return 0, false
 			}
@@ -653,7 +657,7 @@ func poller(ctx context.Context, nodes []string, vb int, cur *atomic.Pointer[rou
 // readBack reads every key that had an acknowledged write from addr and
 // checks it holds at least that value.
 func readBack(ctx context.Context, addr string, vb int, keys []*keyState, rc *recorder) error {
-	c, err := admin.Dial(ctx, addr)
+	c, err := admin.DialWith(ctx, addr, credentials(ctx))
 	if err != nil {
 		return fmt.Errorf("movecheck: read back from %s: %w", addr, err)
 	}

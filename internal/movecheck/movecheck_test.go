@@ -26,12 +26,12 @@ func startCluster(t *testing.T, n int) []string {
 	for range n {
 		nodes = append(nodes, startNode(t))
 	}
-	ok, err := Init(context.Background(), nodes, testVBuckets)
+	ok, err := Init(context.Background(), nodes, testVBuckets, nil)
 	if err != nil || !ok {
 		t.Fatalf("Init: %v %v", ok, err)
 	}
 	// A second Init leaves the cluster alone.
-	if ok, err := Init(context.Background(), nodes, testVBuckets); err != nil || ok {
+	if ok, err := Init(context.Background(), nodes, testVBuckets, nil); err != nil || ok {
 		t.Fatalf("second Init: %v %v", ok, err)
 	}
 	return nodes
@@ -130,7 +130,7 @@ func TestRunRefusesBadConfig(t *testing.T) {
 	if _, err := Run(context.Background(), Config{Nodes: nodes[:1], VBucket: 1}); err == nil {
 		t.Error("Run with one node: no error")
 	}
-	if _, err := Init(context.Background(), nodes, testVBuckets); err != nil {
+	if _, err := Init(context.Background(), nodes, testVBuckets, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Run(context.Background(), Config{Nodes: nodes, VBucket: testVBuckets}); err == nil || !strings.Contains(err.Error(), "out of range") {

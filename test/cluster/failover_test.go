@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/vbmap"
 	"github.com/vbcache/vbcache/memcache"
 	"github.com/vbcache/vbcache/test/nodeproc"
@@ -115,7 +114,7 @@ func (l *failLoad) halt() {
 func waitReplicated(t *testing.T, v mapView, node string, timeout time.Duration) {
 	t.Helper()
 	stats := func(addr string) map[string]string {
-		c, err := admin.Dial(context.Background(), addr)
+		c, err := nodeproc.DialAdmin(context.Background(), addr)
 		if err != nil {
 			t.Fatal(err)
 		}

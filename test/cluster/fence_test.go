@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/vbmap"
 	"github.com/vbcache/vbcache/internal/vbucket"
+	"github.com/vbcache/vbcache/test/nodeproc"
 )
 
 // TestFailoverOfLiveNodeFencesIt fails over a node that is still running:
@@ -29,7 +29,7 @@ func TestFailoverOfLiveNodeFencesIt(t *testing.T) {
 	m.rebalance(60 * time.Second)
 	victim := nodes[0]
 	m.failover(victim.Addr)
-	c, err := admin.Dial(context.Background(), victim.Addr)
+	c, err := nodeproc.DialAdmin(context.Background(), victim.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestFailoverOfLiveNodeFencesIt(t *testing.T) {
 	// Every vbucket has exactly one active among the other nodes.
 	active := make([]int, smallVBuckets)
 	for _, n := range nodes[1:] {
-		c, err := admin.Dial(context.Background(), n.Addr)
+		c, err := nodeproc.DialAdmin(context.Background(), n.Addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,7 +118,7 @@ func TestPausedNodeLearnsItIsOut(t *testing.T) {
 	resumed = true
 	resumedAt := time.Now()
 
-	c, err := admin.Dial(context.Background(), victim.Addr)
+	c, err := nodeproc.DialAdmin(context.Background(), victim.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/vbcache/vbcache/internal/vbmap"
 	"github.com/vbcache/vbcache/internal/vbucket"
 	"github.com/vbcache/vbcache/memcache"
+	"github.com/vbcache/vbcache/test/nodeproc"
 )
 
 // Helpers shared by the failover and manager tests: a smaller vbucket
@@ -87,7 +88,7 @@ func checkPlacement(t *testing.T, m mgr, nodes []string) {
 	}
 	conns := map[string]*admin.Conn{}
 	for _, a := range nodes {
-		c, err := admin.Dial(context.Background(), a)
+		c, err := nodeproc.DialAdmin(context.Background(), a)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -139,7 +140,7 @@ func checkReplicas(t *testing.T, m mgr) {
 	}()
 	stats := func(a, group string) map[string]string {
 		if conns[a] == nil {
-			c, err := admin.Dial(context.Background(), a)
+			c, err := nodeproc.DialAdmin(context.Background(), a)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -290,7 +291,7 @@ func (w *mapWatch) run() {
 	// request drops the connection and reports false.
 	get := func(i int, fn func(c *admin.Conn) error) bool {
 		if conns[i] == nil {
-			c, err := admin.Dial(context.Background(), w.nodes[i])
+			c, err := nodeproc.DialAdmin(context.Background(), w.nodes[i])
 			if err != nil {
 				return false
 			}

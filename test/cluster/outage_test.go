@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/vbmap"
 	"github.com/vbcache/vbcache/memcache"
 	"github.com/vbcache/vbcache/test/nodeproc"
@@ -174,7 +173,7 @@ func nodeMaps(t *testing.T, nodes []string) []mapView {
 	t.Helper()
 	var out []mapView
 	for _, a := range nodes {
-		c, err := admin.Dial(context.Background(), a)
+		c, err := nodeproc.DialAdmin(context.Background(), a)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -316,7 +315,7 @@ func TestManagerOutage(t *testing.T) {
 		var got []string
 		all := true
 		for _, n := range nodes {
-			c, err := admin.Dial(context.Background(), n.Addr)
+			c, err := nodeproc.DialAdmin(context.Background(), n.Addr)
 			if err != nil {
 				t.Fatal(err)
 			}

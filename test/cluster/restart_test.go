@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/manager"
 	"github.com/vbcache/vbcache/internal/vbmap"
 	"github.com/vbcache/vbcache/internal/vbucket"
 	"github.com/vbcache/vbcache/memcache"
+	"github.com/vbcache/vbcache/test/nodeproc"
 )
 
 // TestRestartedNodeIsFailedOver: a node killed (SIGKILL) and restarted at
@@ -179,7 +179,7 @@ func oneActive(t *testing.T, nodes []string) {
 	t.Helper()
 	active := make([]int, smallVBuckets)
 	for _, a := range nodes {
-		c, err := admin.Dial(context.Background(), a)
+		c, err := nodeproc.DialAdmin(context.Background(), a)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -28,6 +28,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -85,9 +86,11 @@ func startClusterNodes(t *testing.T, nodeFlags []string, mgrFlags ...string) *cl
 	lab := netlab.New(t)
 	c := &cluster{t: t, lab: lab, mgr: lab.Host("manager"), client: lab.Host("client")}
 	c.http = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: c.client.DialContext}}
+	auth := nodeproc.ClusterAuthFile(t) // every link logs in as the admin
 	for i := range 3 {
 		h := lab.Host(fmt.Sprintf("node%d", i+1))
-		p := h.Start(t, vbcacheBin, append([]string{"server", "-l", h.IP, "-p", "11211", "--vbuckets", fmt.Sprint(vbuckets), "-m", "64"}, nodeFlags...)...)
+		p := h.Start(t, vbcacheBin, append([]string{"server", "-l", h.IP, "-p", "11211", "--vbuckets", fmt.Sprint(vbuckets), "-m", "64",
+			"--cluster-auth", auth}, nodeFlags...)...)
 		p.WaitListening(t, c.client, h.Addr(11211), 10*time.Second)
 		c.nodes = append(c.nodes, h)
 		c.procs = append(c.procs, p)
@@ -95,7 +98,7 @@ func startClusterNodes(t *testing.T, nodeFlags []string, mgrFlags ...string) *cl
 	m := c.mgr
 	mp := m.Start(t, vbcacheBin, append([]string{"manager", "--listen", m.Addr(11212), "--data-dir", t.TempDir() + "/etcd",
 		"--etcd-client-url", "http://" + m.Addr(2379), "--etcd-peer-url", "http://" + m.Addr(2380),
-		"--vbuckets", fmt.Sprint(vbuckets), "--replicas", "1"}, mgrFlags...)...)
+		"--vbuckets", fmt.Sprint(vbuckets), "--replicas", "1", "--cluster-auth", auth}, mgrFlags...)...)
 	mp.WaitListening(t, c.client, m.Addr(11212), 60*time.Second)
 	c.mgrProc = mp
 	for deadline := time.Now().Add(30 * time.Second); !c.status().Leading; time.Sleep(50 * time.Millisecond) {
@@ -173,12 +176,21 @@ func waitFor(t *testing.T, what string, d time.Duration, cond func() bool, onTim
 	}
 }
 
+// login logs a control connection in as the test binary's admin.
+func login(nc net.Conn) error {
+	cr := nodeproc.ClusterCredentials()
+	return admin.Login(nc, cr.User, cr.Password)
+}
+
 // dial opens a control connection from the client host.
 func (c *cluster) dial(addr string) *admin.Conn {
 	c.t.Helper()
 	nc, err := c.client.Dial("tcp", addr, 5*time.Second)
 	if err != nil {
 		c.t.Fatal(err)
+	}
+	if err := login(nc); err != nil {
+		c.t.Fatalf("%s: %v", addr, err)
 	}
 	ac := admin.NewConn(nc, addr)
 	ac.Timeout = 2 * time.Second

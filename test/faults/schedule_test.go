@@ -31,6 +31,7 @@ import (
 	"github.com/vbcache/vbcache/memcache"
 	"github.com/vbcache/vbcache/test/history"
 	"github.com/vbcache/vbcache/test/netlab"
+	"github.com/vbcache/vbcache/test/nodeproc"
 )
 
 var (
@@ -97,7 +98,8 @@ func startSched(t *testing.T, async bool) *sched {
 	lab := netlab.New(t)
 	s := &sched{t: t, lab: lab, client: lab.Host("client"), async: async}
 	s.http = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: s.client.DialContext}}
-	s.nodeArgs = []string{"--vbuckets", fmt.Sprint(vbuckets), "-m", "64"}
+	auth := nodeproc.ClusterAuthFile(t) // every link logs in as the admin
+	s.nodeArgs = []string{"--vbuckets", fmt.Sprint(vbuckets), "-m", "64", "--cluster-auth", auth}
 	if !async {
 		s.nodeArgs = append(s.nodeArgs, "--sync-replication")
 	}
@@ -118,7 +120,8 @@ func startSched(t *testing.T, async bool) *sched {
 			"--etcd-name", fmt.Sprintf("m%d", i+1), "--etcd-client-url", "http://" + h.Addr(2379), "--etcd-peer-url", "http://" + h.Addr(2380),
 			"--etcd-initial-cluster", strings.Join(initial, ","), "--etcd-initial-cluster-token", "vbcache-faults",
 			"--vbuckets", fmt.Sprint(vbuckets), "--replicas", "1", "--max-moves", "2",
-			"--probe-interval", schedProbe.String(), "--lease", schedLease.String(), "--failover-after", schedFailover.String()})
+			"--probe-interval", schedProbe.String(), "--lease", schedLease.String(), "--failover-after", schedFailover.String(),
+			"--cluster-auth", auth})
 		s.mgrs = append(s.mgrs, h.Start(t, vbcacheBin, s.mgrArgs[i]...))
 	}
 	for i, h := range s.mgrHosts {
@@ -377,6 +380,9 @@ func (s *sched) oneActiveEach() {
 		}
 		nc, err := s.client.Dial("tcp", h.Addr(11211), 2*time.Second)
 		if err != nil {
+			s.t.Fatalf("%s: %v", h.Addr(11211), err)
+		}
+		if err := login(nc); err != nil {
 			s.t.Fatalf("%s: %v", h.Addr(11211), err)
 		}
 		ac := admin.NewConn(nc, h.Addr(11211))
@@ -932,6 +938,9 @@ func (s *sched) behind(addr string) int {
 	s.t.Helper()
 	nc, err := s.client.Dial("tcp", addr, 2*time.Second)
 	if err != nil {
+		s.t.Fatalf("%s: %v", addr, err)
+	}
+	if err := login(nc); err != nil {
 		s.t.Fatalf("%s: %v", addr, err)
 	}
 	ac := admin.NewConn(nc, addr)

@@ -5,12 +5,14 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/test/nodeproc"
 )
 
@@ -83,6 +85,18 @@ type localRun struct {
 	stdout, stderr nodeproc.Output
 	done           chan struct{} // closed when the process has exited
 	err            error         // its exit status, once done
+	dir            string        // its --data-dir, which holds the admin's login (admin.pwdb)
+}
+
+// creds is the cluster administrator's login that local made for its
+// nodes and manager.
+func (l *localRun) creds() *admin.Credentials {
+	l.t.Helper()
+	cr, err := admin.LoadCredentials(filepath.Join(l.dir, "admin.pwdb"))
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	return cr
 }
 
 // startLocal runs `vbcache local` with args (and a free --base-port for
@@ -94,8 +108,8 @@ type localRun struct {
 func startLocal(t *testing.T, nodes int, args ...string) *localRun {
 	t.Helper()
 	for try := 1; ; try++ {
-		l := &localRun{t: t, base: freeBase(t, 2+nodes), done: make(chan struct{})}
-		l.cmd = exec.Command(bin, append([]string{"local", "--nodes", strconv.Itoa(nodes), "--base-port", strconv.Itoa(l.base)}, args...)...)
+		l := &localRun{t: t, base: freeBase(t, 2+nodes), done: make(chan struct{}), dir: t.TempDir()}
+		l.cmd = exec.Command(bin, append([]string{"local", "--nodes", strconv.Itoa(nodes), "--base-port", strconv.Itoa(l.base), "--data-dir", l.dir}, args...)...)
 		l.cmd.Stdout, l.cmd.Stderr = &l.stdout, &l.stderr
 		l.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		if err := l.cmd.Start(); err != nil {

@@ -140,7 +140,7 @@ func pausedNodeServesNothing(t *testing.T, flags []string) {
 	// Never two actives: each vbucket is active on exactly one node.
 	active := make([]int, vbuckets)
 	for i := range nodes {
-		c, err := admin.Dial(context.Background(), l.addr(i))
+		c, err := admin.DialWith(context.Background(), l.addr(i), l.creds())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -27,7 +27,7 @@ func StartManager(tb testing.TB, vbcacheBin string, env []string, flags ...strin
 		tb.Fatal(err)
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	args := append([]string{"manager", "--listen", addr}, flags...)
+	args := append([]string{"manager", "--listen", addr}, withClusterAuth(tb, true, flags)...)
 	n := &Node{Kind: Manager, Port: port, Addr: addr, Args: args, stderr: new(bytes.Buffer), done: make(chan struct{})}
 	n.cmd = exec.Command(vbcacheBin, args...)
 	if len(env) > 0 {

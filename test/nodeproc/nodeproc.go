@@ -230,6 +230,9 @@ func Start(tb testing.TB, kind Kind, vbcacheBin string, flags ...string) *Node {
 // server process, on top of the test's own environment.
 func StartEnv(tb testing.TB, kind Kind, vbcacheBin string, env []string, flags ...string) *Node {
 	tb.Helper()
+	if kind == Vbcache {
+		flags = withClusterAuth(tb, false, flags)
+	}
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
 		n, err := startNoCleanup(kind, vbcacheBin, env, flags)

@@ -11,9 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/stream"
 	"github.com/vbcache/vbcache/internal/vbucket"
+	"github.com/vbcache/vbcache/test/nodeproc"
 )
 
 // rawConsumer is a hand-driven stream consumer: it opens a stream and
@@ -36,6 +38,11 @@ func openRawConsumer(t *testing.T, addr, name string, vb int) *rawConsumer {
 	t.Helper()
 	nc, err := net.Dial("tcp", addr)
 	if err != nil {
+		t.Fatal(err)
+	}
+	cr := nodeproc.ClusterCredentials()
+	if err := admin.Login(nc, cr.User, cr.Password); err != nil {
+		nc.Close()
 		t.Fatal(err)
 	}
 	rc := &rawConsumer{t: t, nc: nc, pkts: make(chan rawPacket, 1<<16), done: make(chan struct{})}

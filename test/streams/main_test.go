@@ -81,7 +81,7 @@ type ctl struct {
 
 func dialCtl(t testing.TB, addr string) *ctl {
 	t.Helper()
-	c, err := admin.Dial(context.Background(), addr)
+	c, err := nodeproc.DialAdmin(context.Background(), addr)
 	if err != nil {
 		t.Fatal(err)
 	}

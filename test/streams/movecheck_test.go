@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/vbcache/vbcache/internal/movecheck"
+	"github.com/vbcache/vbcache/test/nodeproc"
 )
 
 // TestMoveCheck runs the takeover checker against two node processes:
@@ -17,11 +18,11 @@ func TestMoveCheck(t *testing.T) {
 	nodes := addrs(startNodes(t, 2))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	ok, err := movecheck.Init(ctx, nodes, numVBuckets)
+	ok, err := movecheck.Init(ctx, nodes, numVBuckets, nodeproc.ClusterCredentials())
 	if err != nil || !ok {
 		t.Fatalf("Init: %v %v", ok, err)
 	}
-	cfg := movecheck.Config{Nodes: nodes, VBucket: 9, Moves: 20, Duration: 8 * time.Second, Writers: 4, Readers: 2, Keys: 16}
+	cfg := movecheck.Config{Nodes: nodes, Credentials: nodeproc.ClusterCredentials(), VBucket: 9, Moves: 20, Duration: 8 * time.Second, Writers: 4, Readers: 2, Keys: 16}
 	if long() {
 		cfg.Moves, cfg.Duration = 500, 5*time.Minute
 	}
@@ -55,10 +56,10 @@ func TestMoveCheckThreeNodesSmallRing(t *testing.T) {
 	nodes := addrs(startNodes(t, 3, "--stream-log-bytes=65536"))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if ok, err := movecheck.Init(ctx, nodes, numVBuckets); err != nil || !ok {
+	if ok, err := movecheck.Init(ctx, nodes, numVBuckets, nodeproc.ClusterCredentials()); err != nil || !ok {
 		t.Fatalf("Init: %v %v", ok, err)
 	}
-	cfg := movecheck.Config{Nodes: nodes, VBucket: 30, Moves: 12, Duration: 4 * time.Second, Writers: 8, Readers: 2, Keys: 64, ValueSize: 1000}
+	cfg := movecheck.Config{Nodes: nodes, Credentials: nodeproc.ClusterCredentials(), VBucket: 30, Moves: 12, Duration: 4 * time.Second, Writers: 8, Readers: 2, Keys: 64, ValueSize: 1000}
 	rep, err := movecheck.Run(ctx, cfg)
 	var b strings.Builder
 	if rep != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/vbcache/vbcache/internal/movecheck"
 	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/memcache"
+	"github.com/vbcache/vbcache/test/nodeproc"
 )
 
 // sample is one get: when it started and how long it took.
@@ -45,7 +46,7 @@ func TestMoveThroughput(t *testing.T) {
 	}
 	nodes := addrs(startNodes(t, 2))
 	ctx := context.Background()
-	if ok, err := movecheck.Init(ctx, nodes, numVBuckets); err != nil || !ok {
+	if ok, err := movecheck.Init(ctx, nodes, numVBuckets, nodeproc.ClusterCredentials()); err != nil || !ok {
 		t.Fatalf("Init: %v %v", ok, err)
 	}
 	const vb, items, size = 13, 20000, 100
@@ -113,7 +114,7 @@ func TestMoveThroughput(t *testing.T) {
 			to = nodes[1]
 		}
 		t0 := time.Now()
-		res, err := move.Move(ctx, vb, from, to, move.Options{Nodes: nodes})
+		res, err := move.Move(ctx, vb, from, to, move.Options{Nodes: nodes, Credentials: nodeproc.ClusterCredentials()})
 		moves = append(moves, window{t0, time.Now()})
 		if err != nil {
 			t.Fatalf("move %d: %v\n%s", i, err, res.String())

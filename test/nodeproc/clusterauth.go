@@ -1,0 +1,60 @@
+package nodeproc
+
+import (
+	"context"
+	"crypto/rand"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/vbcache/vbcache/internal/admin"
+)
+
+// Cluster nodes refuse control requests unless they come from the cluster
+// administrator (--cluster-auth) or the node runs with --insecure-cluster.
+// The tests' clusters are secured as a deployment is: Start gives every
+// cluster-mode vbcache node (flags with --vbuckets) and StartManager every
+// manager a --cluster-auth file, unless the flags already choose
+// (--cluster-auth or --insecure-cluster); the test reaches the nodes'
+// control plane with DialAdmin. One administrator password, random, serves
+// the whole test binary, so that a node and a manager started by different
+// subtests still belong to one cluster.
+
+// ClusterCredentials is the test binary's cluster administrator.
+var ClusterCredentials = sync.OnceValue(func() *admin.Credentials {
+	return &admin.Credentials{User: "admin", Password: rand.Text()}
+})
+
+// ClusterAuthFile writes ClusterCredentials as a --cluster-auth file in a
+// directory tb's cleanup removes, and returns its path.
+func ClusterAuthFile(tb testing.TB) string {
+	tb.Helper()
+	cr := ClusterCredentials()
+	p := filepath.Join(tb.TempDir(), "admin.pwdb")
+	if err := os.WriteFile(p, []byte(cr.User+":"+cr.Password+"\n"), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// DialAdmin opens a control connection to a node, logged in as
+// ClusterCredentials.
+func DialAdmin(ctx context.Context, addr string) (*admin.Conn, error) {
+	return admin.DialWith(ctx, addr, ClusterCredentials())
+}
+
+// withClusterAuth adds --cluster-auth to a cluster node's or a manager's
+// flags that do not choose already.
+func withClusterAuth(tb testing.TB, manager bool, flags []string) []string {
+	if !manager && !slices.ContainsFunc(flags, func(f string) bool { return f == "--vbuckets" || len(f) > 11 && f[:11] == "--vbuckets=" }) {
+		return flags
+	}
+	if slices.ContainsFunc(flags, func(f string) bool {
+		return f == "--cluster-auth" || f == "--insecure-cluster" || len(f) > 15 && f[:15] == "--cluster-auth="
+	}) {
+		return flags
+	}
+	return append(slices.Clip(flags), "--cluster-auth", ClusterAuthFile(tb))
+}
