@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -25,11 +26,11 @@ import (
 func init() {
 	cmds := []ctlCommand{
 		{"status", "[--manager URL]", "the cluster: leader, members, health, vbuckets per node, rebalance", ctlStatus},
-		{"add-node", "[--manager URL] HOST:PORT", "make a running node a member (a rebalance gives it vbuckets)", ctlAddNode},
-		{"remove-node", "[--manager URL] HOST:PORT", "take a node out of the members (a rebalance moves its vbuckets away)", ctlRemoveNode},
-		{"rebalance", "[--manager URL] [--wait]", "move vbuckets to the planned map of the members, with a progress bar", ctlRebalance},
-		{"stop-rebalance", "[--manager URL]", "stop the rebalance after the moves in flight (the map stays valid)", ctlStopRebalance},
-		{"failover", "[--manager URL] [--force] HOST:PORT", "take a node out now: promote its replicas, publish the map, rebuild replicas", ctlFailover},
+		{"add-node", "[--manager URL] [--cluster-auth FILE] HOST:PORT", "make a running node a member (a rebalance gives it vbuckets)", ctlAddNode},
+		{"remove-node", "[--manager URL] [--cluster-auth FILE] HOST:PORT", "take a node out of the members (a rebalance moves its vbuckets away)", ctlRemoveNode},
+		{"rebalance", "[--manager URL] [--cluster-auth FILE] [--wait]", "move vbuckets to the planned map of the members, with a progress bar", ctlRebalance},
+		{"stop-rebalance", "[--manager URL] [--cluster-auth FILE]", "stop the rebalance after the moves in flight (the map stays valid)", ctlStopRebalance},
+		{"failover", "[--manager URL] [--cluster-auth FILE] [--force] HOST:PORT", "take a node out now: promote its replicas, publish the map, rebuild replicas", ctlFailover},
 		{"map", "[--manager URL] [--json]", "print the vbucket map", ctlMap},
 	}
 	// Before "help", which stays last.
@@ -40,8 +41,14 @@ func init() {
 // ctlManagerDefault is a --manager given before the subcommand.
 var ctlManagerDefault string
 
-// managerURL adds --manager to fs and returns where it is stored.
-func managerURL(fs *flag.FlagSet) *string {
+// ctlManagerFlags are the flags every manager subcommand takes.
+type ctlManagerFlags struct {
+	url  *string // --manager
+	auth *string // --cluster-auth: the administrator, whom a change needs
+}
+
+// ctlManagerOpts adds --manager and --cluster-auth to fs.
+func ctlManagerOpts(fs *flag.FlagSet) ctlManagerFlags {
 	def := ctlManagerDefault
 	if def == "" {
 		def = os.Getenv("VBCACHE_MANAGER")
@@ -49,32 +56,52 @@ func managerURL(fs *flag.FlagSet) *string {
 	if def == "" {
 		def = "http://127.0.0.1:11212"
 	}
-	return fs.String("manager", def, "the manager's URL (or VBCACHE_MANAGER)")
+	return ctlManagerFlags{url: fs.String("manager", def, "the manager's URL (or VBCACHE_MANAGER)"), auth: ctlAuthFlag(fs)}
 }
 
-// ctlManager is the client of the manager at base; each request may take
-// a minute.
-func ctlManager(base string) *mgrclient.Client {
-	return &mgrclient.Client{Base: base, HTTP: &http.Client{Timeout: 60 * time.Second}}
+// client is the client of the manager at --manager, logged in with
+// --cluster-auth's credentials when given; each request may take a
+// minute.
+func (f ctlManagerFlags) client() (*mgrclient.Client, error) {
+	mc := &mgrclient.Client{Base: *f.url, HTTP: &http.Client{Timeout: 60 * time.Second}}
+	cr, err := ctlCredentials(*f.auth)
+	if err != nil {
+		return nil, err
+	}
+	if cr != nil {
+		mc.User, mc.Password = cr.User, cr.Password
+	}
+	return mc, nil
+}
+
+// ctlManagerErr prints a manager subcommand's failure, with a hint when
+// the manager wanted the administrator's login.
+func ctlManagerErr(stderr io.Writer, name string, err error) int {
+	fmt.Fprintf(stderr, "vbcache ctl %s: %v\n", name, err)
+	var se *mgrclient.StatusError
+	if errors.As(err, &se) && strings.HasPrefix(se.Status, "401") {
+		fmt.Fprintf(stderr, "vbcache ctl %s: give --cluster-auth FILE (or set VBCACHE_CLUSTER_AUTH) with the user:password file the manager's --cluster-auth names\n", name)
+	}
+	return 1
 }
 
 // ctlOneNode parses "[--manager URL] HOST:PORT".
-func ctlOneNode(name, usage string, args []string, stderr io.Writer) (base, node string, status int, done bool) {
+func ctlOneNode(name, usage string, args []string, stderr io.Writer) (mu ctlManagerFlags, node string, status int, done bool) {
 	fs := ctlFlags(name, usage, stderr)
-	mu := managerURL(fs)
+	mu = ctlManagerOpts(fs)
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
-			return "", "", 0, true
+			return mu, "", 0, true
 		}
-		return "", "", 2, true
+		return mu, "", 2, true
 	}
 	if fs.NArg() != 1 {
-		return "", "", ctlUsageErr(stderr, fs, "want one HOST:PORT"), true
+		return mu, "", ctlUsageErr(stderr, fs, "want one HOST:PORT"), true
 	}
 	if err := ctlAddr("node", fs.Arg(0)); err != nil {
-		return "", "", ctlUsageErr(stderr, fs, "%v", err), true
+		return mu, "", ctlUsageErr(stderr, fs, "%v", err), true
 	}
-	return *mu, fs.Arg(0), 0, false
+	return mu, fs.Arg(0), 0, false
 }
 
 func ctlAddNode(args []string, stdout, stderr io.Writer) int {
@@ -91,21 +118,24 @@ func ctlRemoveNode(args []string, stdout, stderr io.Writer) int {
 // for the node) on stdout.
 func ctlMembership(name string, change func(*mgrclient.Client, context.Context, string) error, done string,
 	args []string, stdout, stderr io.Writer) int {
-	base, node, st, exit := ctlOneNode(name, "[--manager URL] HOST:PORT", args, stderr)
+	mu, node, st, exit := ctlOneNode(name, "[--manager URL] [--cluster-auth FILE] HOST:PORT", args, stderr)
 	if exit {
 		return st
 	}
-	if err := change(ctlManager(base), context.Background(), node); err != nil {
-		fmt.Fprintf(stderr, "vbcache ctl %s: %v\n", name, err)
-		return 1
+	mc, err := mu.client()
+	if err != nil {
+		return ctlManagerErr(stderr, name, err)
+	}
+	if err := change(mc, context.Background(), node); err != nil {
+		return ctlManagerErr(stderr, name, err)
 	}
 	fmt.Fprintf(stdout, done, node)
 	return 0
 }
 
 func ctlFailover(args []string, stdout, stderr io.Writer) int {
-	fs := ctlFlags("failover", "[--manager URL] [--force] HOST:PORT", stderr)
-	mu := managerURL(fs)
+	fs := ctlFlags("failover", "[--manager URL] [--cluster-auth FILE] [--force] HOST:PORT", stderr)
+	mu := ctlManagerOpts(fs)
 	force := fs.Bool("force", false, "promote its replicas at once, without waiting to be sure it stopped serving (for a node known to be gone)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -120,23 +150,29 @@ func ctlFailover(args []string, stdout, stderr io.Writer) int {
 	if err := ctlAddr("node", node); err != nil {
 		return ctlUsageErr(stderr, fs, "%v", err)
 	}
-	if err := ctlManager(*mu).Failover(context.Background(), node, *force); err != nil {
-		fmt.Fprintf(stderr, "vbcache ctl failover: %v\n", err)
-		return 1
+	mc, err := mu.client()
+	if err != nil {
+		return ctlManagerErr(stderr, "failover", err)
+	}
+	if err := mc.Failover(context.Background(), node, *force); err != nil {
+		return ctlManagerErr(stderr, "failover", err)
 	}
 	fmt.Fprintf(stdout, "%s failed over: its replicas are active, the map is published, replicas are being rebuilt\n", node)
 	return 0
 }
 
 func ctlStopRebalance(args []string, stdout, stderr io.Writer) int {
-	fs := ctlFlags("stop-rebalance", "[--manager URL]", stderr)
-	mu := managerURL(fs)
+	fs := ctlFlags("stop-rebalance", "[--manager URL] [--cluster-auth FILE]", stderr)
+	mu := ctlManagerOpts(fs)
 	if st, done := parseCtl(fs, args, stderr); done {
 		return st
 	}
-	if err := ctlManager(*mu).StopRebalance(context.Background()); err != nil {
-		fmt.Fprintf(stderr, "vbcache ctl stop-rebalance: %v\n", err)
-		return 1
+	mc, err := mu.client()
+	if err != nil {
+		return ctlManagerErr(stderr, "stop-rebalance", err)
+	}
+	if err := mc.StopRebalance(context.Background()); err != nil {
+		return ctlManagerErr(stderr, "stop-rebalance", err)
 	}
 	fmt.Fprintln(stdout, "the rebalance stops after the moves in flight")
 	return 0
@@ -144,14 +180,17 @@ func ctlStopRebalance(args []string, stdout, stderr io.Writer) int {
 
 func ctlStatus(args []string, stdout, stderr io.Writer) int {
 	fs := ctlFlags("status", "[--manager URL]", stderr)
-	mu := managerURL(fs)
+	mu := ctlManagerOpts(fs)
 	if st, done := parseCtl(fs, args, stderr); done {
 		return st
 	}
-	s, err := ctlManager(*mu).Status(context.Background())
+	mc, err := mu.client()
 	if err != nil {
-		fmt.Fprintf(stderr, "vbcache ctl status: %v\n", err)
-		return 1
+		return ctlManagerErr(stderr, "status", err)
+	}
+	s, err := mc.Status(context.Background())
+	if err != nil {
+		return ctlManagerErr(stderr, "status", err)
 	}
 	fmt.Fprintf(stdout, "leader %s   rev %d   %d vbuckets   %d replica(s)\n\n", s.Leader, s.Rev, s.NumVBuckets, s.Replicas)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -202,16 +241,18 @@ func rebalanceLine(r *mgrclient.Rebalance) string {
 func mb(b uint64) string { return fmt.Sprintf("%.1f MB", float64(b)/1e6) }
 
 func ctlRebalance(args []string, stdout, stderr io.Writer) int {
-	fs := ctlFlags("rebalance", "[--manager URL] [--wait]", stderr)
-	mu := managerURL(fs)
+	fs := ctlFlags("rebalance", "[--manager URL] [--cluster-auth FILE] [--wait]", stderr)
+	mu := ctlManagerOpts(fs)
 	wait := fs.Bool("wait", false, "return when the rebalance has finished (non-zero exit if it failed)")
 	if st, done := parseCtl(fs, args, stderr); done {
 		return st
 	}
-	mc := ctlManager(*mu)
+	mc, err := mu.client()
+	if err != nil {
+		return ctlManagerErr(stderr, "rebalance", err)
+	}
 	if err := mc.StartRebalance(context.Background()); err != nil {
-		fmt.Fprintf(stderr, "vbcache ctl rebalance: %v\n", err)
-		return 1
+		return ctlManagerErr(stderr, "rebalance", err)
 	}
 	if !*wait {
 		fmt.Fprintln(stdout, "rebalance started; \"vbcache ctl status\" shows its progress")
@@ -263,12 +304,15 @@ func progressBar(r *mgrclient.Rebalance, elapsed time.Duration) string {
 
 func ctlMap(args []string, stdout, stderr io.Writer) int {
 	fs := ctlFlags("map", "[--manager URL] [--json]", stderr)
-	mu := managerURL(fs)
+	mu := ctlManagerOpts(fs)
 	asJSON := fs.Bool("json", false, "print the cluster config JSON the nodes and clients get")
 	if st, done := parseCtl(fs, args, stderr); done {
 		return st
 	}
-	mc := ctlManager(*mu)
+	mc, err := mu.client()
+	if err != nil {
+		return ctlManagerErr(stderr, "map", err)
+	}
 	if *asJSON {
 		raw, err := mc.Config(context.Background())
 		var buf bytes.Buffer

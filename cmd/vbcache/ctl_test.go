@@ -171,3 +171,38 @@ func TestCtlFlagErrors(t *testing.T) {
 		t.Errorf("move-vbucket -h: %d %q", st, errs)
 	}
 }
+
+// TestCtlManagerNeedsAdmin: against a manager run with --cluster-auth,
+// ctl's changes need --cluster-auth (or $VBCACHE_CLUSTER_AUTH): without
+// it the manager's 401 is printed with what to give, a read is served
+// without it, and with it the change is made.
+func TestCtlManagerNeedsAdmin(t *testing.T) {
+	bin, err := nodeproc.BuildVbcache(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ports [2]int
+	for i := range ports {
+		if ports[i], err = nodeproc.FreePort(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := nodeproc.Start(t, nodeproc.Vbcache, bin, "--vbuckets", "16")
+	m := nodeproc.StartManager(t, bin, nil, "--vbuckets", "16", "--replicas", "0", "--failover-after", "0",
+		"--data-dir", t.TempDir(), "--etcd-client-url", fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
+		"--etcd-peer-url", fmt.Sprintf("http://127.0.0.1:%d", ports[1]))
+	t.Setenv("VBCACHE_CLUSTER_AUTH", "")
+	st, out, errs := ctlRun("add-node", "--manager", m.URL(), n.Addr)
+	if st != 1 || out != "" || !strings.Contains(errs, "administrator's login") || !strings.Contains(errs, "give --cluster-auth FILE") {
+		t.Fatalf("add-node without credentials: %d %q %q", st, out, errs)
+	}
+	if st, out, errs = ctlRun("status", "--manager", m.URL()); st != 0 || strings.Contains(out, n.Addr) {
+		t.Fatalf("status without credentials: %d %q %q (want served, the node not a member)", st, out, errs)
+	}
+	if st, out, errs = ctlRun("add-node", "--manager", m.URL(), "--cluster-auth", nodeproc.ClusterAuthFile(t), n.Addr); st != 0 {
+		t.Fatalf("add-node: %d %q %q", st, out, errs)
+	}
+	if st, out, errs = ctlRun("status", "--manager", m.URL()); st != 0 || !strings.Contains(out, n.Addr) {
+		t.Fatalf("status after the add: %d %q %q", st, out, errs)
+	}
+}

@@ -245,12 +245,13 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
   cluster map for clients:      %s/pools/default/b/default
   proxy (text, meta, binary):   127.0.0.1:%d   (telnet localhost %d reaches the cluster)
 
+  export VBCACHE_CLUSTER_AUTH=%s   (the cluster administrator: nodes and the manager take changes only from it)
   vbcache ctl --manager %s status
-  vbcache server --vbuckets %d --cluster-auth %s -p PORT -l 127.0.0.1   then   vbcache ctl --manager %s add-node 127.0.0.1:PORT && vbcache ctl --manager %s rebalance --wait
+  vbcache server --vbuckets %d --cluster-auth $VBCACHE_CLUSTER_AUTH -p PORT -l 127.0.0.1   then   vbcache ctl --manager %s add-node 127.0.0.1:PORT && vbcache ctl --manager %s rebalance --wait
 
 Data in %s (%s at exit). Ctrl-C stops the cluster.
 `, c.nodes, c.vbuckets, c.replicas, time.Since(start).Round(time.Millisecond), strings.Join(addrs, " "), mgr, mgr, c.base, c.base,
-		mgr, c.vbuckets, authFile, mgr, mgr, dir, map[bool]string{true: "kept", false: "removed"}[c.keep])
+		authFile, mgr, c.vbuckets, mgr, mgr, dir, map[bool]string{true: "kept", false: "removed"}[c.keep])
 	select {
 	case <-ctx.Done():
 	case err := <-merr:

@@ -2,6 +2,8 @@ package manager
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,7 +30,8 @@ import (
 //	POST /failover?node=HOST:PORT[&force=1]  fail a node over (once it surely stopped serving; force: at once)
 //
 // Errors are JSON {"error": "..."} with a 4xx or 5xx status. mgrclient is
-// the client of this API.
+// the client of this API. With --cluster-auth the POSTs and the DELETE
+// need the administrator's login (HTTP Basic); the GETs are open.
 
 // The API's documents are defined in mgrclient, which ctl, the proxy
 // and the tests use without importing this package (and etcd with it);
@@ -104,8 +107,45 @@ func (m *Manager) Status() Status {
 // visits cannot add, remove or fail over nodes through the operator's
 // browser. Reads stay open to any origin, and requests from programs
 // (ctl, the proxy, curl: no such headers) are not affected.
+//
+// With Config.Credentials (--cluster-auth), a request that would change
+// state must also carry the cluster administrator's login as HTTP Basic
+// credentials, or it is answered 401; reads stay open (see authorize).
 func (m *Manager) Handler() http.Handler {
-	return http.NewCrossOriginProtection().Handler(m.mux())
+	return http.NewCrossOriginProtection().Handler(m.authorize(m.mux()))
+}
+
+// authorize passes reads (GET, HEAD, OPTIONS) to h, and a request that
+// changes state only when it carries the administrator's user and
+// password (HTTP Basic, compared in constant time); others get 401 with a
+// WWW-Authenticate challenge and change nothing. A follower checks before
+// it proxies a change to the leader, which checks again. Without
+// Credentials every request passes, as before --cluster-auth existed.
+func (m *Manager) authorize(h http.Handler) http.Handler {
+	cr := m.cfg.Credentials
+	if cr == nil {
+		return h
+	}
+	wantUser, wantPassword := sha256.Sum256([]byte(cr.User)), sha256.Sum256([]byte(cr.Password))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+			h.ServeHTTP(w, r)
+			return
+		}
+		user, password, ok := r.BasicAuth()
+		u, p := sha256.Sum256([]byte(user)), sha256.Sum256([]byte(password))
+		if ok && subtle.ConstantTimeCompare(u[:], wantUser[:])&subtle.ConstantTimeCompare(p[:], wantPassword[:]) == 1 {
+			h.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("WWW-Authenticate", `Basic realm="vbcache", charset="UTF-8"`)
+		msg := "this request changes the cluster: it needs the cluster administrator's login (HTTP Basic: the user and password of the manager's --cluster-auth file; vbcache ctl --cluster-auth FILE)"
+		if ok {
+			msg = "the cluster administrator's login was refused: wrong user or password"
+		}
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": msg})
+	})
 }
 
 // mux is the API's endpoints.

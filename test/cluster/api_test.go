@@ -5,11 +5,13 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/vbcache/vbcache/internal/manager/mgrclient"
 	"github.com/vbcache/vbcache/internal/vbmap"
+	"github.com/vbcache/vbcache/test/nodeproc"
 )
 
 // TestConfigStreamAndStop follows the manager's streaming config endpoint
@@ -119,28 +121,11 @@ func TestManagerRefusesCrossOriginChanges(t *testing.T) {
 	mp := startManager(t, "--replicas", "0", "--failover-after", "0")
 	m := mgr{t: t, url: mp.URL()}
 	m.waitLeader()
+	cr := nodeproc.ClusterCredentials()
 	do := func(method, path string, header ...string) int {
-		t.Helper()
-		req, err := http.NewRequest(method, m.url+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i < len(header); i += 2 {
-			req.Header.Set(header[i], header[i+1])
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode
+		return httpDo(t, method, m.url+path, cr.User, cr.Password, header...)
 	}
-	q := "?node=" + url.QueryEscape(nodes[0].Addr)
-	changes := []struct{ method, path string }{
-		{"POST", "/nodes" + q}, {"DELETE", "/nodes" + q}, {"POST", "/rebalance"},
-		{"POST", "/rebalance/stop"}, {"POST", "/failover" + q},
-	}
+	changes := stateChanges(nodes[0].Addr)
 	for _, c := range changes {
 		for _, h := range [][]string{
 			{"Sec-Fetch-Site", "cross-site"},
@@ -154,10 +139,11 @@ func TestManagerRefusesCrossOriginChanges(t *testing.T) {
 	if s := m.status(); len(s.Nodes) != 0 {
 		t.Fatalf("refused requests changed the cluster: %+v", s.Nodes)
 	}
-	if code := do("GET", "/status", "Sec-Fetch-Site", "cross-site"); code != http.StatusOK {
+	if code := httpDo(t, "GET", m.url+"/status", "", "", "Sec-Fetch-Site", "cross-site"); code != http.StatusOK {
 		t.Errorf("cross-origin GET /status: %d, want 200", code)
 	}
 	// The manager's own page posting to it, then a program: both served.
+	q := "?node=" + url.QueryEscape(nodes[0].Addr)
 	if code := do("POST", "/nodes"+q, "Origin", m.url, "Sec-Fetch-Site", "same-origin"); code != http.StatusOK {
 		t.Fatalf("same-origin POST /nodes: %d, want 200", code)
 	}
@@ -171,5 +157,79 @@ func TestManagerRefusesCrossOriginChanges(t *testing.T) {
 		if n.Member {
 			t.Errorf("after the removal from a program: %+v is still a member", n)
 		}
+	}
+}
+
+// stateChanges is every endpoint of the manager's API that changes the
+// cluster (internal/manager/http.go's POSTs and DELETE), naming node.
+func stateChanges(node string) []struct{ method, path string } {
+	q := "?node=" + url.QueryEscape(node)
+	return []struct{ method, path string }{
+		{"POST", "/nodes" + q}, {"DELETE", "/nodes" + q}, {"POST", "/rebalance"},
+		{"POST", "/rebalance/stop"}, {"POST", "/failover" + q},
+	}
+}
+
+// httpDo sends a request (with HTTP Basic credentials when user is set,
+// and header's name, value pairs) and returns its status code.
+func httpDo(t *testing.T, method, u, user, password string, header ...string) int {
+	t.Helper()
+	req, err := http.NewRequest(method, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if user != "" {
+		req.SetBasicAuth(user, password)
+	}
+	for i := 0; i < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestManagerChangesNeedAdmin: managers run with --cluster-auth answer
+// 401 to every request that would change the cluster unless it carries
+// the administrator's login (none, a wrong password, another user's name:
+// all refused, and nothing changes), the leader and a follower alike (a
+// follower checks before it proxies a change to the leader); the reads
+// SDKs and proxies use stay open. With the login, a change sent to the
+// follower is served.
+func TestManagerChangesNeedAdmin(t *testing.T) {
+	nodes := startNodes(t, 1)
+	procs := startManagerCluster(t, 2, "--replicas", "0", "--failover-after", "0")
+	ms := []mgr{{t: t, url: procs[0].URL()}, {t: t, url: procs[1].URL()}}
+	leader := waitLeading(t, ms, 30*time.Second)
+	follower := ms[1-leader]
+	cr := nodeproc.ClusterCredentials()
+	for _, m := range ms {
+		for _, c := range stateChanges(nodes[0].Addr) {
+			for _, login := range [][2]string{{"", ""}, {cr.User, "wrong"}, {"reader", cr.Password}} {
+				if code := httpDo(t, c.method, m.url+c.path, login[0], login[1]); code != http.StatusUnauthorized {
+					t.Errorf("%s %s%s as %q: %d, want 401", c.method, m.url, c.path, login[0], code)
+				}
+			}
+		}
+		for _, path := range []string{"/status", "/map"} {
+			if code := httpDo(t, "GET", m.url+path, "", ""); code != http.StatusOK {
+				t.Errorf("GET %s%s without a login: %d, want 200", m.url, path, code)
+			}
+		}
+	}
+	if s := ms[leader].status(); len(s.Nodes) != 0 {
+		t.Fatalf("refused requests changed the cluster: %+v", s.Nodes)
+	}
+	// The Go client without the login gets the manager's explanation.
+	if err := (&mgrclient.Client{Base: follower.url}).AddNode(context.Background(), nodes[0].Addr); err == nil || !strings.Contains(err.Error(), "administrator's login") {
+		t.Fatalf("AddNode without a login: %v, want the manager's 401", err)
+	}
+	follower.addNode(nodes[0].Addr)
+	if s := ms[leader].status(); len(s.Nodes) != 1 || !s.Nodes[0].Member {
+		t.Fatalf("after the add through the follower with the login: %+v", s.Nodes)
 	}
 }

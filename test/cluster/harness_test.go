@@ -6,7 +6,6 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"testing"
 	"time"
@@ -71,7 +70,7 @@ type mgr struct {
 
 // api is a client of the manager; each request may take a minute.
 func (m mgr) api() *mgrclient.Client {
-	return &mgrclient.Client{Base: m.url, HTTP: &http.Client{Timeout: 60 * time.Second}}
+	return nodeproc.ManagerClient(m.url, 60*time.Second)
 }
 
 // must fails the test when a request's error is not nil.

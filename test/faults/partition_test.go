@@ -127,6 +127,8 @@ func (c *cluster) call(method, path string, q url.Values) []byte {
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	cr := nodeproc.ClusterCredentials()
+	req.SetBasicAuth(cr.User, cr.Password)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		c.t.Fatalf("%s %s: %v", method, path, err)

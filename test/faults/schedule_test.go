@@ -234,6 +234,8 @@ func (s *sched) call(i int, method, path string, q url.Values) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	cr := nodeproc.ClusterCredentials()
+	req.SetBasicAuth(cr.User, cr.Password)
 	resp, err := s.http.Do(req)
 	if err != nil {
 		return nil, err

@@ -3,13 +3,16 @@ package nodeproc
 import (
 	"context"
 	"crypto/rand"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/vbcache/vbcache/internal/admin"
+	"github.com/vbcache/vbcache/internal/manager/mgrclient"
 )
 
 // Cluster nodes refuse control requests unless they come from the cluster
@@ -57,4 +60,12 @@ func withClusterAuth(tb testing.TB, manager bool, flags []string) []string {
 		return flags
 	}
 	return append(slices.Clip(flags), "--cluster-auth", ClusterAuthFile(tb))
+}
+
+// ManagerClient is a client of the manager at url, logged in as
+// ClusterCredentials (which StartManager's managers require for every
+// change); each request may take timeout.
+func ManagerClient(url string, timeout time.Duration) *mgrclient.Client {
+	cr := ClusterCredentials()
+	return &mgrclient.Client{Base: url, HTTP: &http.Client{Timeout: timeout}, User: cr.User, Password: cr.Password}
 }

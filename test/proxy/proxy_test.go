@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -515,7 +514,7 @@ type mgr struct {
 
 // api is a client of the manager; each request may take a minute.
 func (m mgr) api() *mgrclient.Client {
-	return &mgrclient.Client{Base: m.url, HTTP: &http.Client{Timeout: 60 * time.Second}}
+	return nodeproc.ManagerClient(m.url, 60*time.Second)
 }
 
 func (m mgr) rebalance(limit time.Duration) {

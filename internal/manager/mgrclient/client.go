@@ -47,6 +47,10 @@ type Client struct {
 	// HTTP sends the requests; nil means http.DefaultClient. Its
 	// Timeout, if any, bounds every request, a stream's included.
 	HTTP *http.Client
+	// User and Password, when User is set, are sent with every request
+	// as HTTP Basic credentials: the cluster administrator's login, which
+	// a manager run with --cluster-auth requires for every change.
+	User, Password string
 }
 
 // StatusError is an answer outside 2xx.
@@ -169,6 +173,9 @@ func (c *Client) send(ctx context.Context, method, u string) (*http.Response, er
 	req, err := http.NewRequestWithContext(ctx, method, u, nil)
 	if err != nil {
 		return nil, err
+	}
+	if c.User != "" {
+		req.SetBasicAuth(c.User, c.Password)
 	}
 	hc := c.HTTP
 	if hc == nil {
