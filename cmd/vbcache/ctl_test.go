@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/vbmap"
@@ -191,6 +192,16 @@ func TestCtlManagerNeedsAdmin(t *testing.T) {
 	m := nodeproc.StartManager(t, bin, nil, "--vbuckets", "16", "--replicas", "0", "--failover-after", "0",
 		"--data-dir", t.TempDir(), "--etcd-client-url", fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
 		"--etcd-peer-url", fmt.Sprintf("http://127.0.0.1:%d", ports[1]))
+	// Changes wait for a leader; wait for one, so that a refusal below
+	// is the login's.
+	mc := nodeproc.ManagerClient(m.URL(), 5*time.Second)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if s, err := mc.Status(context.Background()); err == nil && s.Leading {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the manager never leads: %+v, %v", s, err)
+		}
+	}
 	t.Setenv("VBCACHE_CLUSTER_AUTH", "")
 	st, out, errs := ctlRun("add-node", "--manager", m.URL(), n.Addr)
 	if st != 1 || out != "" || !strings.Contains(errs, "administrator's login") || !strings.Contains(errs, "give --cluster-auth FILE") {
