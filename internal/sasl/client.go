@@ -91,10 +91,10 @@ func (c *Client) Final(serverFirst []byte) ([]byte, error) {
 	}
 	withoutProof := "c=biws,r=" + nonce // biws: base64("n,,")
 	c.authMsg = c.bare + "," + string(serverFirst) + "," + withoutProof
-	clientKey := clientHMAC(c.h, c.salted, "Client Key")
+	clientKey := hmacSum(c.h, c.salted, []byte("Client Key"))
 	hh := c.h.new()
 	hh.Write(clientKey)
-	proof := clientHMAC(c.h, hh.Sum(nil), c.authMsg)
+	proof := hmacSum(c.h, hh.Sum(nil), []byte(c.authMsg))
 	subtle.XORBytes(proof, proof, clientKey)
 	return []byte(withoutProof + ",p=" + base64.StdEncoding.EncodeToString(proof)), nil
 }
@@ -110,7 +110,7 @@ func (c *Client) Verify(serverFinal []byte) error {
 	if err != nil {
 		return fmt.Errorf("sasl: bad server signature: %v", err)
 	}
-	want := clientHMAC(c.h, clientHMAC(c.h, c.salted, "Server Key"), c.authMsg)
+	want := hmacSum(c.h, hmacSum(c.h, c.salted, []byte("Server Key")), []byte(c.authMsg))
 	if !hmac.Equal(got, want) {
 		return errors.New("sasl: the server's signature does not match: it does not know the password")
 	}
@@ -119,12 +119,6 @@ func (c *Client) Verify(serverFinal []byte) error {
 
 // maxClientIterations bounds the work a server can make a client do.
 const maxClientIterations = 1 << 20
-
-func clientHMAC(h *hashSpec, key []byte, msg string) []byte {
-	m := hmac.New(h.new, key)
-	m.Write([]byte(msg))
-	return m.Sum(nil)
-}
 
 // clientSalted is PBKDF2, remembered for the last few (hash, password, salt,
 // iterations): a node's salt for a user is stable for the life of its

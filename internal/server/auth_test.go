@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -143,23 +142,33 @@ func TestAdminLoginFailures(t *testing.T) {
 	}
 }
 
+// A connection that logged in as the admin and then logs in again as a
+// data user is that user: the role goes with the identity that had it.
+func TestAdminRoleGoesWithTheLogin(t *testing.T) {
+	_, addr := startCluster(t, func(c *Config) {
+		c.ClusterAuth = testAdmin
+		c.SASL, c.SASLPasswords = true, map[string]string{"reader": "a reader's password"}
+	})
+	b := login(t, addr, testAdmin)
+	if h, _ := b.do(protocol.OpGetVBucket, 0, nil, nil, nil); h.Status != protocol.StatusOK {
+		t.Fatalf("GET_VBUCKET as admin: %#x", uint16(h.Status))
+	}
+	if err := admin.Login(b.nc, "reader", "a reader's password"); err != nil {
+		t.Fatalf("log in again as reader: %v", err)
+	}
+	if h, _ := b.do(protocol.OpGetVBucket, 0, nil, nil, nil); h.Status != protocol.StatusAuthError {
+		t.Fatalf("GET_VBUCKET after logging in again as a data user: %#x, want auth error", uint16(h.Status))
+	}
+}
+
 // startStrict runs a node with cfg as it is: unlike startServer, no
 // InsecureCluster for a cluster node without ClusterAuth.
 func startStrict(t *testing.T, cfg Config) string {
 	t.Helper()
 	cfg.Port, cfg.PortSet, cfg.Listen, cfg.Version = -1, true, []string{"127.0.0.1"}, "t"
-	s, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Listen(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx) }()
+	s, stop, done := serveConfig(t, cfg)
 	t.Cleanup(func() {
-		cancel()
+		stop()
 		if err := <-done; err != nil {
 			t.Errorf("Serve: %v", err)
 		}

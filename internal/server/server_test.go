@@ -51,6 +51,12 @@ func runServer(t testing.TB, mutate func(*Config)) (s *Server, stop func(), done
 		// ClusterAuth to test the login.
 		cfg.InsecureCluster = true
 	}
+	return serveConfig(t, cfg)
+}
+
+// serveConfig starts a node with cfg as it is, as runServer does.
+func serveConfig(t testing.TB, cfg Config) (s *Server, stop func(), done <-chan error) {
+	t.Helper()
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +66,7 @@ func runServer(t testing.TB, mutate func(*Config)) (s *Server, stop func(), done
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- s.Serve(ctx) }()
+	go func() { served <- s.Serve(ctx) }() // owned by the caller, which waits on done
 	return s, cancel, served
 }
 
