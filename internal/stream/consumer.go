@@ -80,6 +80,9 @@ const (
 	ackEvery    = 256 << 10
 )
 
+// plainDial is what a consumer dials with when Node.Dial is nil: TCP, no
+// login (package admin's Credentials.DialNet is the logged-in dial; stream
+// cannot import admin, which imports it).
 func plainDial(ctx context.Context, addr string, timeout time.Duration) (net.Conn, error) {
 	d := net.Dialer{Timeout: timeout}
 	return d.DialContext(ctx, "tcp", addr)
