@@ -73,6 +73,11 @@ type Config struct {
 	// ClusterAuth.User is given the admin role, which every cluster-control
 	// request needs (controlOp); the node logs in to its peers with it for
 	// streams and lease queries. SASL is offered for it even without -S.
+	// On a TLS connection whose client certificate was verified
+	// (ssl_verify_mode 1-3), a certificate whose common name is
+	// ClusterAuth.User gives the role without SASL. Over plain TCP the
+	// administrator may log in only with SCRAM, which never sends the
+	// password; PLAIN is refused for that user unless the connection is TLS.
 	ClusterAuth *admin.Credentials
 	// InsecureCluster is --insecure-cluster: serve cluster-control
 	// requests from anyone, as before issue 23. Without it and without
@@ -88,6 +93,11 @@ type Config struct {
 	// TLSReload re-reads the certificate, key and CA files (the
 	// refresh_certs command); nil without -Z.
 	TLSReload func() error
+	// PeerTLS is what a cluster node dials its peers with (streams and
+	// lease queries) when its listeners speak TLS: its own certificate,
+	// and the cluster's CA to verify theirs (tlsconf.Reloader's
+	// ClientConfig). Nil dials plain TCP.
+	PeerTLS *tls.Config
 
 	// VBuckets is --vbuckets: 0 runs the node standalone (plain memcached,
 	// vbucket ids ignored); a power of two up to 65536 runs it in cluster

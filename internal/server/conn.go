@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"crypto/tls"
 	"errors"
 	"net"
 	"net/netip"
@@ -12,6 +13,7 @@ import (
 	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/sasl"
 	"github.com/vbcache/vbcache/internal/store"
+	"github.com/vbcache/vbcache/internal/tlsconf"
 )
 
 const (
@@ -81,12 +83,13 @@ type conn struct {
 	// came after it (memcached's conn_release_items culls unsent replies).
 	mark int
 
-	mode    connMode        // text or binary, decided by the first byte
-	bh      protocol.Header // the binary request being served
-	bquiet  bool            // it is a quiet variant
-	binStat bool            // stats go out as binary Stat packets
-	authed  bool            // passed SASL (-S) or the ascii token (-Y); set through setAuthed
-	admin   bool            // logged in as Config.ClusterAuth's user: may send cluster-control requests
+	mode      connMode        // text or binary, decided by the first byte
+	bh        protocol.Header // the binary request being served
+	bquiet    bool            // it is a quiet variant
+	binStat   bool            // stats go out as binary Stat packets
+	authed    bool            // passed SASL (-S) or the ascii token (-Y); set through setAuthed
+	admin     bool            // logged in as Config.ClusterAuth's user: may send cluster-control requests
+	certAdmin bool            // its verified TLS client certificate names Config.ClusterAuth's user: admin whatever SASL says
 	// accepted: from a listener (not UDP). unauthCounted: counted in
 	// Server.unauth. ip: counted in Server.perIP under it (zero: not).
 	accepted, unauthCounted bool
@@ -127,7 +130,7 @@ type conn struct {
 func (c *conn) setAuthed(v bool) {
 	c.authed = v
 	if !v {
-		c.admin = false
+		c.admin = c.certAdmin
 	}
 	switch {
 	case v && c.unauthCounted:
@@ -163,7 +166,38 @@ func (c *conn) serve() {
 	defer c.s.wg.Done()
 	defer c.s.dropConn(c)
 	defer c.nc.Close()
+	if tc, ok := c.nc.(*tls.Conn); ok && !c.handshake(tc) {
+		return
+	}
 	c.serveLoop()
+}
+
+// handshakeTimeout bounds a TLS handshake: a client that connects and
+// sends nothing holds a connection for no longer than this.
+const handshakeTimeout = 10 * time.Second
+
+// handshake runs a TLS connection's handshake before its first request,
+// so that a verified client certificate naming the cluster administrator
+// gives the admin role (Config.ClusterAuth) from the start.
+func (c *conn) handshake(tc *tls.Conn) bool {
+	tc.SetDeadline(time.Now().Add(handshakeTimeout))
+	if err := tc.Handshake(); err != nil {
+		c.s.tlsHandshakeErrors.Add(1)
+		return false
+	}
+	tc.SetDeadline(time.Time{})
+	if adm := c.s.cfg.ClusterAuth; adm != nil && c.s.cl != nil && tlsconf.PeerName(tc.ConnectionState()) == adm.User {
+		c.certAdmin = true
+		c.setAuthed(true)
+		c.admin = true
+	}
+	return true
+}
+
+// isTLS reports whether the connection is encrypted.
+func (c *conn) isTLS() bool {
+	_, ok := c.nc.(*tls.Conn)
+	return ok
 }
 
 // serveLoop serves a connection that is not on an event loop (loop.go):

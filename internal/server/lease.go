@@ -430,9 +430,9 @@ func (s *Server) askPeers(d int64) {
 }
 
 // dialPeer opens a control connection to another node, logged in with
-// the node's --cluster-auth credentials.
+// the node's --cluster-auth credentials, over TLS when the node has -Z.
 func (s *Server) dialPeer(ctx context.Context, addr string) (*admin.Conn, error) {
-	c, err := admin.DialWith(ctx, addr, s.cfg.ClusterAuth)
+	c, err := admin.DialWith(ctx, addr, s.peerCredentials())
 	if err != nil {
 		return nil, err
 	}
@@ -499,4 +499,20 @@ func b2u(b bool) uint64 {
 		return 1
 	}
 	return 0
+}
+
+// peerCredentials is how the node reaches its peers: as --cluster-auth's
+// administrator, inside TLS with Config.PeerTLS. Nil (plain TCP, no
+// login) when it has neither.
+func (s *Server) peerCredentials() *admin.Credentials {
+	cr := s.cfg.ClusterAuth
+	if s.cfg.PeerTLS == nil {
+		return cr
+	}
+	var c admin.Credentials
+	if cr != nil {
+		c = *cr
+	}
+	c.TLS = s.cfg.PeerTLS
+	return &c
 }

@@ -73,9 +73,19 @@ func (c *conn) saslStep(op protocol.Opcode, mech, data []byte) {
 		c.saslSrv = nil
 		c.saslFail()
 	case done:
-		c.setAuthed(true)
 		if adm := c.s.cfg.ClusterAuth; adm != nil && c.saslSrv.User() == adm.User {
+			if c.saslSrv.Mechanism() == "PLAIN" && !c.isTLS() {
+				// The administrator's password just crossed the
+				// network in clear; refuse it, so that no client
+				// comes to depend on it (SCRAM never sends it).
+				c.saslSrv = nil
+				c.saslFail()
+				return
+			}
+			c.setAuthed(true)
 			c.admin = true
+		} else {
+			c.setAuthed(true)
 		}
 		c.saslSrv = nil
 		c.ctr.authCmds.Add(1)

@@ -113,6 +113,9 @@ type Server struct {
 	unauth         atomic.Int64
 	rejectedPerIP  atomic.Uint64
 	rejectedUnauth atomic.Uint64
+	// tlsHandshakeErrors counts TLS handshakes that failed (a client
+	// certificate from another CA or out of date among them).
+	tlsHandshakeErrors atomic.Uint64
 
 	idleKicks     atomic.Uint64
 	limitMaxbytes atomic.Int64 // -m, changed by cache_memlimit
@@ -200,7 +203,7 @@ func New(cfg Config) (*Server, error) {
 		s.cl = newCluster(&cfg)
 		s.cl.streams = stream.NewNode(st, s.cl.vbs, cfg.StreamLogBytes)
 		s.cl.streams.Logf = s.log.Printf
-		s.cl.streams.Dial = s.cfg.ClusterAuth.DialNet
+		s.cl.streams.Dial = s.peerCredentials().DialNet
 		st.SetObserver(s.cl.streams.Log)
 	}
 	s.limitMaxbytes.Store(cfg.Store.MaxBytes)

@@ -184,6 +184,9 @@ func (c *conn) generalStats() {
 		c.statUint("unauthenticated_connections", uint64(max(s.unauth.Load(), 0)))
 		c.statUint("rejected_unauthenticated_connections", s.rejectedUnauth.Load())
 	}
+	if s.cfg.TLS != nil { // memcached's, with -Z
+		c.statUint("ssl_handshake_errors", s.tlsHandshakeErrors.Load())
+	}
 	if s.cl != nil { // cluster mode: control requests refused without the admin role
 		c.statUint("control_refused", s.cl.controlRefused.Load())
 	}

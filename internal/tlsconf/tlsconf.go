@@ -137,6 +137,7 @@ type Reloader struct {
 type loaded struct {
 	cert      *tls.Certificate
 	clientCAs *x509.CertPool // nil unless VerifyMode asks for certificates
+	roots     *x509.CertPool // ssl_ca_cert whatever VerifyMode is: what ClientConfig verifies peers with (nil: none given)
 }
 
 // Build reads the files o names and returns the server's *tls.Config.
@@ -257,6 +258,7 @@ func (r *Reloader) load() (*loaded, error) {
 		if err != nil {
 			return nil, fmt.Errorf("Error loading the CA certificate: %s : %w", o.CACert, err)
 		}
+		l.roots = pool
 		if o.VerifyMode != VerifyNone {
 			l.clientCAs = pool
 		}

@@ -77,6 +77,11 @@ const HelpText = `-p, --port=<num>          TCP port to listen on (default: 1121
                           with it
     --insecure-cluster    cluster mode: serve control requests from anyone (without
                           it or --cluster-auth, a cluster node refuses them all)
+                          With -Z, a cluster node dials its peers over TLS too,
+                          presenting ssl_chain_cert and verifying theirs against
+                          ssl_ca_cert (required); with ssl_verify_mode >= 1, a client
+                          certificate from that CA whose CN is the administrator's
+                          user name gives the admin role without SASL
 -o, --extended            comma separated list of extended options
                           most options have a 'no_' prefix to disable
    - maxconns_fast:       immediately close new connections after limit (default: enabled)

@@ -204,6 +204,15 @@ func (o *Options) finishSecurity() error {
 		o.tlsReloader = r
 		c.TLS = r.Config()
 		c.TLSReload = r.Reload
+		if c.VBuckets > 0 {
+			// A cluster node whose listeners speak TLS dials its
+			// peers, which speak it too, with TLS.
+			pc, err := r.ClientConfig()
+			if err != nil {
+				return fail(ExitUsage, "vbcache: -Z in cluster mode: %v", err)
+			}
+			c.PeerTLS = pc
+		}
 	}
 	if c.SASL {
 		if o.saslPWDB == "" {
