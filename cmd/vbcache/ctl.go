@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -170,25 +169,14 @@ func ctlVBucketFlag(vb int) error {
 	return nil
 }
 
-// ctlAuthFlag registers --cluster-auth on a subcommand that sends nodes
-// control requests.
-func ctlAuthFlag(fs *flag.FlagSet) *string {
-	return fs.String("cluster-auth", os.Getenv("VBCACHE_CLUSTER_AUTH"),
-		"the cluster administrator's user:password file (ctl init-security's admin.pwdb; default $VBCACHE_CLUSTER_AUTH); none: for nodes run with --insecure-cluster")
-}
-
-// ctlCredentials loads --cluster-auth's file; nil when none is given.
-func ctlCredentials(path string) (*admin.Credentials, error) {
-	if path == "" {
-		return nil, nil
-	}
-	return admin.LoadCredentials(path)
-}
+// ctlAuthFlag registers --cluster-auth and the --tls-* flags on a
+// subcommand that sends nodes control requests.
+func ctlAuthFlag(fs *flag.FlagSet) clusterAuthFlags { return addClusterAuthFlags(fs, true) }
 
 // ctlWithNode runs f on a control connection to addr, logged in with the
-// credentials in authFile (none when empty).
-func ctlWithNode(authFile, addr string, f func(c *admin.Conn) error) error {
-	cr, err := ctlCredentials(authFile)
+// credentials auth names (none when it names none).
+func ctlWithNode(auth clusterAuthFlags, addr string, f func(c *admin.Conn) error) error {
+	cr, err := auth.credentials()
 	if err != nil {
 		return err
 	}
@@ -234,7 +222,7 @@ func ctlMoveVBucket(args []string, stdout, stderr io.Writer) int {
 			extra = append(extra, n)
 		}
 	}
-	cr, err := ctlCredentials(*auth)
+	cr, err := auth.credentials()
 	if err != nil {
 		return ctlFail(stderr, fs, err)
 	}
@@ -294,7 +282,7 @@ func ctlVBucket(args []string, stdout, stderr io.Writer) int {
 			return ctlUsageErr(stderr, fs, "--set %q is not active, replica, pending or dead", *set)
 		}
 	}
-	err := ctlWithNode(*auth, *node, func(c *admin.Conn) error {
+	err := ctlWithNode(auth, *node, func(c *admin.Conn) error {
 		old, err := c.GetVBucket(*vb)
 		if err != nil {
 			return err
@@ -333,7 +321,7 @@ func ctlReplicate(args []string, stdout, stderr io.Writer) int {
 			return ctlUsageErr(stderr, fs, "%v", err)
 		}
 	}
-	if err := ctlWithNode(*auth, *to, func(c *admin.Conn) error { return c.Replicate(*vb, *from) }); err != nil {
+	if err := ctlWithNode(auth, *to, func(c *admin.Conn) error { return c.Replicate(*vb, *from) }); err != nil {
 		return ctlFail(stderr, fs, err)
 	}
 	fmt.Fprintf(stdout, "vbucket %d on %s: replica fed from %s\n", *vb, *to, *from)
@@ -355,7 +343,7 @@ func ctlStopReplication(args []string, stdout, stderr io.Writer) int {
 	if err := ctlVBucketFlag(*vb); err != nil {
 		return ctlUsageErr(stderr, fs, "%v", err)
 	}
-	if err := ctlWithNode(*auth, *node, func(c *admin.Conn) error { return c.StopReplication(*vb) }); err != nil {
+	if err := ctlWithNode(auth, *node, func(c *admin.Conn) error { return c.StopReplication(*vb) }); err != nil {
 		return ctlFail(stderr, fs, err)
 	}
 	fmt.Fprintf(stdout, "vbucket %d on %s: replication stopped\n", *vb, *node)
@@ -373,7 +361,7 @@ func ctlStreams(args []string, stdout, stderr io.Writer) int {
 	if err := ctlAddr("node", *node); err != nil {
 		return ctlUsageErr(stderr, fs, "%v", err)
 	}
-	err := ctlWithNode(*auth, *node, func(c *admin.Conn) error {
+	err := ctlWithNode(auth, *node, func(c *admin.Conn) error {
 		lines, err := c.Stats("streams")
 		if err != nil {
 			return err

@@ -43,8 +43,8 @@ var ctlManagerDefault string
 
 // ctlManagerFlags are the flags every manager subcommand takes.
 type ctlManagerFlags struct {
-	url  *string // --manager
-	auth *string // --cluster-auth: the administrator, whom a change needs
+	url  *string          // --manager
+	auth clusterAuthFlags // --cluster-auth: the administrator, whom a change needs
 }
 
 // ctlManagerOpts adds --manager and --cluster-auth to fs.
@@ -64,7 +64,7 @@ func ctlManagerOpts(fs *flag.FlagSet) ctlManagerFlags {
 // minute.
 func (f ctlManagerFlags) client() (*mgrclient.Client, error) {
 	mc := &mgrclient.Client{Base: *f.url, HTTP: &http.Client{Timeout: 60 * time.Second}}
-	cr, err := ctlCredentials(*f.auth)
+	cr, err := f.auth.credentials()
 	if err != nil {
 		return nil, err
 	}

@@ -18,7 +18,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/manager"
 )
 
@@ -43,6 +42,9 @@ type managerFlags struct {
 	maxMoves      int
 	prefix        string
 	clusterAuth   string
+	tlsCA         string // --tls-ca: dial nodes over TLS, verifying them against it
+	tlsCert       string // --tls-cert, --tls-key: the certificate presented to nodes
+	tlsKey        string
 }
 
 func (f *managerFlags) register(fs *flag.FlagSet) {
@@ -64,6 +66,9 @@ func (f *managerFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxMoves, "max-moves", 4, "vbucket moves at once during a rebalance")
 	fs.StringVar(&f.prefix, "prefix", "/vbcache/default", "etcd key prefix of this cluster's state")
 	fs.StringVar(&f.clusterAuth, "cluster-auth", "", "the cluster administrator's user:password file (ctl init-security's admin.pwdb) the manager logs in to nodes with; none: for nodes run with --insecure-cluster")
+	fs.StringVar(&f.tlsCA, "tls-ca", "", "dial nodes over TLS (nodes run with -Z), verifying them against this CA file (ctl init-security's ca.pem)")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "with --tls-ca: the client certificate presented to nodes (ctl init-security's node.pem)")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "with --tls-cert: its private key")
 }
 
 // runManagerCmd is "vbcache manager".
@@ -96,12 +101,9 @@ func runManagerCmd(args []string, stdout, stderr io.Writer) int {
 // given) until ctx ends. ready, if not nil, receives the manager once it
 // serves HTTP.
 func runManager(ctx context.Context, f managerFlags, logger *log.Logger, ready chan<- *manager.Manager) error {
-	var creds *admin.Credentials
-	if f.clusterAuth != "" {
-		var err error
-		if creds, err = admin.LoadCredentials(f.clusterAuth); err != nil {
-			return fmt.Errorf("--cluster-auth: %w", err)
-		}
+	creds, err := (clusterAuthFlags{file: &f.clusterAuth, ca: &f.tlsCA, cert: &f.tlsCert, key: &f.tlsKey}).credentials()
+	if err != nil {
+		return fmt.Errorf("--cluster-auth or --tls-*: %w", err)
 	}
 	endpoints := splitList(f.etcdEndpoints)
 	if len(endpoints) == 0 {

@@ -120,7 +120,7 @@ Flags:
 	case init && cfg.VBucket >= numVB:
 		return bad("--vbucket %d out of range for --num-vbuckets %d", cfg.VBucket, numVB)
 	}
-	cr, err := ctlCredentials(*authFile)
+	cr, err := authFile.credentials()
 	if err != nil {
 		return bad("--cluster-auth: %v", err)
 	}

@@ -120,10 +120,11 @@ func (m *Manager) Handler() http.Handler {
 // password (HTTP Basic, compared in constant time); others get 401 with a
 // WWW-Authenticate challenge and change nothing. A follower checks before
 // it proxies a change to the leader, which checks again. Without
-// Credentials every request passes, as before --cluster-auth existed.
+// Credentials naming a user (TLS alone, --tls-ca without --cluster-auth,
+// is no login), every request passes, as before --cluster-auth existed.
 func (m *Manager) authorize(h http.Handler) http.Handler {
 	cr := m.cfg.Credentials
-	if cr == nil {
+	if cr == nil || cr.User == "" {
 		return h
 	}
 	wantUser, wantPassword := sha256.Sum256([]byte(cr.User)), sha256.Sum256([]byte(cr.Password))

@@ -48,6 +48,7 @@ package movecheck
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -343,8 +344,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}()
 	for range cfg.Writers + cfg.Readers {
-		c, err := memcache.NewCluster(ctx, cfg.Nodes, &memcache.ClusterOptions{
-			MaxTries: 40, MaxBackoff: 50 * time.Millisecond, Timeout: cfg.ClientTimeout, RefreshInterval: time.Second})
+		opts := &memcache.ClusterOptions{
+			MaxTries: 40, MaxBackoff: 50 * time.Millisecond, Timeout: cfg.ClientTimeout, RefreshInterval: time.Second}
+		if cr := cfg.Credentials; cr != nil && cr.TLS != nil {
+			// Nodes with -Z: the load goes over TLS too.
+			opts.DialContext = (&tls.Dialer{Config: cr.TLS}).DialContext
+		}
+		c, err := memcache.NewCluster(ctx, cfg.Nodes, opts)
 		if err != nil {
 			return nil, fmt.Errorf("movecheck: %w", err)
 		}
