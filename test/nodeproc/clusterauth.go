@@ -3,16 +3,20 @@ package nodeproc
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/manager/mgrclient"
+	"github.com/vbcache/vbcache/internal/tlsconf"
 )
 
 // Cluster nodes refuse control requests unless they come from the cluster
@@ -43,9 +47,52 @@ func ClusterAuthFile(tb testing.TB) string {
 }
 
 // DialAdmin opens a control connection to a node, logged in as
-// ClusterCredentials.
+// ClusterCredentials, over TLS when the node was started with -Z (see
+// NodeTLS).
 func DialAdmin(ctx context.Context, addr string) (*admin.Conn, error) {
-	return admin.DialWith(ctx, addr, ClusterCredentials())
+	cr := ClusterCredentials()
+	if tc := NodeTLS(addr); tc != nil {
+		c := *cr
+		c.TLS = tc
+		cr = &c
+	}
+	return admin.DialWith(ctx, addr, cr)
+}
+
+// tlsNodes maps the address of each vbcache node started with -Z and
+// -o ssl_ca_cert=FILE to a client configuration trusting FILE.
+var tlsNodes sync.Map // string -> *tls.Config
+
+// NodeTLS is the TLS configuration to reach the node at addr with: nil
+// for a node that does not speak TLS. A node speaks TLS when Start gave
+// it -Z; the client trusts the node's ssl_ca_cert and presents no
+// certificate of its own.
+func NodeTLS(addr string) *tls.Config {
+	v, ok := tlsNodes.Load(addr)
+	if !ok {
+		return nil
+	}
+	return v.(*tls.Config)
+}
+
+// noteTLS records the TLS configuration of a node started with flags.
+func noteTLS(addr string, flags []string) error {
+	if !slices.Contains(flags, "-Z") && !slices.Contains(flags, "--enable-ssl") {
+		return nil
+	}
+	for _, f := range flags {
+		for _, opt := range strings.Split(f, ",") {
+			if ca, ok := strings.CutPrefix(opt, "ssl_ca_cert="); ok {
+				cfg, err := tlsconf.LoadClient(ca, "", "")
+				if err != nil {
+					return err
+				}
+				tlsNodes.Store(addr, cfg)
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("nodeproc: a node with -Z needs -o ssl_ca_cert for the tests to reach it")
 }
 
 // withClusterAuth adds --cluster-auth to a cluster node's or a manager's

@@ -264,6 +264,11 @@ func startNoCleanup(kind Kind, vbcacheBin string, env, flags []string) (*Node, e
 	if len(env) > 0 {
 		n.cmd.Env = append(os.Environ(), env...)
 	}
+	if kind == Vbcache {
+		if err := noteTLS(n.Addr, flags); err != nil {
+			return nil, err
+		}
+	}
 	if err := n.launch(); err != nil {
 		return nil, err
 	}
