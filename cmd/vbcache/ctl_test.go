@@ -217,3 +217,52 @@ func TestCtlManagerNeedsAdmin(t *testing.T) {
 		t.Fatalf("status after the add: %d %q %q", st, out, errs)
 	}
 }
+
+// TestCtlOverTLS runs ctl against a node with -Z that asks for client
+// certificates (ssl_verify_mode=1), with the files ctl init-security
+// writes: plain TCP gets no answer and a hint, the CA alone reaches the
+// node but not its control plane, the CA with the admin's certificate or
+// with --cluster-auth does; a client certificate without --tls-ca is a
+// usage error.
+func TestCtlOverTLS(t *testing.T) {
+	bin, err := nodeproc.BuildVbcache(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := filepath.Join(t.TempDir(), "security")
+	if st, out, errs := ctlRun("init-security", "--dir", sec); st != 0 {
+		t.Fatalf("init-security: %d %q %q", st, out, errs)
+	}
+	f := func(name string) string { return filepath.Join(sec, name) }
+	n := nodeproc.Start(t, nodeproc.Vbcache, bin, "--vbuckets", "16", "-Z", "-o",
+		"ssl_chain_cert="+f("node.pem")+",ssl_key="+f("node-key.pem")+",ssl_ca_cert="+f("ca.pem")+",ssl_verify_mode=1")
+	for _, e := range []string{"VBCACHE_CLUSTER_AUTH", "VBCACHE_TLS_CA", "VBCACHE_TLS_CERT", "VBCACHE_TLS_KEY"} {
+		t.Setenv(e, "")
+	}
+	get := func(args ...string) (int, string, string) {
+		return ctlRun(append([]string{"vbucket", "--node", n.Addr, "--vbucket", "3"}, args...)...)
+	}
+	want := fmt.Sprintf("vbucket 3 on %s: dead\n", n.Addr)
+	if st, out, errs := get(); st != 1 || out != "" || !strings.Contains(errs, "give --tls-ca FILE") {
+		t.Errorf("plain TCP to a TLS node: %d %q %q", st, out, errs)
+	}
+	if st, out, errs := get("--tls-ca", f("ca.pem")); st != 1 || !strings.Contains(errs, "Auth failure") {
+		t.Errorf("TLS without a login: %d %q %q", st, out, errs)
+	}
+	if st, out, errs := get("--tls-ca", f("ca.pem"), "--tls-cert", f("admin.pem"), "--tls-key", f("admin-key.pem")); st != 0 || out != want {
+		t.Errorf("TLS with the admin's certificate: %d %q %q", st, out, errs)
+	}
+	if st, out, errs := get("--tls-ca", f("ca.pem"), "--cluster-auth", nodeproc.ClusterAuthFile(t)); st != 0 || out != want {
+		t.Errorf("TLS with --cluster-auth: %d %q %q", st, out, errs)
+	}
+	t.Setenv("VBCACHE_TLS_CA", f("ca.pem"))
+	t.Setenv("VBCACHE_TLS_CERT", f("admin.pem"))
+	t.Setenv("VBCACHE_TLS_KEY", f("admin-key.pem"))
+	if st, out, errs := get(); st != 0 || out != want {
+		t.Errorf("TLS from the environment: %d %q %q", st, out, errs)
+	}
+	t.Setenv("VBCACHE_TLS_CA", "")
+	if st, out, errs := get(); st != 1 || !strings.Contains(errs, "needs the cluster's CA") {
+		t.Errorf("a client certificate without --tls-ca: %d %q %q", st, out, errs)
+	}
+}
