@@ -143,7 +143,7 @@ func ctlUsageErr(stderr io.Writer, fs *flag.FlagSet, format string, args ...any)
 func ctlFail(stderr io.Writer, fs *flag.FlagSet, err error) int {
 	fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
 	if admin.IsStatus(err, protocol.StatusAuthError) {
-		fmt.Fprintf(stderr, "%s: the node takes control requests only from the cluster administrator: give --cluster-auth FILE (or set VBCACHE_CLUSTER_AUTH) with the user:password file its --cluster-auth names\n", fs.Name())
+		fmt.Fprintf(stderr, "%s: the node takes control requests only from the cluster administrator: give --cluster-auth FILE (or set VBCACHE_CLUSTER_AUTH) with the user:password file its --cluster-auth names, or over TLS the admin's certificate (--tls-cert, --tls-key)\n", fs.Name())
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
 		fmt.Fprintf(stderr, "%s: the node closed the connection: if it runs with -Z it speaks only TLS: give --tls-ca FILE (or set VBCACHE_TLS_CA) with the cluster's CA\n", fs.Name())
