@@ -16,7 +16,7 @@ var testAdmin = &admin.Credentials{User: "admin", Password: "an admin's password
 // controlRequests is every cluster-control request (controlOp), each in a
 // form a node answers at once when it is served: the list that
 // docs/OPERATIONS.md gives.
-func controlRequests(t *testing.T) []struct {
+func controlRequests(t testing.TB) []struct {
 	name              string
 	op                protocol.Opcode
 	vb                uint16
@@ -251,4 +251,58 @@ func TestPeersLogIn(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzClusterAuth feeds a cluster node that has --cluster-auth and -S
+// arbitrary input on a plain TCP connection, seeded with logins (the
+// administrator's PLAIN login with the right password among them, which
+// is refused outside TLS) and every control request. Whatever arrives,
+// the connection never gets the admin role (SCRAM's proof cannot be
+// forged, and PLAIN is refused for the administrator here), no vbucket
+// leaves the dead state, and no cluster config is stored.
+func FuzzClusterAuth(f *testing.F) {
+	req := func(op protocol.Opcode, vb uint16, extras, key, value []byte) []byte {
+		return protocol.AppendRequest(nil, &protocol.Request{Header: protocol.Header{Opcode: op, VBucket: vb}, Extras: extras, Key: key, Value: value})
+	}
+	plainAdmin := req(protocol.OpSASLAuth, 0, nil, []byte("PLAIN"), []byte("\x00admin\x00"+testAdmin.Password))
+	plainReader := req(protocol.OpSASLAuth, 0, nil, []byte("PLAIN"), []byte("\x00reader\x00r"))
+	scram := req(protocol.OpSASLAuth, 0, nil, []byte("SCRAM-SHA256"), []byte("n,,n=admin,r=abcdefghijklmnop"))
+	step := req(protocol.OpSASLStep, 0, nil, []byte("SCRAM-SHA256"), []byte("c=biws,r=abcdefghijklmnop,p=AAAA"))
+	f.Add(plainAdmin)
+	f.Add(append(append([]byte{}, scram...), step...))
+	f.Add(append(req(protocol.OpSASLList, 0, nil, nil, nil), plainReader...))
+	var all []byte
+	for _, r := range controlRequests(f) {
+		one := req(r.op, r.vb, r.extras, r.key, r.body)
+		f.Add(append(append([]byte{}, plainAdmin...), one...))
+		f.Add(append(append([]byte{}, plainReader...), one...))
+		all = append(all, one...)
+	}
+	f.Add(append(append([]byte{}, plainAdmin...), all...))
+	f.Add(append([]byte("set k 0 0 1\r\nx\r\n"), plainAdmin...))
+	s, err := New(Config{Port: -1, PortSet: true, Version: "fuzz", VBuckets: 8, ClusterAuth: testAdmin,
+		SASL: true, SASLPasswords: map[string]string{"reader": "r"},
+		VBucketParkTimeout: time.Millisecond, Store: storeCfgForFuzz()})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(s.store.Close)
+	f.Fuzz(func(t *testing.T, in []byte) {
+		c := newConn(s, nil)
+		c.ctr = &s.counters[0]
+		c.rbuf = append([]byte(nil), in...)
+		c.r, c.w = 0, len(in)
+		c.processInput()
+		if c.admin {
+			t.Fatal("a plain connection got the admin role")
+		}
+		for vb := range s.cl.vbs.Len() {
+			if st := s.cl.vbs.Get(vb); st != vbucket.Dead {
+				t.Fatalf("vbucket %d is %v: a refused SET_VBUCKET took effect", vb, st)
+			}
+		}
+		if s.cl.config.Load() != nil {
+			t.Fatal("a refused SET_CLUSTER_CONFIG was stored")
+		}
+	})
 }
