@@ -304,11 +304,13 @@ func TestUnsureFailoverPromotesOnceTold(t *testing.T) {
 			t.Errorf("vbucket %d on the failed-over %s: %s, %v", vb, a, st, err)
 		}
 	}
-	logMu.Lock()
-	defer logMu.Unlock()
-	if !slices.ContainsFunc(logs, func(l string) bool {
-		return strings.Contains(l, a+" was told it is out: its failover's promotions done")
-	}) {
-		t.Error("no log line of the promotions done")
-	}
+	// The line is logged once every promotion is answered, which can come
+	// just after the vbuckets above were seen active.
+	waitFor(t, 10*time.Second, "a log line of the promotions done", func() bool {
+		logMu.Lock()
+		defer logMu.Unlock()
+		return slices.ContainsFunc(logs, func(l string) bool {
+			return strings.Contains(l, a+" was told it is out: its failover's promotions done")
+		})
+	})
 }
