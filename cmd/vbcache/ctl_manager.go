@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -68,6 +69,13 @@ func (f ctlManagerFlags) client() (*mgrclient.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cr != nil && cr.TLS != nil {
+		// A manager serving its API over HTTPS (--api-tls-cert) is
+		// verified against the cluster's CA, as nodes are.
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = cr.TLS
+		mc.HTTP.Transport = tr
+	}
 	if cr != nil {
 		mc.User, mc.Password = cr.User, cr.Password
 	}
@@ -81,6 +89,10 @@ func ctlManagerErr(stderr io.Writer, name string, err error) int {
 	var se *mgrclient.StatusError
 	if errors.As(err, &se) && strings.HasPrefix(se.Status, "401") {
 		fmt.Fprintf(stderr, "vbcache ctl %s: give --cluster-auth FILE (or set VBCACHE_CLUSTER_AUTH) with the user:password file the manager's --cluster-auth names\n", name)
+	}
+	var ua x509.UnknownAuthorityError
+	if errors.As(err, &ua) {
+		fmt.Fprintf(stderr, "vbcache ctl %s: the manager's HTTPS certificate is not signed by a CA ctl trusts: give --tls-ca FILE (or set VBCACHE_TLS_CA) with the cluster's CA\n", name)
 	}
 	return 1
 }

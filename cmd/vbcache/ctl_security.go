@@ -143,7 +143,7 @@ func ctlInitSecurity(args []string, stdout, stderr io.Writer) int {
 		f(secNode), f(secNodeKey), f(secCA))
 	fmt.Fprintf(stdout, "a cluster with every link on TLS and the control plane logged in:\n"+
 		"  vbcache server --vbuckets 1024 --cluster-auth %[4]s -Z -o ssl_chain_cert=%[1]s,ssl_key=%[2]s,ssl_ca_cert=%[3]s,ssl_verify_mode=1 ...\n"+
-		"  vbcache manager --cluster-auth %[4]s --tls-ca %[3]s --tls-cert %[1]s --tls-key %[2]s ...\n"+
+		"  vbcache manager --cluster-auth %[4]s --tls-ca %[3]s --tls-cert %[1]s --tls-key %[2]s --api-tls-cert %[1]s --api-tls-key %[2]s ...\n"+
 		"  export VBCACHE_CLUSTER_AUTH=%[4]s VBCACHE_TLS_CA=%[3]s VBCACHE_TLS_CERT=%[5]s VBCACHE_TLS_KEY=%[6]s   (for vbcache ctl)\n",
 		f(secNode), f(secNodeKey), f(secCA), f(secAdminPWDB), f(secAdmin), f(secAdminKey))
 	return 0

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/vbcache/vbcache/internal/manager"
+	"github.com/vbcache/vbcache/internal/tlsconf"
 )
 
 // managerFlags are "vbcache manager"'s settings; "vbcache local" fills
@@ -45,6 +47,8 @@ type managerFlags struct {
 	tlsCA         string // --tls-ca: dial nodes over TLS, verifying them against it
 	tlsCert       string // --tls-cert, --tls-key: the certificate presented to nodes
 	tlsKey        string
+	apiCert       string // --api-tls-cert, --api-tls-key: serve the HTTP API over HTTPS
+	apiKey        string
 }
 
 func (f *managerFlags) register(fs *flag.FlagSet) {
@@ -69,6 +73,8 @@ func (f *managerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.tlsCA, "tls-ca", "", "dial nodes over TLS (nodes run with -Z), verifying them against this CA file (ctl init-security's ca.pem)")
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "with --tls-ca: the client certificate presented to nodes (ctl init-security's node.pem)")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "with --tls-cert: its private key")
+	fs.StringVar(&f.apiCert, "api-tls-cert", "", "serve the HTTP API over HTTPS with this certificate (ctl init-security's node.pem); other managers reach it trusting --tls-ca")
+	fs.StringVar(&f.apiKey, "api-tls-key", "", "with --api-tls-cert: its private key")
 }
 
 // runManagerCmd is "vbcache manager".
@@ -120,17 +126,36 @@ func runManager(ctx context.Context, f managerFlags, logger *log.Logger, ready c
 		return err
 	}
 	defer cli.Close()
+	var apiTLS *tls.Config
+	var leaderTransport http.RoundTripper
+	if f.apiCert != "" || f.apiKey != "" {
+		r, err := tlsconf.New(tlsconf.Options{ChainCert: f.apiCert, Key: f.apiKey})
+		if err != nil {
+			return fmt.Errorf("--api-tls-cert: %w", err)
+		}
+		apiTLS = r.Config()
+		if creds == nil || creds.TLS == nil {
+			return errors.New("--api-tls-cert needs --tls-ca: a follower passes changes on to the leader's HTTPS API and verifies it against the cluster's CA")
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = creds.TLS
+		leaderTransport = tr
+	}
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
 		return err
 	}
+	scheme := "http://"
+	if apiTLS != nil {
+		scheme = "https://"
+	}
 	adv := f.advertise
 	if adv == "" {
-		adv = "http://" + ln.Addr().String()
+		adv = scheme + ln.Addr().String()
 	}
 	_, portStr, _ := net.SplitHostPort(ln.Addr().String())
 	port, _ := strconv.Atoi(portStr)
-	m, err := manager.New(manager.Config{Etcd: cli, Prefix: f.prefix, Advertise: adv, MgmtPort: port, Credentials: creds,
+	m, err := manager.New(manager.Config{Etcd: cli, Prefix: f.prefix, Advertise: adv, MgmtPort: port, Credentials: creds, LeaderTransport: leaderTransport,
 		NumVBuckets: f.vbuckets, Replicas: f.replicas, Chain: f.chain, FailoverAfter: f.failoverAfter,
 		Lease: f.lease, ProbeInterval: f.probe, MaxMoves: f.maxMoves, Logf: logger.Printf})
 	if err != nil {
@@ -138,6 +163,9 @@ func runManager(ctx context.Context, f managerFlags, logger *log.Logger, ready c
 		return err
 	}
 	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	if apiTLS != nil {
+		ln = tls.NewListener(ln, apiTLS)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }() // owned here: Shutdown below ends it
 	runDone := make(chan error, 1)

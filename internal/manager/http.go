@@ -185,7 +185,9 @@ func (m *Manager) mux() *http.ServeMux {
 					writeJSON(w, http.StatusBadGateway, map[string]string{"error": err.Error()})
 					return
 				}
-				httputil.NewSingleHostReverseProxy(u).ServeHTTP(w, r)
+				rp := httputil.NewSingleHostReverseProxy(u)
+				rp.Transport = m.cfg.LeaderTransport
+				rp.ServeHTTP(w, r)
 				return
 			}
 			res, err := fn(r.Context(), r)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"slices"
 	"strconv"
 	"sync"
@@ -36,6 +37,10 @@ type Config struct {
 	// the cluster administrator (--cluster-auth); nil: none, for nodes
 	// run with --insecure-cluster.
 	Credentials *admin.Credentials
+	// LeaderTransport carries a follower's requests to the leader's API
+	// (the changes it passes on); nil: http.DefaultTransport. With the
+	// API on HTTPS it trusts the cluster's CA.
+	LeaderTransport http.RoundTripper
 
 	NumVBuckets int  // for a new cluster (default 1024)
 	Replicas    int  // for a new cluster (0-3)

@@ -7,8 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -29,23 +32,32 @@ import (
 // failover prove its links. Under a load, the cluster grows 3→4 with no
 // wrong answer and no acknowledged write lost, then a node is killed and
 // failed over, and every key still reads back from the promoted
-// replicas. A plain TCP client gets no answer from any node.
+// replicas. A plain TCP client gets no answer from any node, and the
+// manager's API answers only HTTPS (--api-tls-cert).
 func TestTLSClusterGrowAndFailover(t *testing.T) {
 	keys := 5_000
 	if raceEnabled || testing.Short() {
 		keys = 2_000
 	}
-	sec := filepath.Join(t.TempDir(), "security")
-	if out, err := exec.Command(vbcacheBin, "ctl", "init-security", "--dir", sec).CombinedOutput(); err != nil {
-		t.Fatalf("ctl init-security: %v\n%s", err, out)
-	}
-	file := func(name string) string { return filepath.Join(sec, name) }
-	nodeTLS := append(vb256, "-Z", "-o", fmt.Sprintf("ssl_chain_cert=%s,ssl_key=%s,ssl_ca_cert=%s,ssl_verify_mode=1",
-		file("node.pem"), file("node-key.pem"), file("ca.pem")))
+	file, nodeTLS := initSecurity(t)
 	nodes := startNodes(t, 3, nodeTLS...)
 	m := mgr{t: t, url: startManager(t, append(vb256, "--replicas", "1", "--failover-after", "0",
-		"--tls-ca", file("ca.pem"), "--tls-cert", file("node.pem"), "--tls-key", file("node-key.pem"))...).URL()}
+		"--tls-ca", file("ca.pem"), "--tls-cert", file("node.pem"), "--tls-key", file("node-key.pem"),
+		"--api-tls-cert", file("node.pem"), "--api-tls-key", file("node-key.pem"))...).URL()}
 	m.waitLeader()
+	// The API speaks HTTPS only, with a certificate from the cluster's CA.
+	if !strings.HasPrefix(m.url, "https://") {
+		t.Fatalf("manager URL %s", m.url)
+	}
+	host := strings.TrimPrefix(m.url, "https://")
+	if resp, err := http.Get("http://" + host + "/status"); err != nil || resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("plain HTTP to the HTTPS API: %v %v, want 400", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	if _, err := http.Get(m.url + "/status"); err == nil {
+		t.Error("the API's certificate passed without the cluster's CA")
+	}
 	for _, n := range nodes {
 		m.addNode(n.Addr)
 	}
@@ -140,4 +152,55 @@ func plainNoop(addr string) error {
 		return fmt.Errorf("not a response: %x", hdr)
 	}
 	return nil
+}
+
+// initSecurity runs ctl init-security into a new directory; it returns
+// the path of a file in it, and the flags of a cluster node (vb256) that
+// serves TLS with its files and asks for client certificates.
+func initSecurity(t *testing.T) (file func(string) string, nodeFlags []string) {
+	t.Helper()
+	sec := filepath.Join(t.TempDir(), "security")
+	if out, err := exec.Command(vbcacheBin, "ctl", "init-security", "--dir", sec).CombinedOutput(); err != nil {
+		t.Fatalf("ctl init-security: %v\n%s", err, out)
+	}
+	file = func(name string) string { return filepath.Join(sec, name) }
+	return file, append(slices.Clip(vb256), "-Z", "-o", fmt.Sprintf("ssl_chain_cert=%s,ssl_key=%s,ssl_ca_cert=%s,ssl_verify_mode=1",
+		file("node.pem"), file("node-key.pem"), file("ca.pem")))
+}
+
+// Two managers serving their API over HTTPS: a change sent to the
+// follower reaches the leader through the follower's HTTPS client, which
+// trusts the cluster's CA (--tls-ca), and takes effect.
+func TestManagersOverHTTPS(t *testing.T) {
+	file, nodeTLS := initSecurity(t)
+	nodes := startNodes(t, 1, nodeTLS...)
+	procs := startManagerCluster(t, 2, "--vbuckets", fmt.Sprint(smallVBuckets), "--replicas", "0", "--failover-after", "0",
+		"--tls-ca", file("ca.pem"), "--tls-cert", file("node.pem"), "--tls-key", file("node-key.pem"),
+		"--api-tls-cert", file("node.pem"), "--api-tls-key", file("node-key.pem"))
+	ms := []mgr{{t: t, url: procs[0].URL()}, {t: t, url: procs[1].URL()}}
+	leader := waitLeading(t, ms, 30*time.Second)
+	for _, m := range ms {
+		if !strings.HasPrefix(m.url, "https://") || !strings.HasPrefix(m.status().Leader, "https://") {
+			t.Fatalf("manager %s names leader %q: want HTTPS", m.url, m.status().Leader)
+		}
+	}
+	ms[1-leader].addNode(nodes[0].Addr)
+	if s := ms[leader].status(); len(s.Nodes) != 1 || !s.Nodes[0].Member {
+		t.Fatalf("after an add through the follower: %+v", s.Nodes)
+	}
+	ms[1-leader].rebalance(60 * time.Second)
+	if s := ms[leader].status(); s.Nodes[0].Active != smallVBuckets {
+		t.Fatalf("after a rebalance through the follower: %+v", s.Nodes)
+	}
+
+	// ctl reaches the HTTPS API with the cluster's CA, and says what is
+	// missing without it.
+	out, err := exec.Command(vbcacheBin, "ctl", "status", "--manager", ms[1-leader].url, "--tls-ca", file("ca.pem")).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), nodes[0].Addr) {
+		t.Errorf("ctl status with --tls-ca: %v\n%s", err, out)
+	}
+	out, err = exec.Command(vbcacheBin, "ctl", "status", "--manager", ms[leader].url).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "give --tls-ca FILE") {
+		t.Errorf("ctl status without --tls-ca: %v\n%s", err, out)
+	}
 }

@@ -114,5 +114,35 @@ func withClusterAuth(tb testing.TB, manager bool, flags []string) []string {
 // change); each request may take timeout.
 func ManagerClient(url string, timeout time.Duration) *mgrclient.Client {
 	cr := ClusterCredentials()
-	return &mgrclient.Client{Base: url, HTTP: &http.Client{Timeout: timeout}, User: cr.User, Password: cr.Password}
+	hc := &http.Client{Timeout: timeout}
+	if host, ok := strings.CutPrefix(url, "https://"); ok {
+		if v, ok := managerTLS.Load(strings.TrimRight(host, "/")); ok {
+			tr := http.DefaultTransport.(*http.Transport).Clone()
+			tr.TLSClientConfig = v.(*tls.Config)
+			hc.Transport = tr
+		}
+	}
+	return &mgrclient.Client{Base: url, HTTP: hc, User: cr.User, Password: cr.Password}
+}
+
+// managerTLS maps the HTTP address of each manager started with
+// --api-tls-cert to a client configuration trusting its --tls-ca.
+var managerTLS sync.Map // string -> *tls.Config
+
+// noteManagerTLS records the API's TLS configuration of a manager
+// started with args.
+func noteManagerTLS(addr string, args []string) error {
+	if !slices.Contains(args, "--api-tls-cert") {
+		return nil
+	}
+	i := slices.Index(args, "--tls-ca")
+	if i < 0 || i+1 >= len(args) {
+		return fmt.Errorf("nodeproc: a manager with --api-tls-cert needs --tls-ca for the tests to reach it")
+	}
+	cfg, err := tlsconf.LoadClient(args[i+1], "", "")
+	if err != nil {
+		return err
+	}
+	managerTLS.Store(addr, cfg)
+	return nil
 }

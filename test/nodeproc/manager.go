@@ -29,6 +29,9 @@ func StartManager(tb testing.TB, vbcacheBin string, env []string, flags ...strin
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	args := append([]string{"manager", "--listen", addr}, withClusterAuth(tb, true, flags)...)
 	n := &Node{Kind: Manager, Port: port, Addr: addr, Args: args, stderr: new(bytes.Buffer), done: make(chan struct{})}
+	if err := noteManagerTLS(addr, args); err != nil {
+		tb.Fatal(err)
+	}
 	n.cmd = exec.Command(vbcacheBin, args...)
 	if len(env) > 0 {
 		n.cmd.Env = append(os.Environ(), env...)
@@ -64,5 +67,11 @@ func StartManager(tb testing.TB, vbcacheBin string, env []string, flags ...strin
 	}
 }
 
-// URL returns "http://" + Addr.
-func (n *Node) URL() string { return fmt.Sprintf("http://%s", n.Addr) }
+// URL returns "http://" + Addr, or "https://" + Addr for a manager
+// started with --api-tls-cert.
+func (n *Node) URL() string {
+	if _, ok := managerTLS.Load(n.Addr); ok {
+		return "https://" + n.Addr
+	}
+	return fmt.Sprintf("http://%s", n.Addr)
+}
