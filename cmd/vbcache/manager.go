@@ -155,7 +155,7 @@ func runManager(ctx context.Context, f managerFlags, logger *log.Logger, ready c
 	}
 	_, portStr, _ := net.SplitHostPort(ln.Addr().String())
 	port, _ := strconv.Atoi(portStr)
-	m, err := manager.New(manager.Config{Etcd: cli, Prefix: f.prefix, Advertise: adv, MgmtPort: port, Credentials: creds, LeaderTransport: leaderTransport,
+	m, err := manager.New(manager.Config{Etcd: cli, Prefix: f.prefix, Advertise: adv, MgmtPort: port, MgmtTLS: apiTLS != nil, Credentials: creds, LeaderTransport: leaderTransport,
 		NumVBuckets: f.vbuckets, Replicas: f.replicas, Chain: f.chain, FailoverAfter: f.failoverAfter,
 		Lease: f.lease, ProbeInterval: f.probe, MaxMoves: f.maxMoves, Logf: logger.Printf})
 	if err != nil {

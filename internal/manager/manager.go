@@ -32,6 +32,9 @@ type Config struct {
 	// MgmtPort is the port advertised as services.mgmt in configs (the
 	// manager's HTTP port; Couchbase's SDKs insist on one).
 	MgmtPort int
+	// MgmtTLS: the API is HTTPS (--api-tls-cert), so configs advertise
+	// MgmtPort as services.mgmtSSL.
+	MgmtTLS bool
 
 	// Credentials log the manager's control connections to nodes in as
 	// the cluster administrator (--cluster-auth); nil: none, for nodes
@@ -618,7 +621,7 @@ func (m *Manager) pushConfigAcks(ctx context.Context, s *State) (map[string]time
 	if len(s.Servers) == 0 {
 		return acks, m.cfg.Clock.Now() // no node holds anything yet: no config to give
 	}
-	data, err := json.Marshal(s.Config(m.cfg.MgmtPort))
+	data, err := json.Marshal(s.Config(m.services()))
 	if err != nil {
 		return acks, m.cfg.Clock.Now()
 	}
@@ -657,7 +660,7 @@ func (m *Manager) publishedAt(s *State) {
 // ConfigJSON returns the current config JSON (what /pools/default/b/default serves).
 func (m *Manager) ConfigJSON() []byte {
 	s := m.State()
-	b, _ := json.Marshal(s.Config(m.cfg.MgmtPort))
+	b, _ := json.Marshal(s.Config(m.services()))
 	return b
 }
 
@@ -675,4 +678,12 @@ func splitHostPort(a string) (string, int) {
 	}
 	n, _ := strconv.Atoi(p)
 	return h, n
+}
+
+// services is how configs advertise every node's ports: kvSSL when the
+// manager reaches nodes over TLS (they run with -Z and serve nothing
+// else), kv otherwise; the API's port as mgmtSSL or mgmt.
+func (m *Manager) services() Services {
+	return Services{Mgmt: m.cfg.MgmtPort, MgmtTLS: m.cfg.MgmtTLS,
+		KVTLS: m.cfg.Credentials != nil && m.cfg.Credentials.TLS != nil}
 }

@@ -448,7 +448,7 @@ func (m *Manager) tellFailedOver(ctx context.Context, s *State, addr string) {
 		m.mu.Unlock()
 		close(done)
 	}()
-	data, err := json.Marshal(s.Config(m.cfg.MgmtPort))
+	data, err := json.Marshal(s.Config(m.services()))
 	if err != nil {
 		return
 	}

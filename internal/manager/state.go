@@ -141,10 +141,30 @@ func (s *State) rowServers(row []int) []string {
 	return out
 }
 
+// Services says which ports a config advertises for every node, in
+// Couchbase's nodesExt service names.
+type Services struct {
+	Mgmt    int  // the manager API's port (Couchbase's SDKs require one)
+	MgmtTLS bool // the API is HTTPS: "mgmtSSL" rather than "mgmt"
+	KVTLS   bool // nodes serve only TLS (-Z): "kvSSL" rather than "kv"
+}
+
+// of is one node's services entry, its memcached port being port.
+func (sv Services) of(port int) map[string]int {
+	kv, mgmt := "kv", "mgmt"
+	if sv.KVTLS {
+		kv = "kvSSL"
+	}
+	if sv.MgmtTLS {
+		mgmt = "mgmtSSL"
+	}
+	return map[string]int{kv: port, mgmt: sv.Mgmt}
+}
+
 // Config renders the state as the terse bucket config nodes and clients
-// use (DESIGN.md §2). mgmtPort is advertised as every node's services.mgmt
-// (Couchbase's SDKs require one).
-func (s *State) Config(mgmtPort int) *vbmap.Config {
+// use (DESIGN.md §2), every node's services as sv says.
+func (s *State) Config(sv Services) *vbmap.Config {
+	mgmtPort := sv.Mgmt
 	cfg := &vbmap.Config{
 		Rev: s.Rev, RevEpoch: s.RevEpoch, Name: "default", UUID: s.UUID, NodeLocator: "vbucket",
 		BucketCapabilities: []string{"cccp"},
@@ -168,7 +188,7 @@ func (s *State) Config(mgmtPort int) *vbmap.Config {
 	for _, a := range s.Servers {
 		host, port := splitHostPort(a)
 		cfg.Nodes = append(cfg.Nodes, vbmap.Node{Hostname: fmt.Sprintf("%s:%d", host, mgmtPort), Ports: vbmap.NodePorts{Direct: port}})
-		cfg.NodesExt = append(cfg.NodesExt, vbmap.NodeExt{Hostname: host, Services: map[string]int{"kv": port, "mgmt": mgmtPort}})
+		cfg.NodesExt = append(cfg.NodesExt, vbmap.NodeExt{Hostname: host, Services: sv.of(port)})
 	}
 	return cfg
 }

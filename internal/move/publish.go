@@ -249,13 +249,28 @@ func addNode(cfg *vbmap.Config, host string, port int) {
 	if len(cfg.NodesExt) > 0 {
 		found := false
 		for _, n := range cfg.NodesExt {
-			if n.Hostname == host && n.Services["kv"] == port {
+			if n.Hostname == host && (n.Services["kv"] == port || n.Services["kvSSL"] == port) {
 				found = true
 			}
 		}
 		if !found {
-			cfg.NodesExt = append(cfg.NodesExt, vbmap.NodeExt{Hostname: host,
-				Services: map[string]int{"kv": port, "mgmt": mgmt}})
+			cfg.NodesExt = append(cfg.NodesExt, vbmap.NodeExt{Hostname: host, Services: newServices(cfg.NodesExt[0].Services, port, mgmt)})
 		}
 	}
+}
+
+// newServices is the services of a node added at port, named as the
+// existing entry like has them: kvSSL and mgmtSSL where the cluster
+// serves TLS, kv and mgmt otherwise.
+func newServices(like map[string]int, port, mgmt int) map[string]int {
+	kv, m := "kv", "mgmt"
+	if _, ok := like["kvSSL"]; ok {
+		if _, plain := like["kv"]; !plain {
+			kv = "kvSSL"
+		}
+	}
+	if p, ok := like["mgmtSSL"]; ok && like["mgmt"] == 0 {
+		m, mgmt = "mgmtSSL", p
+	}
+	return map[string]int{kv: port, m: mgmt}
 }

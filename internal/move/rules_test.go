@@ -2,6 +2,7 @@ package move
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 
 	"github.com/vbcache/vbcache/internal/vbmap"
@@ -148,5 +149,34 @@ func TestWithActive(t *testing.T) {
 	}
 	if _, _, err := withActive(raw, 2, "h2:2"); err == nil {
 		t.Fatal("vbucket outside the map accepted")
+	}
+}
+
+// TestWithActiveTLS: in a config of a TLS cluster (nodesExt names kvSSL
+// and mgmtSSL only), a new node joins with the same service names, and a
+// node already listed by kvSSL is not listed twice.
+func TestWithActiveTLS(t *testing.T) {
+	raw := []byte(`{"rev":4,"name":"default",
+"nodesExt":[{"hostname":"h1","services":{"kvSSL":1,"mgmtSSL":9443}}],
+"vBucketServerMap":{"hashAlgorithm":"CRC","numReplicas":0,"serverList":["h1:1"],
+"vBucketMap":[[0],[0]]}}`)
+	out, _, err := withActive(raw, 0, "h2:2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, err = withActive(out, 1, "h1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := vbmap.Parse(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []vbmap.NodeExt{
+		{Hostname: "h1", Services: map[string]int{"kvSSL": 1, "mgmtSSL": 9443}},
+		{Hostname: "h2", Services: map[string]int{"kvSSL": 2, "mgmtSSL": 9443}},
+	}
+	if !reflect.DeepEqual(got.NodesExt, want) {
+		t.Fatalf("nodesExt %+v, want %+v", got.NodesExt, want)
 	}
 }
