@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,7 +13,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/proxy"
+	"github.com/vbcache/vbcache/internal/tlsconf"
 )
 
 // runProxy is "vbcache proxy": a memcached-protocol proxy in front of a
@@ -31,6 +34,10 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	dist := fs.String("distribution", "ketama", "distribution of a static pool: ketama, modula, or memcache's names")
 	hash := fs.String("hash", "", "hash of a static pool (md5 for ketama; crc32a, crc32, one_at_a_time for modula)")
 	timeout := fs.Int("timeout", 0, "upstream timeout in milliseconds (0: 2000)")
+	upAuth := addClusterAuthFlags(fs, false)
+	dataAuth := fs.String("auth", "", "log in to the servers as this data user: a user:password file (memcached's SASL pwdb format, one entry), over SASL for binary clients' requests (nodes run with -S and MEMCACHED_SASL_PWDB) and as a text token for text clients' (nodes run with -Y, the same file)")
+	lnCert := fs.String("listen-tls-cert", "", "serve clients over TLS only, with this certificate chain (PEM); SIGHUP reloads it")
+	lnKey := fs.String("listen-tls-key", "", "with --listen-tls-cert: its private key")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: vbcache proxy -c FILE\n       vbcache proxy [--listen ADDR] --cluster NODE,… | --manager URL | --servers A,B [--distribution ketama]\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -41,15 +48,39 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	// upstream reads the credentials files anew at every load, so that
+	// SIGHUP rotates them for new server connections.
+	upstream := func() (*admin.Credentials, error) {
+		cr, err := upAuth.credentials()
+		if err != nil || *dataAuth == "" {
+			return cr, err
+		}
+		if cr != nil && cr.User != "" {
+			return nil, errors.New("give --auth or --cluster-auth, not both")
+		}
+		du, err := admin.LoadCredentials(*dataAuth)
+		if err != nil {
+			return nil, fmt.Errorf("--auth: %w", err)
+		}
+		if cr != nil {
+			du.TLS = cr.TLS
+		}
+		return du, nil
+	}
 	load := func() (*proxy.Config, error) {
+		up, err := upstream()
+		if err != nil {
+			return nil, err
+		}
 		if *file != "" {
 			cfg, err := proxy.LoadConfig(*file)
 			if cfg != nil {
 				comparisons(cfg)
+				cfg.Upstream = up
 			}
 			return cfg, err
 		}
-		cfg := &proxy.Config{Listen: *listen, Timeout: *timeout}
+		cfg := &proxy.Config{Listen: *listen, Timeout: *timeout, Upstream: up}
 		comparisons(cfg)
 		switch {
 		case *cluster != "":
@@ -69,10 +100,17 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "vbcache proxy: %v\n", err)
 		return 2
 	}
+	var lnTLS *tlsconf.Reloader
+	if *lnCert != "" || *lnKey != "" {
+		if lnTLS, err = tlsconf.New(tlsconf.Options{ChainCert: *lnCert, Key: *lnKey}); err != nil {
+			fmt.Fprintf(stderr, "vbcache proxy: --listen-tls-cert: %v\n", err)
+			return 2
+		}
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logger := log.New(stderr, "", log.LstdFlags)
-	if err := serveProxy(ctx, cfg, load, *file, logger); err != nil {
+	if err := serveProxy(ctx, cfg, load, *file, lnTLS, logger); err != nil {
 		fmt.Fprintf(stderr, "vbcache proxy: %v\n", err)
 		return 1
 	}
@@ -87,8 +125,9 @@ func comparisons(cfg *proxy.Config) {
 }
 
 // serveProxy runs a proxy until ctx ends, reloading on SIGHUP and, when
-// file is set, when its modification time changes.
-func serveProxy(ctx context.Context, cfg *proxy.Config, load func() (*proxy.Config, error), file string, logger *log.Logger) error {
+// file is set, when its modification time changes. With lnTLS it serves
+// clients over TLS only, and SIGHUP reloads the certificate too.
+func serveProxy(ctx context.Context, cfg *proxy.Config, load func() (*proxy.Config, error), file string, lnTLS *tlsconf.Reloader, logger *log.Logger) error {
 	// SIGHUP is caught, and the file's mtime taken, before the proxy is
 	// built and listens: a SIGHUP sent as soon as the port accepts then
 	// reloads rather than ends the process (the signal's default action),
@@ -115,12 +154,22 @@ func serveProxy(ctx context.Context, cfg *proxy.Config, load func() (*proxy.Conf
 		p.Close()
 		return err
 	}
+	scheme := ""
+	if lnTLS != nil {
+		ln = tls.NewListener(ln, lnTLS.Config())
+		scheme = " (TLS)"
+	}
 	serr := make(chan error, 1)
 	go func() { serr <- p.Serve(ln) }() // owned here: p.Close ends it
-	logger.Printf("vbcache proxy: listening on %s", ln.Addr())
+	logger.Printf("vbcache proxy: listening on %s%s", ln.Addr(), scheme)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	reload := func(why string) {
+		if lnTLS != nil && why == "SIGHUP" {
+			if err := lnTLS.Reload(); err != nil {
+				logger.Printf("vbcache proxy: reload (%s) of the TLS certificate failed, keeping the old one: %v", why, err)
+			}
+		}
 		cfg, err := load()
 		if err == nil {
 			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -10,6 +10,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/memcache"
 )
 
@@ -56,6 +57,14 @@ type Config struct {
 	// request to its server at once instead of holding it for the next
 	// answer (writeUp).
 	NoRequestHold bool `json:"-"`
+
+	// Upstream is how the proxy reaches its servers, from its flags
+	// rather than the pool file: over TLS (Upstream.TLS, for nodes run
+	// with -Z; a manager's HTTPS API is verified with it too) and logged
+	// in over SASL SCRAM as Upstream.User (a data user of nodes run with
+	// -S). nil: plain TCP, no login. Each reload takes the new value,
+	// which new server connections use.
+	Upstream *admin.Credentials `json:"-"`
 
 	// twemproxy keys accepted and ignored (they have no meaning here, or
 	// their default is the only behaviour): backlog, preconnect,

@@ -200,6 +200,7 @@ type lup struct {
 	q          []lfrag // requests sent or queued, in order, from qh
 	qh         int
 	deadline   time.Time
+	bridge     *upBridge // the connection goes through a bridge (loop_bridge.go); nil: a socket to the server
 }
 
 // lfrag is one request on a server connection: a store, or the part of

@@ -117,6 +117,9 @@ func (l *ploop) connect(up *lup) error {
 	default:
 		return dialErr(errors.New("unsupported address"))
 	}
+	if cr := up.u.cfg.Upstream; cr != nil && (cr.TLS != nil || cr.User != "") && family != syscall.AF_UNIX {
+		return l.connectBridged(up, cr)
+	}
 	fd, err := syscall.Socket(family, syscall.SOCK_STREAM|syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return dialErr(os.NewSyscallError("socket", err))
@@ -129,6 +132,11 @@ func (l *ploop) connect(up *lup) error {
 		syscall.Close(fd)
 		return dialErr(os.NewSyscallError("connect", err))
 	}
+	return l.pollUp(up, fd, dialErr)
+}
+
+// pollUp makes fd, connecting, up's socket on the loop.
+func (l *ploop) pollUp(up *lup, fd int, dialErr func(error) error) error {
 	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLOUT | syscall.EPOLLRDHUP | (syscall.EPOLLET & 0xffffffff), Fd: int32(fd)}
 	if err := syscall.EpollCtl(l.pl.FD, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		syscall.Close(fd)
@@ -466,6 +474,11 @@ func (l *ploop) closeIfDone(up *lup) {
 // the failure. A connection the server closed while nothing was asked of
 // it is just closed (a server restart, an idle timeout): no request failed.
 func (l *ploop) failUp(up *lup, err error) {
+	if b := up.bridge; b != nil {
+		if e := b.err.Load(); e != nil {
+			err = *e // the bridge's dial failed: nothing reached the server
+		}
+	}
 	q := up.q[up.qh:]
 	asked := len(q) > 0 || up.connecting
 	up.q, up.qh, up.unanswered = up.q[:0], 0, 0
@@ -504,6 +517,7 @@ func (l *ploop) closeFD(up *lup) {
 		l.tab[up.fd] = loopEntry{}
 	}
 	up.fd, up.connecting, up.hup, up.wblocked = -1, false, false, false
+	up.bridge = nil
 	up.st.conns.Add(-1)
 }
 

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log"
@@ -17,6 +18,9 @@ import (
 )
 
 const (
+	// handshakeTimeout bounds a TLS client's handshake, as the node's.
+	handshakeTimeout = 10 * time.Second
+
 	readBufSize = 16 << 10
 	maxGetLine  = 64 << 20 // a multi-key get line may be this long
 	maxBody     = 64 << 20 // largest binary body or text value accepted
@@ -58,6 +62,11 @@ type Proxy struct {
 
 	wg sync.WaitGroup // the loops, the bridges' goroutines and retiring upstreams
 
+	// bctx ends the dials of bridged server connections (loop_bridge.go)
+	// when Close calls bcancel.
+	bctx    context.Context
+	bcancel context.CancelFunc
+
 	ctr       counters
 	verbosity atomic.Int32
 
@@ -76,6 +85,7 @@ type counters struct {
 	deleteHits, deleteMisses, incrHits, incrMisses, decrHits, decrMisses atomic.Int64
 	casHits, casMisses, casBadval, cmdFlush, bytesRead, bytesWritten     atomic.Int64
 	upstreamErrors                                                       atomic.Int64
+	tlsHandshakeErrors                                                   atomic.Int64 // TLS clients whose handshake failed (ssl_handshake_errors)
 	fastPath                                                             atomic.Int64 // requests forwarded or answered by an event loop (inline answers and stats requests aside)
 }
 
@@ -88,6 +98,7 @@ func New(ctx context.Context, cfg *Config) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.bctx, p.bcancel = context.WithCancel(context.Background())
 	p.cur.Store(u)
 	return p, nil
 }
@@ -205,6 +216,17 @@ func (p *Proxy) bridge(c *conn, nc net.Conn, l *ploop) bool {
 	}
 	go func() { // the client's requests to the loop
 		defer p.wg.Done()
+		if tc, ok := nc.(*tls.Conn); ok {
+			// A client gets handshakeTimeout to finish its TLS handshake.
+			tc.SetDeadline(time.Now().Add(handshakeTimeout))
+			err := tc.Handshake()
+			tc.SetDeadline(time.Time{})
+			if err != nil {
+				p.ctr.tlsHandshakeErrors.Add(1)
+				far.(*net.UnixConn).CloseWrite()
+				return
+			}
+		}
 		io.Copy(far, nc)
 		far.(*net.UnixConn).CloseWrite()
 	}()
@@ -291,6 +313,7 @@ func (p *Proxy) close() {
 		nc.Close()
 	}
 	p.loopsOnce.Do(func() {}) // no loops start after this
+	p.bcancel()
 	for _, l := range p.loopList() {
 		l.stop()
 	}

@@ -66,6 +66,7 @@ func (p *Proxy) statLines() [][2]string {
 		{"proxy_reloads", i(c.reloads.Load())},
 		{"proxy_reload_errors", i(c.reloadErrors.Load())},
 		{"proxy_fast_path", i(c.fastPath.Load())},
+		{"ssl_handshake_errors", i(c.tlsHandshakeErrors.Load())},
 	}
 	if rt := u.route.Load(); u.cluster && rt != nil {
 		out = append(out, [2]string{"proxy_map_rev", i(rt.RevEpoch) + "." + i(rt.Rev)})

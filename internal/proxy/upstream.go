@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/manager/mgrclient"
 	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/vbmap"
@@ -84,14 +86,14 @@ func newUpstream(ctx context.Context, cfg *Config, st *serverStats) (*upstream, 
 	seeds := cfg.Cluster.Nodes
 	var body []byte
 	if m := cfg.Cluster.Manager; m != "" {
-		b, err := managerConfig(ctx, m)
+		b, err := managerConfig(ctx, u.managerClient(m))
 		if err != nil {
 			cancel()
 			return nil, err
 		}
 		body = b
 	} else {
-		b, err := fetchClusterConfig(ctx, seeds, u.timeout)
+		b, err := fetchClusterConfig(ctx, seeds, u.timeout, cfg.Upstream)
 		if err != nil {
 			cancel()
 			return nil, fmt.Errorf("proxy: cluster %s: no node gave a config: %w", strings.Join(seeds, ","), err)
@@ -151,7 +153,7 @@ func (u *upstream) wantMap() {
 // instead of at its next NOT_MY_VBUCKET or poll.
 func (u *upstream) followManager(ctx context.Context, base string) {
 	defer u.follow.Done()
-	mc := &mgrclient.Client{Base: base}
+	mc := u.managerClient(base)
 	for ctx.Err() == nil {
 		if s, err := mc.StreamConfigs(ctx); err == nil {
 			for {
@@ -218,7 +220,7 @@ func (u *upstream) fetchRoute(ctx context.Context) {
 		}
 		seen[s] = true
 		wg.Go(func() {
-			if body, err := fetchClusterConfig(ctx, []string{s}, u.timeout); err == nil {
+			if body, err := fetchClusterConfig(ctx, []string{s}, u.timeout, u.cfg.Upstream); err == nil {
 				u.setRoute(body)
 			}
 		})
@@ -227,12 +229,12 @@ func (u *upstream) fetchRoute(ctx context.Context) {
 }
 
 // fetchClusterConfig asks the servers in turn for their cluster config
-// with a bare binary GET_CLUSTER_CONFIG (0xb5).
-func fetchClusterConfig(ctx context.Context, servers []string, timeout time.Duration) ([]byte, error) {
+// with a bare binary GET_CLUSTER_CONFIG (0xb5), over TLS and logged in
+// as cr says (nil: plain TCP).
+func fetchClusterConfig(ctx context.Context, servers []string, timeout time.Duration, cr *admin.Credentials) ([]byte, error) {
 	var lastErr error = memcache.ErrNoServers
 	for _, s := range servers {
-		d := net.Dialer{Timeout: timeout}
-		nc, err := d.DialContext(ctx, "tcp", s)
+		nc, err := cr.DialNet(ctx, s, timeout)
 		if err != nil {
 			lastErr = err
 			continue
@@ -268,12 +270,25 @@ func fetchClusterConfig(ctx context.Context, servers []string, timeout time.Dura
 	return nil, lastErr
 }
 
-// managerConfig fetches the cluster config from the manager at base,
+// managerClient is a client of the manager at base, trusting
+// cfg.Upstream's CA when the proxy reaches its nodes over TLS.
+func (u *upstream) managerClient(base string) *mgrclient.Client {
+	mc := &mgrclient.Client{Base: base}
+	if cr := u.cfg.Upstream; cr != nil && cr.TLS != nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = cr.TLS
+		mc.HTTP = &http.Client{Transport: tr}
+	}
+	return mc
+}
+
+// managerConfig fetches the cluster config from the manager mc names,
 // within 10 s. Its errors say "proxy: manager BASE: " and why.
-func managerConfig(ctx context.Context, base string) ([]byte, error) {
+func managerConfig(ctx context.Context, mc *mgrclient.Client) ([]byte, error) {
+	base := mc.Base
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	b, err := (&mgrclient.Client{Base: base}).Config(ctx)
+	b, err := mc.Config(ctx)
 	var se *mgrclient.StatusError
 	var ue *url.Error
 	switch {
