@@ -59,7 +59,8 @@ func bridgePKI(t *testing.T) (srv, cli, other *tls.Config) {
 }
 
 // A pool server reached through the bridge (Config.Upstream): over TLS,
-// logged in over SASL for binary requests. A text client's requests and
+// logged in over SASL for binary requests and with a text token (-Y) for
+// text ones. A text client's requests and
 // a binary client's go through, the second after the first connection
 // closed; a proxy trusting another CA answers SERVER_ERROR naming the
 // certificate, and one with a wrong password the node's auth error.
@@ -148,6 +149,18 @@ func TestBridgedUpstream(t *testing.T) {
 	_, addr = start(node, &admin.Credentials{TLS: otherTLS})
 	if got := text(addr, "get k\r\n", 1); !strings.HasPrefix(got, "SERVER_ERROR") || !strings.Contains(got, "certificate") {
 		t.Errorf("a bridge trusting another CA: %q, want SERVER_ERROR about the certificate", got)
+	}
+
+	// A text connection logs in with memcached's text token (-Y).
+	tokenNode := servertest.Start(t, server.Config{Version: "test", TLS: srvTLS, Protocol: server.ProtoASCII,
+		AuthTokens: map[string]string{"app": "secret"}})
+	_, addr = start(tokenNode, &admin.Credentials{TLS: cliTLS, User: "app", Password: "secret"})
+	if got := text(addr, "set t 0 0 1\r\nx\r\nget t\r\n", 4); got != "STORED|VALUE t 0 1|x|END" {
+		t.Errorf("text through a bridge logged in with a token: %q", got)
+	}
+	_, addr = start(tokenNode, &admin.Credentials{TLS: cliTLS, User: "app", Password: "wrong"})
+	if got := text(addr, "get t\r\n", 1); !strings.HasPrefix(got, "SERVER_ERROR") || !strings.Contains(got, "authentication failure") {
+		t.Errorf("text through a bridge with a wrong token: %q", got)
 	}
 
 	set := &protocol.Request{Header: protocol.Header{Opcode: protocol.OpSet, Opaque: 1}, Extras: make([]byte, 8), Key: []byte("b"), Value: []byte("w")}
