@@ -75,62 +75,10 @@ func ctlInitSecurity(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "vbcache ctl init-security: --hosts names no host")
 		return 2
 	}
-	if err := os.MkdirAll(*dir, 0o700); err != nil {
-		return fail("%v", err)
-	}
-	for _, name := range []string{secCA, secCAKey, secNode, secNodeKey, secAdmin, secAdminKey, secAdminPWDB} {
-		if _, err := os.Lstat(filepath.Join(*dir, name)); err == nil {
-			return fail("%s already exists: not replacing a cluster's security files (choose another --dir)", filepath.Join(*dir, name))
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return fail("%v", err)
-		}
-	}
-
 	notAfter := time.Now().Add(time.Duration(*days) * 24 * time.Hour)
-	ca, err := tlsconf.NewCA("vbcache cluster CA", notAfter)
+	files, err := writeSecurity(*dir, hostList, notAfter)
 	if err != nil {
-		return fail("making the CA: %v", err)
-	}
-	caKey, err := ca.KeyPEM()
-	if err != nil {
-		return fail("making the CA: %v", err)
-	}
-	node, nodeKey, err := ca.Issue(tlsconf.Leaf{Name: "vbcache node", Hosts: hostList, Server: true, Client: true, NotAfter: notAfter})
-	if err != nil {
-		return fail("making the processes' certificate: %v", err)
-	}
-	admin, adminKey, err := ca.Issue(tlsconf.Leaf{Name: secAdminUser, Client: true, NotAfter: notAfter})
-	if err != nil {
-		return fail("making the admin's certificate: %v", err)
-	}
-	pwdb := newAdminPWDB()
-
-	files := []struct {
-		name string
-		data []byte
-		what string
-	}{
-		{secCA, ca.CertPEM(), "the CA's certificate (ssl_ca_cert of every process)"},
-		{secCAKey, caKey, "the CA's key: keep it offline once certificates are issued"},
-		{secNode, node, "the processes' certificate (ssl_chain_cert), for " + strings.Join(hostList, ", ")},
-		{secNodeKey, nodeKey, "its key (ssl_key)"},
-		{secAdmin, admin, "the admin's client certificate (CN=" + secAdminUser + ")"},
-		{secAdminKey, adminKey, "its key"},
-		{secAdminPWDB, pwdb, "the admin's SASL password (MEMCACHED_SASL_PWDB format)"},
-	}
-	for _, f := range files {
-		// O_EXCL: a file that appeared since the check is not replaced.
-		w, err := os.OpenFile(filepath.Join(*dir, f.name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return fail("%v", err)
-		}
-		_, err = w.Write(f.data)
-		if cerr := w.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return fail("%v", err)
-		}
+		return fail("%v", err)
 	}
 	fmt.Fprintf(stdout, "wrote into %s (each file 0600), valid until %s:\n", *dir, notAfter.UTC().Format(time.DateOnly))
 	for _, f := range files {
@@ -144,6 +92,7 @@ func ctlInitSecurity(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "a cluster with every link on TLS and the control plane logged in:\n"+
 		"  vbcache server --vbuckets 1024 --cluster-auth %[4]s -Z -o ssl_chain_cert=%[1]s,ssl_key=%[2]s,ssl_ca_cert=%[3]s,ssl_verify_mode=1 ...\n"+
 		"  vbcache manager --cluster-auth %[4]s --tls-ca %[3]s --tls-cert %[1]s --tls-key %[2]s --api-tls-cert %[1]s --api-tls-key %[2]s ...\n"+
+		"  vbcache proxy --manager https://MANAGER --tls-ca %[3]s --listen-tls-cert %[1]s --listen-tls-key %[2]s ...   (add --auth FILE for nodes run with -S)\n"+
 		"  export VBCACHE_CLUSTER_AUTH=%[4]s VBCACHE_TLS_CA=%[3]s VBCACHE_TLS_CERT=%[5]s VBCACHE_TLS_KEY=%[6]s   (for vbcache ctl)\n",
 		f(secNode), f(secNodeKey), f(secCA), f(secAdminPWDB), f(secAdmin), f(secAdminKey))
 	return 0
@@ -155,4 +104,70 @@ func newAdminPWDB() []byte {
 	pw := make([]byte, 24)
 	rand.Read(pw) // never fails (crypto/rand's Read panics rather than return an error)
 	return []byte(secAdminUser + ":" + base64.RawURLEncoding.EncodeToString(pw) + "\n")
+}
+
+// secFile is one file init-security writes.
+type secFile struct {
+	name string
+	data []byte
+	what string
+}
+
+// writeSecurity makes a cluster's security files in dir (made 0700 if
+// missing; each file 0600), the processes' certificate valid for hosts,
+// everything until notAfter. It replaces no file.
+func writeSecurity(dir string, hostList []string, notAfter time.Time) ([]secFile, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	for _, name := range []string{secCA, secCAKey, secNode, secNodeKey, secAdmin, secAdminKey, secAdminPWDB} {
+		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
+			return nil, fmt.Errorf("%s already exists: not replacing a cluster's security files (choose another --dir)", filepath.Join(dir, name))
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+	}
+
+	ca, err := tlsconf.NewCA("vbcache cluster CA", notAfter)
+	if err != nil {
+		return nil, fmt.Errorf("making the CA: %w", err)
+	}
+	caKey, err := ca.KeyPEM()
+	if err != nil {
+		return nil, fmt.Errorf("making the CA: %w", err)
+	}
+	node, nodeKey, err := ca.Issue(tlsconf.Leaf{Name: "vbcache node", Hosts: hostList, Server: true, Client: true, NotAfter: notAfter})
+	if err != nil {
+		return nil, fmt.Errorf("making the processes' certificate: %w", err)
+	}
+	admin, adminKey, err := ca.Issue(tlsconf.Leaf{Name: secAdminUser, Client: true, NotAfter: notAfter})
+	if err != nil {
+		return nil, fmt.Errorf("making the admin's certificate: %w", err)
+	}
+	pwdb := newAdminPWDB()
+
+	files := []secFile{
+		{secCA, ca.CertPEM(), "the CA's certificate (ssl_ca_cert of every process)"},
+		{secCAKey, caKey, "the CA's key: keep it offline once certificates are issued"},
+		{secNode, node, "the processes' certificate (ssl_chain_cert), for " + strings.Join(hostList, ", ")},
+		{secNodeKey, nodeKey, "its key (ssl_key)"},
+		{secAdmin, admin, "the admin's client certificate (CN=" + secAdminUser + ")"},
+		{secAdminKey, adminKey, "its key"},
+		{secAdminPWDB, pwdb, "the admin's SASL password (MEMCACHED_SASL_PWDB format)"},
+	}
+	for _, f := range files {
+		// O_EXCL: a file that appeared since the check is not replaced.
+		w, err := os.OpenFile(filepath.Join(dir, f.name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		_, err = w.Write(f.data)
+		if cerr := w.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return files, nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/manager"
 	"github.com/vbcache/vbcache/internal/proxy"
+	"github.com/vbcache/vbcache/internal/tlsconf"
 )
 
 // runLocal is "vbcache local": a manager with an embedded etcd and N node
@@ -40,6 +42,7 @@ func runLocal(args []string, stdout, stderr io.Writer) int {
 	keep := fs.Bool("keep", false, "keep the data directory when stopping")
 	syncRep := fs.Bool("sync-replication", false, "nodes answer a write once its replicas have it (a failover then loses no acknowledged write)")
 	failoverAfter := fs.Duration("failover-after", 10*time.Second, "the manager fails over a node that stops answering for this long (0: only by hand), as vbcache manager's flag")
+	useTLS := fs.Bool("tls", false, "every link on TLS: a CA and certificates made in the data directory's security/ (as ctl init-security), nodes with -Z, the manager's API on HTTPS, the proxy on TLS to clients and to nodes")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: vbcache local [flags]\n\nStarts a whole cluster on this machine: an embedded etcd, a manager and\nN cache nodes, populated and rebalanced; Ctrl-C stops it.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -62,7 +65,7 @@ func runLocal(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	logger := log.New(stderr, "", log.LstdFlags)
 	if err := local(ctx, localConfig{nodes: *nodes, replicas: *replicas, base: *base, vbuckets: *vbuckets,
-		memory: *memory, dataDir: *dataDir, keep: *keep, syncReplication: *syncRep, failoverAfter: *failoverAfter}, stdout, logger); err != nil {
+		memory: *memory, dataDir: *dataDir, keep: *keep, syncReplication: *syncRep, failoverAfter: *failoverAfter, tls: *useTLS}, stdout, logger); err != nil {
 		fmt.Fprintf(stderr, "vbcache local: %v\n", err)
 		return 1
 	}
@@ -73,6 +76,7 @@ type localConfig struct {
 	nodes, replicas, base, vbuckets, memory int
 	dataDir                                 string
 	keep, syncReplication                   bool
+	tls                                     bool          // --tls
 	failoverAfter                           time.Duration // the manager's --failover-after
 }
 
@@ -95,6 +99,21 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
 	// control requests and the manager logs in with: made here, kept with
 	// the data (a kept directory's is used again).
 	authFile := filepath.Join(dir, secAdminPWDB)
+	// With --tls, a CA and the certificates too, as init-security makes
+	// them (its admin.pwdb is then the login): made once, kept with the
+	// data.
+	secDir := filepath.Join(dir, "security")
+	sec := func(name string) string { return filepath.Join(secDir, name) }
+	if c.tls {
+		authFile = sec(secAdminPWDB)
+		if _, err := os.Stat(sec(secCA)); errors.Is(err, fs.ErrNotExist) {
+			if _, err := writeSecurity(secDir, []string{"localhost", "127.0.0.1", "::1"}, time.Now().Add(825*24*time.Hour)); err != nil {
+				return err
+			}
+		} else if err != nil {
+			return err
+		}
+	}
 	if f, err := os.OpenFile(authFile, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
 		_, err = f.Write(newAdminPWDB())
 		if cerr := f.Close(); err == nil {
@@ -152,6 +171,9 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
 		if c.syncReplication {
 			cmd.Args = append(cmd.Args, "--sync-replication")
 		}
+		if c.tls {
+			cmd.Args = append(cmd.Args, "-Z", "-o", localNodeTLS(sec))
+		}
 		if err := cmd.Start(); err != nil {
 			return fmt.Errorf("starting node %s: %w", addr, err)
 		}
@@ -167,6 +189,10 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
 		etcdClient: "http://127.0.0.1:" + strconv.Itoa(etcdClient), etcdPeer: "http://127.0.0.1:" + strconv.Itoa(etcdPeer),
 		vbuckets: c.vbuckets, replicas: c.replicas, failoverAfter: c.failoverAfter, maxMoves: 8, prefix: "/vbcache/default",
 		clusterAuth: authFile}
+	if c.tls {
+		mf.tlsCA, mf.tlsCert, mf.tlsKey = sec(secCA), sec(secNode), sec(secNodeKey)
+		mf.apiCert, mf.apiKey = sec(secNode), sec(secNodeKey)
+	}
 	ready := make(chan *manager.Manager, 1)
 	mctx, mstop := context.WithCancel(ctx)
 	defer mstop()
@@ -222,6 +248,21 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
 	mgr := "http://" + mf.listen
 	// The proxy on the base port, following the manager's map.
 	pcfg := &proxy.Config{Listen: net.JoinHostPort("127.0.0.1", strconv.Itoa(c.base)), Manager: mgr}
+	var lnTLS *tls.Config
+	if c.tls {
+		mgr = "https://" + mf.listen
+		pcfg.Manager = mgr
+		up, err := tlsconf.LoadClient(sec(secCA), sec(secNode), sec(secNodeKey))
+		if err != nil {
+			return err
+		}
+		pcfg.Upstream = &admin.Credentials{TLS: up}
+		r, err := tlsconf.New(tlsconf.Options{ChainCert: sec(secNode), Key: sec(secNodeKey)})
+		if err != nil {
+			return err
+		}
+		lnTLS = r.Config()
+	}
 	if err := pcfg.Check(); err != nil {
 		return err
 	}
@@ -236,22 +277,33 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
 		px.Close()
 		return fmt.Errorf("proxy: %w", err)
 	}
+	if lnTLS != nil {
+		pln = tls.NewListener(pln, lnTLS)
+	}
 	go px.Serve(pln) // owned here: px.Close ends it
 	defer px.Close()
+	nodeHow, proxyHow, login, nodeFlags := "binary, text, meta", "(telnet localhost %[1]d reaches the cluster)", "", ""
+	if c.tls {
+		nodeHow = "TLS: binary, text, meta"
+		proxyHow = "(TLS: openssl s_client -connect 127.0.0.1:%[1]d -CAfile " + sec(secCA) + " reaches the cluster)"
+		login = " VBCACHE_TLS_CA=" + sec(secCA) + " VBCACHE_TLS_CERT=" + sec(secAdmin) + " VBCACHE_TLS_KEY=" + sec(secAdminKey)
+		nodeFlags = " -Z -o " + localNodeTLS(sec)
+	}
+	proxyHow = fmt.Sprintf(proxyHow, c.base)
 	fmt.Fprintf(stdout, `vbcache local: %d nodes, %d vbuckets, %d replica(s), ready in %v
 
-  nodes (binary, text, meta):   %s
+  nodes (%s):   %s
   manager (HTTP API):           %s
   cluster map for clients:      %s/pools/default/b/default
-  proxy (text, meta, binary):   127.0.0.1:%d   (telnet localhost %d reaches the cluster)
+  proxy (text, meta, binary):   127.0.0.1:%d   %s
 
-  export VBCACHE_CLUSTER_AUTH=%s   (the cluster administrator: nodes and the manager take changes only from it)
+  export VBCACHE_CLUSTER_AUTH=%s%s   (the cluster administrator: nodes and the manager take changes only from it)
   vbcache ctl --manager %s status
-  vbcache server --vbuckets %d --cluster-auth $VBCACHE_CLUSTER_AUTH -p PORT -l 127.0.0.1   then   vbcache ctl --manager %s add-node 127.0.0.1:PORT && vbcache ctl --manager %s rebalance --wait
+  vbcache server --vbuckets %d --cluster-auth $VBCACHE_CLUSTER_AUTH%s -p PORT -l 127.0.0.1   then   vbcache ctl --manager %s add-node 127.0.0.1:PORT && vbcache ctl --manager %s rebalance --wait
 
 Data in %s (%s at exit). Ctrl-C stops the cluster.
-`, c.nodes, c.vbuckets, c.replicas, time.Since(start).Round(time.Millisecond), strings.Join(addrs, " "), mgr, mgr, c.base, c.base,
-		authFile, mgr, c.vbuckets, mgr, mgr, dir, map[bool]string{true: "kept", false: "removed"}[c.keep])
+`, c.nodes, c.vbuckets, c.replicas, time.Since(start).Round(time.Millisecond), nodeHow, strings.Join(addrs, " "), mgr, mgr, c.base, proxyHow,
+		authFile, login, mgr, c.vbuckets, nodeFlags, mgr, mgr, dir, map[bool]string{true: "kept", false: "removed"}[c.keep])
 	select {
 	case <-ctx.Done():
 	case err := <-merr:
@@ -301,4 +353,10 @@ func waitListening(ctx context.Context, addr string, limit time.Duration) error 
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// localNodeTLS is the -o value of a --tls node: the security files sec
+// names, client certificates asked for (the admin's is a login).
+func localNodeTLS(sec func(string) string) string {
+	return fmt.Sprintf("ssl_chain_cert=%s,ssl_key=%s,ssl_ca_cert=%s,ssl_verify_mode=1", sec(secNode), sec(secNodeKey), sec(secCA))
 }
