@@ -92,6 +92,7 @@ func parseBenchFlags(args []string, stdout, stderr io.Writer) (cfg bench.Config,
 	fs.BoolVar(&cfg.Arrival, "arrival", false, "also measure latency to the kernel's receive time of each reply (SO_TIMESTAMPNS; Linux), leaving out the time replies wait for this generator")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed of the key and operation choices")
 	fs.DurationVar(&cfg.Timeout, "timeout", bench.DefaultTimeout, "give up on a connection with no reply for this long")
+	fs.StringVar(&cfg.TLSCA, "tls-ca", "", "connect over TLS, verifying the servers against this CA file (servers run with -Z)")
 	fs.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	if code := parseFlags(fs, args, stdout); code >= 0 {
 		return cfg, false, code
@@ -154,6 +155,7 @@ func runBenchCompare(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.Duration, "duration", 0, "length of each run (0: 10s, or 1s with --quick)")
 	fs.BoolVar(&cfg.Quick, "quick", false, "smoke run: 1 s runs, 100k items for the memory test (under a minute)")
 	fs.IntVar(&cfg.MemoryItems, "memory-items", 0, "items stored for the memory test (0: 1,000,000; -1: skip)")
+	fs.BoolVar(&cfg.TLS, "tls", false, "TLS on both sides: both servers with -Z and a certificate from a CA made for the run, the load over TLS (the memory test is skipped)")
 	fs.StringVar(&cfg.ServerCPU, "server-cpu", "0", "CPU list the servers are pinned to (taskset -c)")
 	fs.StringVar(&cfg.LoadCPU, "load-cpu", "1", "CPU list the load generator is pinned to (taskset -c)")
 	fs.IntVar(&cfg.RTPriority, "rt-priority", 50, "SCHED_FIFO priority for chrt -f")

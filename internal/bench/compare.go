@@ -50,6 +50,11 @@ type CompareConfig struct {
 	ServerCPU string
 	// OutDir, when set, receives results.md, results.svg and results.json.
 	OutDir string
+	// TLS runs both servers with -Z and a certificate from a CA made for
+	// the run, and the load over TLS verifying it: the cost of TLS,
+	// memcached's against vbcache's. The memory test is skipped (TLS does
+	// not change what an item costs).
+	TLS bool
 }
 
 func (c CompareConfig) withDefaults() CompareConfig {
@@ -65,6 +70,9 @@ func (c CompareConfig) withDefaults() CompareConfig {
 		}
 	}
 	c.ServerCPU = cmp.Or(c.ServerCPU, "0")
+	if c.TLS {
+		c.MemoryItems = -1
+	}
 	return c
 }
 

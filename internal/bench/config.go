@@ -200,6 +200,9 @@ type Config struct {
 	// generator sharing its core with a server can be most of a tail.
 	// Linux on 64-bit ports only.
 	Arrival bool
+	// TLSCA, when set, makes every connection TLS, the server verified
+	// against the CA certificates in this PEM file (servers run with -Z).
+	TLSCA string
 }
 
 // withDefaults returns c with zero fields replaced by their defaults.
@@ -348,6 +351,9 @@ func (c *Config) Args() []string {
 	}
 	if c.Arrival {
 		a = append(a, "--arrival")
+	}
+	if c.TLSCA != "" {
+		add("tls-ca", c.TLSCA)
 	}
 	if c.Seed != 0 {
 		add("seed", strconv.FormatUint(c.Seed, 10))

@@ -16,6 +16,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -23,6 +24,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/vbcache/vbcache/internal/tlsconf"
 )
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat and /proc/stat
@@ -44,6 +47,10 @@ type realEnv struct {
 	rtRefused  string
 	prio       int // SCHED_FIFO priority of the processes under test
 	loadPrio   int // and of the load
+
+	// With TLS (CompareConfig.TLS): the servers' -o value naming their
+	// certificate, and the CA file the load verifies them with.
+	tlsOpt, tlsCA string
 
 	mu    sync.Mutex // protects procs
 	procs map[int]*child
@@ -191,6 +198,12 @@ func newCompareEnv(ctx context.Context, c *CompareConfig) (*env, Info, error) {
 	if err != nil {
 		return nil, Info{}, err
 	}
+	if c.TLS {
+		if err := re.makeTLS(); err != nil {
+			re.cleanup()
+			return nil, Info{}, err
+		}
+	}
 	note := re.rtNote(func(runtime, period string, throttled bool) string {
 		n := fmt.Sprintf("chrt -f %d for the servers and the load", c.RTPriority)
 		if throttled {
@@ -244,6 +257,9 @@ var serverFlags = []string{"-t", "1", "-m", "1024", "-U", "0", "-c", "4096"}
 // KindVbcache) listening as listen says, and what it adds to the
 // environment.
 func (re *realEnv) serverArgv(kind string, listen ...string) (argv, env []string) {
+	if re.tlsOpt != "" {
+		listen = append(slices.Clip(listen), "-Z", "-o", re.tlsOpt)
+	}
 	if kind == KindVbcache {
 		return append(append([]string{re.vbcache, "server"}, serverFlags...), listen...), []string{"GOMAXPROCS=1"}
 	}
@@ -386,6 +402,9 @@ func (re *realEnv) cleanup() {
 // loadArgv is the command line of the load cfg: "vbcache bench --json",
 // pinned to the load's CPUs.
 func (re *realEnv) loadArgv(cfg Config) []string {
+	if re.tlsCA != "" && cfg.TLSCA == "" {
+		cfg.TLSCA = re.tlsCA
+	}
 	argv := append(re.prefix(re.loadCPU, re.loadPrio), re.vbcache, "bench", "--json", "--no-progress")
 	return append(argv, cfg.Args()...)
 }
@@ -585,4 +604,32 @@ func waitHashStable(ctx context.Context, p *serverProc) {
 		}
 		sleepCtx(ctx, 100*time.Millisecond)
 	}
+}
+
+// makeTLS makes a CA and a server certificate for 127.0.0.1 in a new
+// scratch directory (removed by cleanup) for a run with TLS on both sides.
+func (re *realEnv) makeTLS() error {
+	dir, err := os.MkdirTemp("", "vbcache-bench-tls-")
+	if err != nil {
+		return err
+	}
+	re.dir = dir
+	notAfter := time.Now().Add(7 * 24 * time.Hour)
+	ca, err := tlsconf.NewCA("vbcache bench CA", notAfter)
+	if err != nil {
+		return err
+	}
+	cert, key, err := ca.Issue(tlsconf.Leaf{Name: "bench server", Hosts: []string{"127.0.0.1"}, Server: true, NotAfter: notAfter})
+	if err != nil {
+		return err
+	}
+	files := map[string][]byte{"ca.pem": ca.CertPEM(), "server.pem": cert, "server-key.pem": key}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			return err
+		}
+	}
+	re.tlsCA = filepath.Join(dir, "ca.pem")
+	re.tlsOpt = "ssl_chain_cert=" + filepath.Join(dir, "server.pem") + ",ssl_key=" + filepath.Join(dir, "server-key.pem")
+	return nil
 }

@@ -2,12 +2,15 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/vbcache/vbcache/internal/tlsconf"
 )
 
 // Run performs one load run and returns its result. It dials every
@@ -32,11 +35,33 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			cn.nc.Close()
 		}
 	}()
+	var tlsCfg *tls.Config
+	if c.TLSCA != "" {
+		var err error
+		if tlsCfg, err = tlsconf.LoadClient(c.TLSCA, "", ""); err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+	}
 	d := net.Dialer{Timeout: c.Timeout}
 	for i := range total {
 		nc, err := d.DialContext(ctx, "tcp", c.Servers[i%len(c.Servers)])
 		if err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
+		}
+		if tlsCfg != nil {
+			// The handshake is done before the run: its time is not
+			// the requests'.
+			cfg := tlsCfg.Clone()
+			cfg.ServerName, _, _ = net.SplitHostPort(c.Servers[i%len(c.Servers)])
+			tc := tls.Client(nc, cfg)
+			hctx, cancel := context.WithTimeout(ctx, c.Timeout)
+			err := tc.HandshakeContext(hctx)
+			cancel()
+			if err != nil {
+				nc.Close()
+				return nil, fmt.Errorf("bench: tls to %s: %w", c.Servers[i%len(c.Servers)], err)
+			}
+			nc = tc
 		}
 		var quota uint64
 		if c.Requests > 0 {
