@@ -53,7 +53,11 @@ type Config struct {
 	// connections that may be open and not yet authenticated at once;
 	// more are refused as -c refuses them. 0: no limit.
 	MaxUnauthConns int
-	LRUCrawler     bool // -o lru_crawler (on) / no_lru_crawler
+	// UnauthTimeout is -o unauth_timeout (vbcache, seconds): with -S or
+	// -Y, a connection that has not authenticated this long after its
+	// accept is closed (stats unauth_kicks). 0: no limit.
+	UnauthTimeout time.Duration
+	LRUCrawler    bool // -o lru_crawler (on) / no_lru_crawler
 	// NoLRUMaintainer is -o no_lru_maintainer (or no_modern): memcached
 	// then has a flat LRU and leaves the segment statistics out of stats.
 	NoLRUMaintainer bool

@@ -93,6 +93,7 @@ type conn struct {
 	// accepted: from a listener (not UDP). unauthCounted: counted in
 	// Server.unauth. ip: counted in Server.perIP under it (zero: not).
 	accepted, unauthCounted bool
+	acceptedAt              time.Duration // sinceStart at the accept, for -o unauth_timeout
 	ip                      netip.Addr
 	// authMark is where the last unsent -Y answer starts, or -1.
 	authMark int
@@ -207,6 +208,10 @@ func (c *conn) isTLS() bool {
 // stream when it came with the last request.
 func (c *conn) serveLoop() {
 	idle := c.s.cfg.IdleTimeout
+	var unauth time.Duration // the unauth_timeout deadline, in sinceStart time
+	if t := c.s.cfg.UnauthTimeout; t > 0 && c.s.authRequired() {
+		unauth = c.acceptedAt + t
+	}
 	for {
 		c.state.Store(int32(stateParse))
 		need := c.processInput()
@@ -223,8 +228,17 @@ func (c *conn) serveLoop() {
 		}
 		c.makeRoom(need)
 		c.state.Store(int32(stateRead))
+		var dl time.Time
 		if idle > 0 {
-			c.nc.SetReadDeadline(time.Now().Add(idle))
+			dl = time.Now().Add(idle)
+		}
+		if unauth > 0 && c.unauthCounted {
+			if u := time.Now().Add(unauth - sinceStart()); dl.IsZero() || u.Before(dl) {
+				dl = u
+			}
+		}
+		if idle > 0 || unauth > 0 {
+			c.nc.SetReadDeadline(dl) // zero once authenticated without idle_timeout
 		}
 		n, err := c.nc.Read(c.rbuf[c.w:])
 		if n > 0 {
@@ -232,8 +246,12 @@ func (c *conn) serveLoop() {
 			c.ctr.bytesRead.Add(uint64(n))
 		}
 		if err != nil {
-			if idle > 0 && errors.Is(err, os.ErrDeadlineExceeded) && !c.s.closing.Load() {
-				c.s.idleKicks.Add(1)
+			if (idle > 0 || unauth > 0) && errors.Is(err, os.ErrDeadlineExceeded) && !c.s.closing.Load() {
+				if unauth > 0 && c.unauthCounted && sinceStart() >= unauth {
+					c.s.unauthKicks.Add(1)
+				} else {
+					c.s.idleKicks.Add(1)
+				}
 				return
 			}
 			// A half-closed client still gets answers to what it sent.

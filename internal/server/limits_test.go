@@ -2,8 +2,10 @@ package server
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -178,5 +180,59 @@ func TestMaxUnauthConns(t *testing.T) {
 	waitAdmitted(t, addr, "127.0.0.1")
 	if c := dialLimit(t, addr, "127.0.0.1"); c.admitted {
 		t.Fatal("admitted a connection while u1 and another are unauthenticated")
+	}
+}
+
+// TestUnauthTimeout: with -S and -o unauth_timeout, a connection that
+// has not authenticated when the time is up is closed and counted in
+// unauth_kicks, while one that authenticated in time stays open and
+// answers; on the event loops and on a goroutine per connection (the
+// path of TLS connections).
+func TestUnauthTimeout(t *testing.T) {
+	for _, loops := range []bool{true, false} {
+		t.Run(map[bool]string{true: "loops", false: "goroutines"}[loops], func(t *testing.T) {
+			s, addr := startServer(t, func(c *Config) {
+				c.SASL = true
+				c.SASLPasswords = map[string]string{"testuser": "testpass"}
+				c.UnauthTimeout = 300 * time.Millisecond
+				c.NoEventLoops = !loops
+			})
+			authed := dialLimit(t, addr, "127.0.0.1")
+			authed.nc.Write(protocol.AppendRequest(nil, &protocol.Request{Header: protocol.Header{Opcode: protocol.OpSASLAuth},
+				Key: []byte("PLAIN"), Value: []byte("\x00testuser\x00testpass")}))
+			readStatus := func(c *limitConn) (protocol.Status, error) {
+				hb := make([]byte, protocol.HeaderLen)
+				if _, err := io.ReadFull(c.r, hb); err != nil {
+					return 0, err
+				}
+				var h protocol.Header
+				protocol.ParseHeader(hb, &h)
+				c.r.Discard(int(h.BodyLen))
+				return h.Status, nil
+			}
+			if st, err := readStatus(authed); err != nil || st != protocol.StatusOK {
+				t.Fatalf("auth: 0x%04x %v", st, err)
+			}
+			idle := dialLimit(t, addr, "127.0.0.1") // answered (VERSION needs no login), never authenticated
+			if !idle.admitted {
+				t.Fatal("not admitted")
+			}
+			idle.nc.SetDeadline(time.Now().Add(10 * time.Second))
+			if _, err := idle.r.ReadByte(); err == nil {
+				t.Fatal("the unauthenticated connection got more than its answer")
+			} else if errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatal("the unauthenticated connection stayed open 10 s past unauth_timeout")
+			}
+			if n := s.unauthKicks.Load(); n != 1 {
+				t.Errorf("unauth_kicks %d, want 1", n)
+			}
+			// authed was accepted before idle, so its time is up too: it
+			// still answers.
+			authed.nc.SetDeadline(time.Now().Add(10 * time.Second))
+			authed.nc.Write(protocol.AppendRequest(nil, &protocol.Request{Header: protocol.Header{Opcode: protocol.OpVersion}}))
+			if st, err := readStatus(authed); err != nil || st != protocol.StatusOK {
+				t.Errorf("the authenticated connection after the timeout: 0x%04x %v", st, err)
+			}
+		})
 	}
 }

@@ -57,7 +57,9 @@ import (
 // With an idle timeout (-o idle_timeout) a loop sweeps its connections
 // every quarter of the timeout (at most every second), as memcached's
 // connection-timeout thread does, and closes those that have read nothing
-// for the timeout; an idle loop parks with a deadline for that.
+// for the timeout; an idle loop parks with a deadline for that. The same
+// sweep closes the connections still unauthenticated -o unauth_timeout
+// after their accept.
 //
 // # Ownership
 //
@@ -86,9 +88,10 @@ type loop struct {
 	// again in the next (see maxReadsPerTurn); a handoff passes both on.
 	rest  []*conn
 	again []*conn
-	// The idle sweep (zero idle: none): due at nextSweep, every sweepEvery;
-	// times are sinceStart.
-	idle, sweepEvery, nextSweep time.Duration
+	// The sweep (zero sweepEvery: none) of idle connections (zero idle:
+	// none) and of those unauthenticated for too long (zero unauth: none):
+	// due at nextSweep, every sweepEvery; times are sinceStart.
+	idle, unauth, sweepEvery, nextSweep time.Duration
 }
 
 // loopStart is the origin of the loops' clock (monotonic).
@@ -142,8 +145,16 @@ func newLoop(s *Server) (*loop, error) {
 		return nil, err
 	}
 	l := &loop{s: s, pl: pl, idle: s.cfg.IdleTimeout}
-	if l.idle > 0 {
-		l.sweepEvery = min(max(l.idle/4, 10*time.Millisecond), time.Second)
+	if s.authRequired() {
+		l.unauth = s.cfg.UnauthTimeout
+	}
+	for _, d := range []time.Duration{l.idle, l.unauth} {
+		if d > 0 {
+			every := min(max(d/4, 10*time.Millisecond), time.Second)
+			if l.sweepEvery == 0 || every < l.sweepEvery {
+				l.sweepEvery = every
+			}
+		}
 	}
 	return l, nil
 }
@@ -234,7 +245,7 @@ const (
 func (l *loop) run(work []*conn) {
 	defer l.s.wg.Done()
 	for {
-		if l.idle > 0 {
+		if l.sweepEvery > 0 {
 			if now := sinceStart(); now >= l.nextSweep {
 				l.sweep(now)
 				l.nextSweep = now + l.sweepEvery
@@ -316,25 +327,34 @@ func (l *loop) wait(block bool) (n int, ok bool) {
 		return l.pl.Poll(), true
 	}
 	var sweep time.Time
-	if l.idle > 0 {
+	if l.sweepEvery > 0 {
 		sweep = time.Now().Add(l.sweepEvery)
 	}
 	return l.pl.Park(sweep)
 }
 
 // sweep closes the connections that have read nothing for the idle
-// timeout (memcached's idle_kicks).
+// timeout (memcached's idle_kicks), and those not authenticated
+// unauth_timeout after their accept (unauth_kicks).
 func (l *loop) sweep(now time.Duration) {
-	var idle []*conn
+	var idle, unauth []*conn
 	l.mu.Lock()
 	for _, c := range l.conns {
-		if c != nil && now-c.lastRead >= l.idle {
+		switch {
+		case c == nil:
+		case l.unauth > 0 && c.unauthCounted && now-c.acceptedAt >= l.unauth:
+			unauth = append(unauth, c)
+		case l.idle > 0 && now-c.lastRead >= l.idle:
 			idle = append(idle, c)
 		}
 	}
 	l.mu.Unlock()
 	for _, c := range idle {
 		l.s.idleKicks.Add(1) // before the client can see the close
+		l.close(c)
+	}
+	for _, c := range unauth {
+		l.s.unauthKicks.Add(1)
 		l.close(c)
 	}
 }

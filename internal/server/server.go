@@ -118,7 +118,8 @@ type Server struct {
 	tlsHandshakeErrors atomic.Uint64
 
 	idleKicks     atomic.Uint64
-	limitMaxbytes atomic.Int64 // -m, changed by cache_memlimit
+	unauthKicks   atomic.Uint64 // connections closed by -o unauth_timeout
+	limitMaxbytes atomic.Int64  // -m, changed by cache_memlimit
 	crawlerStarts atomic.Uint64
 	hashpowerInit int
 	fds           []bool // protected by mu: memcached-style descriptor slots in use, see allocFD
@@ -546,6 +547,7 @@ func (s *Server) newConn(nc net.Conn, listen net.Addr, fd int) *conn {
 	c.listen = listen
 	c.fd = fd
 	c.accepted = true
+	c.acceptedAt = sinceStart()
 	if s.authRequired() {
 		c.unauthCounted = true
 		s.unauth.Add(1)

@@ -226,6 +226,9 @@ func (c *conn) generalStats() {
 	if s.cfg.IdleTimeout > 0 {
 		c.statUint("idle_kicks", s.idleKicks.Load())
 	}
+	if s.cfg.UnauthTimeout > 0 { // vbcache's, shown only when set
+		c.statUint("unauth_kicks", s.unauthKicks.Load())
+	}
 	c.statUint("bytes_read", tot.bytesRead)
 	c.statUint("bytes_written", tot.bytesWritten)
 	c.statUint("limit_maxbytes", uint64(s.limitMaxbytes.Load()))
@@ -381,6 +384,9 @@ func (c *conn) settingsStats() {
 	}
 	if cfg.MaxUnauthConns > 0 {
 		c.statUint("max_unauth_conns", uint64(cfg.MaxUnauthConns))
+	}
+	if cfg.UnauthTimeout > 0 {
+		c.statLine("unauth_timeout", strconv.Itoa(int(cfg.UnauthTimeout/time.Second)))
 	}
 	c.statLine("watcher_logbuf_size", "262144")
 	c.statLine("worker_logbuf_size", "65536")
@@ -550,4 +556,5 @@ func (s *Server) resetStats() {
 	s.totalConns.Store(0)
 	s.rejectedConns.Store(0)
 	s.idleKicks.Store(0)
+	s.unauthKicks.Store(0)
 }

@@ -152,6 +152,9 @@ func (c *Config) Validate() error {
 	if d.MaxConnsPerIP < 0 || d.MaxUnauthConns < 0 {
 		return invalidf("vbcache: max_conns_per_ip and max_unauth_conns must not be negative, got %d and %d", d.MaxConnsPerIP, d.MaxUnauthConns)
 	}
+	if d.UnauthTimeout < 0 {
+		return invalidf("vbcache: unauth_timeout must not be negative, got %v", d.UnauthTimeout)
+	}
 	if d.IdleTimeout < 0 {
 		return invalidf("vbcache: idle_timeout must not be negative, got %v", d.IdleTimeout)
 	}

@@ -216,6 +216,18 @@ func (o *Options) applySubopt(item, key, val string, hasVal bool) error {
 			return illegal("-o "+key, val, "a number of seconds")
 		}
 		c.IdleTimeout = time.Duration(n) * time.Second
+	case "unauth_timeout":
+		if err := missing("Missing numeric argument for %s"); err != nil {
+			return err
+		}
+		n, err := num()
+		if err != nil {
+			return err
+		}
+		if n < 0 {
+			return illegal("-o "+key, val, "a number of seconds")
+		}
+		c.UnauthTimeout = time.Duration(n) * time.Second
 	case "max_conns_per_ip", "max_unauth_conns":
 		if err := missing("Missing numeric argument for %s"); err != nil {
 			return err

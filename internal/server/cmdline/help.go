@@ -107,6 +107,8 @@ const HelpText = `-p, --port=<num>          TCP port to listen on (default: 1121
                           more are refused like -c's (default: 0, no limit)
    - max_unauth_conns:    (vbcache) with -S or -Y, connections that may be open
                           and not yet authenticated (default: 0, no limit)
+   - unauth_timeout:      (vbcache) with -S or -Y, seconds a connection may stay
+                          unauthenticated before it is closed (default: 0, no limit)
    - slab_chunk_max:      maximum slab chunk size in bytes. (default: 524288)
    - slab_sizes:          accepted and ignored (classes follow -f and -n)
    - slab_reassign:       let pages move between slab classes (default: enabled)
