@@ -20,6 +20,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/vbcache/vbcache/internal/manager"
+	"github.com/vbcache/vbcache/internal/sasl"
 	"github.com/vbcache/vbcache/internal/tlsconf"
 )
 
@@ -47,6 +48,7 @@ type managerFlags struct {
 	tlsCA         string // --tls-ca: dial nodes over TLS, verifying them against it
 	tlsCert       string // --tls-cert, --tls-key: the certificate presented to nodes
 	tlsKey        string
+	apiReaders    string // --api-readers: the API's read-only logins (user:password file)
 	apiCert       string // --api-tls-cert, --api-tls-key: serve the HTTP API over HTTPS
 	apiKey        string
 }
@@ -75,6 +77,7 @@ func (f *managerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.tlsKey, "tls-key", "", "with --tls-cert: its private key")
 	fs.StringVar(&f.apiCert, "api-tls-cert", "", "serve the HTTP API over HTTPS with this certificate (ctl init-security's node.pem); other managers reach it trusting --tls-ca")
 	fs.StringVar(&f.apiKey, "api-tls-key", "", "with --api-tls-cert: its private key")
+	fs.StringVar(&f.apiReaders, "api-readers", "", "with --cluster-auth: read-only logins of the HTTP API, a user:password file (memcached's SASL pwdb format); then every read needs one of them or the administrator's")
 }
 
 // runManagerCmd is "vbcache manager".
@@ -126,6 +129,15 @@ func runManager(ctx context.Context, f managerFlags, logger *log.Logger, ready c
 		return err
 	}
 	defer cli.Close()
+	var readers map[string]string
+	if f.apiReaders != "" {
+		if creds == nil || creds.User == "" {
+			return errors.New("--api-readers needs --cluster-auth: without the administrator's login the API has no roles")
+		}
+		if readers, err = sasl.LoadPasswordFile(f.apiReaders); err != nil {
+			return fmt.Errorf("--api-readers: %w", err)
+		}
+	}
 	var apiTLS *tls.Config
 	var leaderTransport http.RoundTripper
 	if f.apiCert != "" || f.apiKey != "" {
@@ -155,7 +167,7 @@ func runManager(ctx context.Context, f managerFlags, logger *log.Logger, ready c
 	}
 	_, portStr, _ := net.SplitHostPort(ln.Addr().String())
 	port, _ := strconv.Atoi(portStr)
-	m, err := manager.New(manager.Config{Etcd: cli, Prefix: f.prefix, Advertise: adv, MgmtPort: port, MgmtTLS: apiTLS != nil, Credentials: creds, LeaderTransport: leaderTransport,
+	m, err := manager.New(manager.Config{Etcd: cli, Prefix: f.prefix, Advertise: adv, MgmtPort: port, MgmtTLS: apiTLS != nil, Credentials: creds, Readers: readers, LeaderTransport: leaderTransport,
 		NumVBuckets: f.vbuckets, Replicas: f.replicas, Chain: f.chain, FailoverAfter: f.failoverAfter,
 		Lease: f.lease, ProbeInterval: f.probe, MaxMoves: f.maxMoves, Logf: logger.Printf})
 	if err != nil {

@@ -36,6 +36,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	timeout := fs.Int("timeout", 0, "upstream timeout in milliseconds (0: 2000)")
 	upAuth := addClusterAuthFlags(fs, false)
 	dataAuth := fs.String("auth", "", "log in to the servers as this data user: a user:password file (memcached's SASL pwdb format, one entry), over SASL for binary clients' requests (nodes run with -S and MEMCACHED_SASL_PWDB) and as a text token for text clients' (nodes run with -Y, the same file)")
+	mgrAuth := fs.String("manager-auth", "", "log in to the manager's API with this user:password file (a read-only login of its --api-readers)")
 	lnCert := fs.String("listen-tls-cert", "", "serve clients over TLS only, with this certificate chain (PEM); SIGHUP reloads it")
 	lnKey := fs.String("listen-tls-key", "", "with --listen-tls-cert: its private key")
 	fs.Usage = func() {
@@ -72,15 +73,21 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return nil, err
 		}
+		var ml *admin.Credentials
+		if *mgrAuth != "" {
+			if ml, err = admin.LoadCredentials(*mgrAuth); err != nil {
+				return nil, fmt.Errorf("--manager-auth: %w", err)
+			}
+		}
 		if *file != "" {
 			cfg, err := proxy.LoadConfig(*file)
 			if cfg != nil {
 				comparisons(cfg)
-				cfg.Upstream = up
+				cfg.Upstream, cfg.ManagerLogin = up, ml
 			}
 			return cfg, err
 		}
-		cfg := &proxy.Config{Listen: *listen, Timeout: *timeout, Upstream: up}
+		cfg := &proxy.Config{Listen: *listen, Timeout: *timeout, Upstream: up, ManagerLogin: ml}
 		comparisons(cfg)
 		switch {
 		case *cluster != "":

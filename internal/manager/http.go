@@ -110,7 +110,8 @@ func (m *Manager) Status() Status {
 //
 // With Config.Credentials (--cluster-auth), a request that would change
 // state must also carry the cluster administrator's login as HTTP Basic
-// credentials, or it is answered 401; reads stay open (see authorize).
+// credentials, or it is answered 401; reads stay open unless
+// Config.Readers names read-only logins (see authorize).
 func (m *Manager) Handler() http.Handler {
 	return http.NewCrossOriginProtection().Handler(m.authorize(m.mux()))
 }
@@ -118,31 +119,51 @@ func (m *Manager) Handler() http.Handler {
 // authorize passes reads (GET, HEAD, OPTIONS) to h, and a request that
 // changes state only when it carries the administrator's user and
 // password (HTTP Basic, compared in constant time); others get 401 with a
-// WWW-Authenticate challenge and change nothing. A follower checks before
-// it proxies a change to the leader, which checks again. Without
-// Credentials naming a user (TLS alone, --tls-ca without --cluster-auth,
-// is no login), every request passes, as before --cluster-auth existed.
+// WWW-Authenticate challenge and change nothing. With Readers, a read
+// needs a reader's login or the administrator's (401 otherwise), and a
+// reader's change gets 403. A follower checks before it proxies a change
+// to the leader, which checks again. Without Credentials naming a user
+// (TLS alone, --tls-ca without --cluster-auth, is no login), every
+// request passes, as before --cluster-auth existed.
 func (m *Manager) authorize(h http.Handler) http.Handler {
 	cr := m.cfg.Credentials
 	if cr == nil || cr.User == "" {
 		return h
 	}
-	wantUser, wantPassword := sha256.Sum256([]byte(cr.User)), sha256.Sum256([]byte(cr.Password))
+	type login struct{ user, password [sha256.Size]byte }
+	hash := func(user, password string) login {
+		return login{sha256.Sum256([]byte(user)), sha256.Sum256([]byte(password))}
+	}
+	equal := func(a, b login) bool {
+		return subtle.ConstantTimeCompare(a.user[:], b.user[:])&subtle.ConstantTimeCompare(a.password[:], b.password[:]) == 1
+	}
+	adminLogin := hash(cr.User, cr.Password)
+	var readers []login
+	for u, p := range m.cfg.Readers {
+		readers = append(readers, hash(u, p))
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.Method {
-		case http.MethodGet, http.MethodHead, http.MethodOptions:
+		user, password, ok := r.BasicAuth()
+		got := hash(user, password)
+		isAdmin, isReader := ok && equal(got, adminLogin), false
+		for _, l := range readers {
+			isReader = isReader || (ok && equal(got, l)) // every entry compared: no early exit
+		}
+		read := r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodOptions
+		switch {
+		case isAdmin, read && (isReader || len(readers) == 0):
 			h.ServeHTTP(w, r)
 			return
-		}
-		user, password, ok := r.BasicAuth()
-		u, p := sha256.Sum256([]byte(user)), sha256.Sum256([]byte(password))
-		if ok && subtle.ConstantTimeCompare(u[:], wantUser[:])&subtle.ConstantTimeCompare(p[:], wantPassword[:]) == 1 {
-			h.ServeHTTP(w, r)
+		case isReader:
+			writeJSON(w, http.StatusForbidden, map[string]string{"error": "this request changes the cluster: a read-only login (--api-readers) cannot; it needs the cluster administrator's"})
 			return
 		}
 		w.Header().Set("WWW-Authenticate", `Basic realm="vbcache", charset="UTF-8"`)
 		msg := "this request changes the cluster: it needs the cluster administrator's login (HTTP Basic: the user and password of the manager's --cluster-auth file; vbcache ctl --cluster-auth FILE)"
-		if ok {
+		switch {
+		case read:
+			msg = "this manager's API needs a login to read it: a read-only user of its --api-readers file, or the cluster administrator's"
+		case ok:
 			msg = "the cluster administrator's login was refused: wrong user or password"
 		}
 		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": msg})

@@ -40,6 +40,10 @@ type Config struct {
 	// the cluster administrator (--cluster-auth); nil: none, for nodes
 	// run with --insecure-cluster.
 	Credentials *admin.Credentials
+	// Readers, when not empty, are the API's read-only logins (user →
+	// password, --api-readers): every read then needs one of them or the
+	// administrator's, and a reader's change is refused with 403.
+	Readers map[string]string
 	// LeaderTransport carries a follower's requests to the leader's API
 	// (the changes it passes on); nil: http.DefaultTransport. With the
 	// API on HTTPS it trusts the cluster's CA.

@@ -65,6 +65,11 @@ type Config struct {
 	// -S). nil: plain TCP, no login. Each reload takes the new value,
 	// which new server connections use.
 	Upstream *admin.Credentials `json:"-"`
+	// ManagerLogin, when its User is set, is sent to the manager as HTTP
+	// Basic credentials (a read-only login of its --api-readers, from
+	// --manager-auth). Its TLS is unused: Upstream's CA verifies the
+	// manager.
+	ManagerLogin *admin.Credentials `json:"-"`
 
 	// twemproxy keys accepted and ignored (they have no meaning here, or
 	// their default is the only behaviour): backlog, preconnect,

@@ -274,6 +274,9 @@ func fetchClusterConfig(ctx context.Context, servers []string, timeout time.Dura
 // cfg.Upstream's CA when the proxy reaches its nodes over TLS.
 func (u *upstream) managerClient(base string) *mgrclient.Client {
 	mc := &mgrclient.Client{Base: base}
+	if l := u.cfg.ManagerLogin; l != nil {
+		mc.User, mc.Password = l.User, l.Password
+	}
 	if cr := u.cfg.Upstream; cr != nil && cr.TLS != nil {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.TLSClientConfig = cr.TLS

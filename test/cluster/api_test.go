@@ -5,12 +5,15 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vbcache/vbcache/internal/manager/mgrclient"
 	"github.com/vbcache/vbcache/internal/vbmap"
+	"github.com/vbcache/vbcache/memcache"
 	"github.com/vbcache/vbcache/test/nodeproc"
 )
 
@@ -231,5 +234,74 @@ func TestManagerChangesNeedAdmin(t *testing.T) {
 	follower.addNode(nodes[0].Addr)
 	if s := ms[leader].status(); len(s.Nodes) != 1 || !s.Nodes[0].Member {
 		t.Fatalf("after the add through the follower with the login: %+v", s.Nodes)
+	}
+}
+
+// TestManagerReadOnlyLogins: a manager run with --api-readers answers
+// every read (the map SDKs and proxies bootstrap from, its stream, status,
+// map) only with a login: 401 without one or with a wrong password, 200
+// for a reader and for the administrator; a reader's change is refused
+// with 403 by every state-changing endpoint and changes nothing. A proxy
+// with --manager-auth FILE (a reader) bootstraps from it and serves.
+func TestManagerReadOnlyLogins(t *testing.T) {
+	readers := filepath.Join(t.TempDir(), "readers.pwdb")
+	if err := os.WriteFile(readers, []byte("sdk:sdk-secret\nproxy:proxy-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	nodes := startNodes(t, 1)
+	m := mgr{t: t, url: startManager(t, "--replicas", "0", "--failover-after", "0", "--api-readers", readers).URL()}
+	m.waitLeader() // the harness's client logs in as the administrator
+	m.addNode(nodes[0].Addr)
+	m.rebalance(60 * time.Second)
+	cr := nodeproc.ClusterCredentials()
+	reads := []string{"/pools/default/b/default", "/status", "/map"}
+	for _, path := range reads {
+		for _, login := range [][2]string{{"", ""}, {"sdk", "wrong"}, {cr.User, "wrong"}} {
+			if code := httpDo(t, "GET", m.url+path, login[0], login[1]); code != http.StatusUnauthorized {
+				t.Errorf("GET %s as %q/%q: %d, want 401", path, login[0], login[1], code)
+			}
+		}
+		for _, login := range [][2]string{{"sdk", "sdk-secret"}, {"proxy", "proxy-secret"}, {cr.User, cr.Password}} {
+			if code := httpDo(t, "GET", m.url+path, login[0], login[1]); code != http.StatusOK {
+				t.Errorf("GET %s as %q: %d, want 200", path, login[0], code)
+			}
+		}
+	}
+	rev := m.status().Rev
+	for _, c := range stateChanges(nodes[0].Addr) {
+		if code := httpDo(t, c.method, m.url+c.path, "sdk", "sdk-secret"); code != http.StatusForbidden {
+			t.Errorf("%s %s as a reader: %d, want 403", c.method, c.path, code)
+		}
+	}
+	if s := m.status(); s.Rev != rev || len(s.Nodes) != 1 || !s.Nodes[0].Member {
+		t.Fatalf("a reader's refused changes changed the cluster: rev %d→%d, %+v", rev, s.Rev, s.Nodes)
+	}
+	// The stream too.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := (&mgrclient.Client{Base: m.url}).StreamConfigs(ctx); err == nil {
+		t.Error("the config stream answered without a login")
+	}
+	s, err := (&mgrclient.Client{Base: m.url, User: "proxy", Password: "proxy-secret"}).StreamConfigs(ctx)
+	if err != nil {
+		t.Fatalf("the config stream as a reader: %v", err)
+	}
+	if _, err := s.Next(); err != nil {
+		t.Errorf("the config stream as a reader: %v", err)
+	}
+	s.Close()
+
+	login := filepath.Join(t.TempDir(), "proxy.pwdb")
+	if err := os.WriteFile(login, []byte("proxy:proxy-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	px := startProxyProc(t, "--manager", m.url, "--manager-auth", login)
+	c := memcache.New(px.addr)
+	c.Timeout = 5 * time.Second
+	if err := c.Set(mcItem("through-a-reader", "v")); err != nil {
+		t.Fatalf("set through a proxy logged in as a reader: %v", err)
+	}
+	if it, err := c.Get("through-a-reader"); err != nil || string(it.Value) != "v" {
+		t.Fatalf("get through a proxy logged in as a reader: %v %v", it, err)
 	}
 }
