@@ -190,6 +190,8 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
 		vbuckets: c.vbuckets, replicas: c.replicas, failoverAfter: c.failoverAfter, maxMoves: 8, prefix: "/vbcache/default",
 		clusterAuth: authFile}
 	if c.tls {
+		mf.etcdClient = "https://127.0.0.1:" + strconv.Itoa(etcdClient)
+		mf.etcdPeer = "https://127.0.0.1:" + strconv.Itoa(etcdPeer)
 		mf.tlsCA, mf.tlsCert, mf.tlsKey = sec(secCA), sec(secNode), sec(secNodeKey)
 		mf.apiCert, mf.apiKey = sec(secNode), sec(secNodeKey)
 	}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -58,8 +59,8 @@ func (f *managerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.advertise, "advertise", "", "URL other managers and clients use to reach this one (default http://LISTEN)")
 	fs.StringVar(&f.dataDir, "data-dir", "vbcache-manager.etcd", "data directory of the embedded etcd member")
 	fs.StringVar(&f.etcdEndpoints, "etcd-endpoints", "", "comma-separated endpoints of an external etcd cluster (then no embedded member runs)")
-	fs.StringVar(&f.etcdClient, "etcd-client-url", "http://127.0.0.1:2379", "embedded etcd: client URL")
-	fs.StringVar(&f.etcdPeer, "etcd-peer-url", "http://127.0.0.1:2380", "embedded etcd: peer URL")
+	fs.StringVar(&f.etcdClient, "etcd-client-url", "http://127.0.0.1:2379", "embedded etcd: client URL (https://: TLS with --tls-cert, client certificates from --tls-ca required)")
+	fs.StringVar(&f.etcdPeer, "etcd-peer-url", "http://127.0.0.1:2380", "embedded etcd: peer URL (https://: TLS between members, as the client URL)")
 	fs.StringVar(&f.etcdName, "etcd-name", "vbcache", "embedded etcd: this member's name")
 	fs.StringVar(&f.etcdCluster, "etcd-initial-cluster", "", "embedded etcd: the members of a new multi-member cluster, name=peerURL,… (default: this member alone)")
 	fs.StringVar(&f.etcdToken, "etcd-initial-cluster-token", "vbcache", "embedded etcd: the token of a new multi-member cluster")
@@ -115,16 +116,36 @@ func runManager(ctx context.Context, f managerFlags, logger *log.Logger, ready c
 		return fmt.Errorf("--cluster-auth or --tls-*: %w", err)
 	}
 	endpoints := splitList(f.etcdEndpoints)
+	// etcd over https:// takes the cluster's TLS files: members serve
+	// with --tls-cert and require certificates from --tls-ca of clients
+	// and peers, and this manager's client presents --tls-cert.
+	etcdURLs := endpoints
+	if len(endpoints) == 0 {
+		etcdURLs = []string{f.etcdClient, f.etcdPeer}
+	}
+	var etcdTLS manager.EtcdTLS
+	if slices.ContainsFunc(etcdURLs, func(u string) bool { return strings.HasPrefix(u, "https://") }) {
+		if f.tlsCA == "" || f.tlsCert == "" || f.tlsKey == "" {
+			return errors.New("etcd over https:// needs --tls-ca, --tls-cert and --tls-key: its members and clients present certificates from the cluster's CA")
+		}
+		etcdTLS = manager.EtcdTLS{CAFile: f.tlsCA, CertFile: f.tlsCert, KeyFile: f.tlsKey}
+	}
 	if len(endpoints) == 0 {
 		e, err := manager.StartEtcd(manager.EtcdMember{Name: f.etcdName, Dir: f.dataDir, ClientURL: f.etcdClient, PeerURL: f.etcdPeer,
-			Cluster: f.etcdCluster, Token: f.etcdToken, QuietLogs: true})
+			Cluster: f.etcdCluster, Token: f.etcdToken, QuietLogs: true, TLS: etcdTLS})
 		if err != nil {
 			return fmt.Errorf("embedded etcd in %s: %w", f.dataDir, err)
 		}
 		defer e.Close()
 		endpoints = []string{f.etcdClient}
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: quietZap()})
+	ecfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: quietZap()}
+	if etcdTLS.CAFile != "" {
+		if ecfg.TLS, err = etcdTLS.ClientConfig(); err != nil {
+			return fmt.Errorf("etcd client TLS: %w", err)
+		}
+	}
+	cli, err := clientv3.New(ecfg)
 	if err != nil {
 		return err
 	}

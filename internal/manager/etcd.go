@@ -1,11 +1,13 @@
 package manager
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net/url"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/logutil"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -30,6 +32,29 @@ type EtcdMember struct {
 	Token      string // initial cluster token
 	QuietLogs  bool   // log only errors
 	StartLimit time.Duration
+	// TLS, when its CA is set, serves the client and peer URLs (https://)
+	// with its certificate and requires one from its CA of every client
+	// and peer (etcd's --client-cert-auth and --peer-client-cert-auth).
+	TLS EtcdTLS
+}
+
+// EtcdTLS are the files of etcd's TLS: the CA that clients' and peers'
+// certificates must chain to, and the certificate (with server and client
+// use) and key a member serves and dials its peers with, and a client
+// presents.
+type EtcdTLS struct{ CAFile, CertFile, KeyFile string }
+
+// info is t as etcd's transport takes it, requiring client certificates.
+func (t EtcdTLS) info() transport.TLSInfo {
+	return transport.TLSInfo{CertFile: t.CertFile, KeyFile: t.KeyFile, TrustedCAFile: t.CAFile, ClientCertAuth: true}
+}
+
+// ClientConfig is the TLS configuration of an etcd client presenting t's
+// certificate and verifying the members against t's CA.
+func (t EtcdTLS) ClientConfig() (*tls.Config, error) {
+	i := t.info()
+	i.ClientCertAuth = false
+	return i.ClientConfig()
 }
 
 // StartEtcd starts an embedded etcd member and waits until it serves.
@@ -57,6 +82,12 @@ func StartEtcd(m EtcdMember) (*EmbeddedEtcd, error) {
 	}
 	if m.Token != "" {
 		cfg.InitialClusterToken = m.Token
+	}
+	if m.TLS.CAFile != "" {
+		if cu.Scheme != "https" || pu.Scheme != "https" {
+			return nil, fmt.Errorf("etcd with TLS: the client and peer URLs must be https:// (%s, %s)", m.ClientURL, m.PeerURL)
+		}
+		cfg.ClientTLSInfo, cfg.PeerTLSInfo = m.TLS.info(), m.TLS.info()
 	}
 	// etcd's own logger (its default format), with a level we can change:
 	// Close silences it, or stopping logs each closed listener as an

@@ -192,6 +192,13 @@ func TestThreeManagersLeaderKilled(t *testing.T) {
 // manager's HTTP API) only once the cluster has a quorum.
 func startManagerCluster(t *testing.T, n int, flags ...string) []*nodeproc.Node {
 	t.Helper()
+	return startManagerClusterScheme(t, n, "http", flags...)
+}
+
+// startManagerClusterScheme is startManagerCluster with the etcd members'
+// URLs in scheme (https: etcd over TLS, which flags must give files for).
+func startManagerClusterScheme(t *testing.T, n int, scheme string, flags ...string) []*nodeproc.Node {
+	t.Helper()
 	type member struct{ name, client, peer string }
 	mem := make([]member, n)
 	var initial []string
@@ -204,7 +211,7 @@ func startManagerCluster(t *testing.T, n int, flags ...string) []*nodeproc.Node 
 		if err != nil {
 			t.Fatal(err)
 		}
-		mem[i] = member{fmt.Sprintf("m%d", i), fmt.Sprintf("http://127.0.0.1:%d", cp), fmt.Sprintf("http://127.0.0.1:%d", pp)}
+		mem[i] = member{fmt.Sprintf("m%d", i), fmt.Sprintf("%s://127.0.0.1:%d", scheme, cp), fmt.Sprintf("%s://127.0.0.1:%d", scheme, pp)}
 		initial = append(initial, mem[i].name+"="+mem[i].peer)
 	}
 	token := fmt.Sprintf("vbcache-test-%d", time.Now().UnixNano())

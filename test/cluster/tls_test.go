@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
 	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/tlsconf"
 	"github.com/vbcache/vbcache/internal/vbmap"
@@ -202,5 +205,60 @@ func TestManagersOverHTTPS(t *testing.T) {
 	out, err = exec.Command(vbcacheBin, "ctl", "status", "--manager", ms[leader].url).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "give --tls-ca FILE") {
 		t.Errorf("ctl status without --tls-ca: %v\n%s", err, out)
+	}
+}
+
+// Two managers whose embedded etcd members speak TLS to each other and to
+// their clients (https:// URLs: the members serve with the cluster's
+// certificate and require one from its CA of peers and clients): they
+// elect a leader and serve an add and a rebalance. A client of their
+// etcd over plain HTTP, or over TLS without a certificate, reads nothing;
+// with the cluster's certificate it reads the manager's state.
+func TestEtcdOverTLS(t *testing.T) {
+	file, nodeTLS := initSecurity(t)
+	nodes := startNodes(t, 1, nodeTLS...)
+	procs := startManagerClusterScheme(t, 2, "https", "--vbuckets", fmt.Sprint(smallVBuckets), "--replicas", "0", "--failover-after", "0",
+		"--tls-ca", file("ca.pem"), "--tls-cert", file("node.pem"), "--tls-key", file("node-key.pem"))
+	ms := []mgr{{t: t, url: procs[0].URL()}, {t: t, url: procs[1].URL()}}
+	leader := waitLeading(t, ms, 30*time.Second)
+	ms[1-leader].addNode(nodes[0].Addr)
+	ms[leader].rebalance(60 * time.Second)
+	if s := ms[1-leader].status(); len(s.Nodes) != 1 || s.Nodes[0].Active != smallVBuckets {
+		t.Fatalf("after the rebalance: %+v", s.Nodes)
+	}
+
+	endpoint := procs[0].Args[slices.Index(procs[0].Args, "--etcd-client-url")+1]
+	if !strings.HasPrefix(endpoint, "https://") {
+		t.Fatalf("etcd client URL %s", endpoint)
+	}
+	get := func(endpoint string, tc *tls.Config) error {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second, TLS: tc, Logger: zap.NewNop()})
+		if err != nil {
+			return err
+		}
+		defer cli.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_, err = cli.Get(ctx, "/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err
+	}
+	caOnly, err := tlsconf.LoadClient(file("ca.pem"), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	withCert, err := tlsconf.LoadClient(file("ca.pem"), file("node.pem"), file("node-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := get("http://"+strings.TrimPrefix(endpoint, "https://"), nil); err == nil {
+		t.Error("etcd answered a plain HTTP client")
+	}
+	if err := get(endpoint, caOnly); err == nil {
+		t.Error("etcd answered a TLS client without a certificate")
+	} else {
+		t.Logf("etcd to a TLS client without a certificate: %v", err)
+	}
+	if err := get(endpoint, withCert); err != nil {
+		t.Errorf("etcd to a client with the cluster's certificate: %v", err)
 	}
 }

@@ -23,7 +23,8 @@ import (
 
 // `vbcache local --tls`, used as its output says: every link on TLS (the
 // nodes -Z, their streams and the manager's control connections TLS and
-// logged in as the administrator, the manager's API HTTPS, the proxy TLS
+// logged in as the administrator, the manager's API HTTPS, its etcd
+// member TLS with client certificates, the proxy TLS
 // to clients and to nodes). Through the proxy a TLS client writes keys;
 // a fourth node started with the printed flags joins with ctl add-node
 // and rebalance under a read load, then a node is killed and failed over
@@ -41,6 +42,9 @@ func TestLocalTLS(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Fatalf("vbcache local --tls does not print %q:\n%s", want, out)
 		}
+	}
+	if e := l.stderr.String(); !strings.Contains(e, ", etcd https://127.0.0.1:") {
+		t.Errorf("the manager's etcd is not on TLS:\n%s", e)
 	}
 	for _, name := range []string{"ca.pem", "ca-key.pem", "node.pem", "node-key.pem", "admin.pem", "admin-key.pem", "admin.pwdb"} {
 		if fi, err := os.Stat(sec(name)); err != nil || fi.Mode().Perm() != 0o600 {
