@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vbcache/vbcache/internal/tlsconf"
 	"github.com/vbcache/vbcache/memcache"
 	"github.com/vbcache/vbcache/test/nodeproc"
 )
@@ -205,6 +206,7 @@ func TestProxySASLToNodes(t *testing.T) {
 type proxyProc struct {
 	addr string
 	out  nodeproc.Output
+	cmd  *exec.Cmd
 }
 
 // startProxyProc runs "vbcache proxy --listen ADDR args…" until the test
@@ -217,6 +219,7 @@ func startProxyProc(t *testing.T, args ...string) *proxyProc {
 	}
 	p := &proxyProc{addr: fmt.Sprintf("127.0.0.1:%d", port)}
 	cmd := exec.Command(vbcacheBin, append([]string{"proxy", "--listen", p.addr}, args...)...)
+	p.cmd = cmd
 	cmd.Stdout, cmd.Stderr = &p.out, &p.out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -249,4 +252,104 @@ func startProxyProc(t *testing.T, args ...string) *proxyProc {
 		return err == nil
 	})
 	return p
+}
+
+// The proxy's certificate rotated under load: new files and a SIGHUP
+// (memcached's refresh_certs, for the proxy). Clients on open connections
+// go on; a client connecting afterwards is handed the new certificate;
+// no request of the load fails or reads a wrong value.
+func TestProxyTLSRotation(t *testing.T) {
+	file, _, m := startTLSCluster(t, 3, nil)
+	dir := t.TempDir()
+	cert, key := filepath.Join(dir, "proxy.pem"), filepath.Join(dir, "proxy-key.pem")
+	ca, err := tlsconf.LoadCA(file("ca.pem"), file("ca-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func(name string) {
+		t.Helper()
+		c, k, err := ca.Issue(tlsconf.Leaf{Name: name, Hosts: []string{"127.0.0.1"}, Server: true, NotAfter: time.Now().Add(time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Each file replaced whole (rename), so a reload never reads half.
+		for _, f := range []struct {
+			path string
+			b    []byte
+		}{{key, k}, {cert, c}} {
+			if err := os.WriteFile(f.path+".new", f.b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(f.path+".new", f.path); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	issue("proxy one")
+	px := startProxyProc(t, "--manager", m.url, "--tls-ca", file("ca.pem"), "--listen-tls-cert", cert, "--listen-tls-key", key)
+
+	pem, err := os.ReadFile(file("ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(pem)
+	tlsCfg := &tls.Config{RootCAs: roots, ServerName: "127.0.0.1"}
+	// served is the name in the certificate a new connection is shown.
+	served := func() string {
+		nc, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", px.addr, tlsCfg)
+		if err != nil {
+			t.Errorf("a new TLS connection to the proxy: %v", err)
+			return ""
+		}
+		defer nc.Close()
+		return nc.ConnectionState().PeerCertificates[0].Subject.CommonName
+	}
+	if got := served(); got != "proxy one" {
+		t.Fatalf("the proxy serves %q", got)
+	}
+
+	var ops, failed atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 2 {
+		wg.Go(func() {
+			c := memcache.New(px.addr)
+			c.DialContext = (&tls.Dialer{Config: tlsCfg}).DialContext
+			c.Timeout = 5 * time.Second
+			deadline := time.Now().Add(60 * time.Second)
+			for i := 0; i < 100_000 && time.Now().Before(deadline); i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k, v := fmt.Sprintf("rot-%d-%d", w, i%200), fmt.Sprintf("v-%d", i)
+				if err := c.Set(mcItem(k, v)); err != nil {
+					failed.Add(1)
+					t.Logf("set %s: %v", k, err)
+					continue
+				}
+				if it, err := c.Get(k); err != nil || string(it.Value) != v {
+					failed.Add(1)
+					t.Logf("get %s: %v %v", k, it, err)
+				}
+				ops.Add(2)
+			}
+		})
+	}
+	waitFor(t, 30*time.Second, "the load to run", func() bool { return ops.Load() > 500 })
+	issue("proxy two")
+	if err := px.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "a new connection to be shown the new certificate", func() bool { return served() == "proxy two" })
+	before := ops.Load()
+	waitFor(t, 30*time.Second, "the load to go on after the rotation", func() bool { return ops.Load() > before+500 })
+	close(stop)
+	wg.Wait()
+	t.Logf("certificate rotated under %d operations through the proxy, %d failed", ops.Load(), failed.Load())
+	if failed.Load() != 0 {
+		t.Errorf("%d operations failed across the rotation", failed.Load())
+	}
 }
