@@ -115,6 +115,27 @@ func runManager(ctx context.Context, f managerFlags, logger *log.Logger, ready c
 	if err != nil {
 		return fmt.Errorf("--cluster-auth or --tls-*: %w", err)
 	}
+	// The certificates SIGHUP reloads: the one presented to nodes (with
+	// the CA they are verified against) and the API's. A reload reaches
+	// the next connection; open ones stay as they are.
+	var reloaders []*tlsconf.Reloader
+	// Caught from the start: a SIGHUP sent as soon as the port accepts
+	// reloads rather than ends the process.
+	hup := make(chan os.Signal, 1)
+	if f.tlsCert != "" || f.apiCert != "" {
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+	}
+	if f.tlsCA != "" && f.tlsCert != "" {
+		r, err := tlsconf.New(tlsconf.Options{ChainCert: f.tlsCert, Key: f.tlsKey, CACert: f.tlsCA})
+		if err != nil {
+			return fmt.Errorf("--tls-cert: %w", err)
+		}
+		if creds.TLS, err = r.ClientConfig(); err != nil {
+			return fmt.Errorf("--tls-ca: %w", err)
+		}
+		reloaders = append(reloaders, r)
+	}
 	endpoints := splitList(f.etcdEndpoints)
 	// etcd over https:// takes the cluster's TLS files: members serve
 	// with --tls-cert and require certificates from --tls-ca of clients
@@ -167,6 +188,7 @@ func runManager(ctx context.Context, f managerFlags, logger *log.Logger, ready c
 			return fmt.Errorf("--api-tls-cert: %w", err)
 		}
 		apiTLS = r.Config()
+		reloaders = append(reloaders, r)
 		if creds == nil || creds.TLS == nil {
 			return errors.New("--api-tls-cert needs --tls-ca: a follower passes changes on to the leader's HTTPS API and verifies it against the cluster's CA")
 		}
@@ -207,6 +229,25 @@ func runManager(ctx context.Context, f managerFlags, logger *log.Logger, ready c
 		ready <- m
 	}
 	logger.Printf("vbcache manager: HTTP on %s, etcd %s", adv, strings.Join(endpoints, ","))
+	if len(reloaders) > 0 {
+		hupDone := make(chan struct{})
+		defer close(hupDone)
+		go func() { // owned here: ends when runManager returns
+			for {
+				select {
+				case <-hupDone:
+					return
+				case <-hup:
+				}
+				for _, r := range reloaders {
+					if err := r.Reload(); err != nil {
+						logger.Printf("vbcache manager: SIGHUP: certificate reload failed, keeping the old one: %v", err)
+					}
+				}
+				logger.Printf("vbcache manager: SIGHUP: certificates reloaded")
+			}
+		}()
+	}
 	var serveErr error
 	select {
 	case <-ctx.Done():

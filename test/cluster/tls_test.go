@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -260,5 +261,71 @@ func TestEtcdOverTLS(t *testing.T) {
 	}
 	if err := get(endpoint, withCert); err != nil {
 		t.Errorf("etcd to a client with the cluster's certificate: %v", err)
+	}
+}
+
+// The manager's certificates follow SIGHUP: a new API certificate (and
+// the one it presents to nodes, the same files here) is shown to the
+// next HTTPS connection, while the manager keeps driving its nodes (an
+// add and a rebalance after the reload).
+func TestManagerTLSRotation(t *testing.T) {
+	file, nodeTLS := initSecurity(t)
+	nodes := startNodes(t, 1, nodeTLS...)
+	dir := t.TempDir()
+	cert, key := filepath.Join(dir, "manager.pem"), filepath.Join(dir, "manager-key.pem")
+	ca, err := tlsconf.LoadCA(file("ca.pem"), file("ca-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func(name string) {
+		t.Helper()
+		c, k, err := ca.Issue(tlsconf.Leaf{Name: name, Hosts: []string{"127.0.0.1"}, Server: true, Client: true, NotAfter: time.Now().Add(time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []struct {
+			path string
+			b    []byte
+		}{{key, k}, {cert, c}} {
+			if err := os.WriteFile(f.path+".new", f.b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(f.path+".new", f.path); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	issue("manager one")
+	mp := startManager(t, append(vb256, "--replicas", "0", "--failover-after", "0",
+		"--tls-ca", file("ca.pem"), "--tls-cert", cert, "--tls-key", key, "--api-tls-cert", cert, "--api-tls-key", key)...)
+	m := mgr{t: t, url: mp.URL()}
+	m.waitLeader()
+	roots, err := tlsconf.LoadClient(file("ca.pem"), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := func() string {
+		cfg := roots.Clone()
+		cfg.ServerName = "127.0.0.1"
+		nc, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", strings.TrimPrefix(m.url, "https://"), cfg)
+		if err != nil {
+			t.Errorf("a new TLS connection to the manager: %v", err)
+			return ""
+		}
+		defer nc.Close()
+		return nc.ConnectionState().PeerCertificates[0].Subject.CommonName
+	}
+	if got := served(); got != "manager one" {
+		t.Fatalf("the manager serves %q", got)
+	}
+	issue("manager two")
+	if err := mp.(interface{ Signal(os.Signal) error }).Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "a new connection to be shown the new certificate", func() bool { return served() == "manager two" })
+	m.addNode(nodes[0].Addr)
+	m.rebalance(60 * time.Second)
+	if s := m.status(); len(s.Nodes) != 1 || s.Nodes[0].Active != smallVBuckets {
+		t.Fatalf("after the reload: %+v", s.Nodes)
 	}
 }
