@@ -15,6 +15,7 @@ import (
 
 	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/proxy"
+	"github.com/vbcache/vbcache/internal/sasl"
 	"github.com/vbcache/vbcache/internal/tlsconf"
 )
 
@@ -36,6 +37,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	timeout := fs.Int("timeout", 0, "upstream timeout in milliseconds (0: 2000)")
 	upAuth := addClusterAuthFlags(fs, false)
 	dataAuth := fs.String("auth", "", "log in to the servers as this data user: a user:password file (memcached's SASL pwdb format, one entry), over SASL for binary clients' requests (nodes run with -S and MEMCACHED_SASL_PWDB) and as a text token for text clients' (nodes run with -Y, the same file)")
+	clientAuth := fs.String("client-auth", "", "clients must log in as a user of this user:password file (memcached's SASL pwdb format): binary ones with SASL PLAIN, text ones with memcached's text token (-Y's set); use it with --listen-tls-cert")
 	mgrAuth := fs.String("manager-auth", "", "log in to the manager's API with this user:password file (a read-only login of its --api-readers)")
 	lnCert := fs.String("listen-tls-cert", "", "serve clients over TLS only, with this certificate chain (PEM); SIGHUP reloads it")
 	lnKey := fs.String("listen-tls-key", "", "with --listen-tls-cert: its private key")
@@ -106,6 +108,12 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "vbcache proxy: %v\n", err)
 		return 2
+	}
+	if *clientAuth != "" {
+		if cfg.ClientAuth, err = sasl.LoadPasswordFile(*clientAuth); err != nil {
+			fmt.Fprintf(stderr, "vbcache proxy: --client-auth: %v\n", err)
+			return 2
+		}
 	}
 	var lnTLS *tlsconf.Reloader
 	if *lnCert != "" || *lnKey != "" {

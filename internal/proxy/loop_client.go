@@ -88,6 +88,25 @@ func (l *ploop) input(c *conn) (need int) {
 		}
 		var used, more int
 		var local bool
+		if l.p.logins != nil && !c.authed {
+			used, more = c.login(l.p.logins, data)
+			if len(c.out) > 0 {
+				l.toCQ(c)
+			}
+			if c.close {
+				c.lwait = waitClose
+				l.settled(c)
+				return 0
+			}
+			if more > 0 {
+				return more
+			}
+			if used <= 0 {
+				return 0
+			}
+			c.r += used
+			continue
+		}
 		if c.mode == 2 {
 			used, more, local = l.binary(c, data)
 		} else if nl := bytes.IndexByte(data, '\n'); nl < 0 {

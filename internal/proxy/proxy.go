@@ -37,6 +37,9 @@ type Proxy struct {
 	Loops int
 	// noHold is Config.NoRequestHold, as New found it.
 	noHold bool
+	// logins is Config.ClientAuth, as New found it (nil: clients need
+	// no login).
+	logins loginTable
 
 	cur     atomic.Pointer[upstream] // the upstream new requests use
 	st      *serverStats
@@ -85,6 +88,7 @@ type counters struct {
 	deleteHits, deleteMisses, incrHits, incrMisses, decrHits, decrMisses atomic.Int64
 	casHits, casMisses, casBadval, cmdFlush, bytesRead, bytesWritten     atomic.Int64
 	upstreamErrors                                                       atomic.Int64
+	authCmds, authErrors                                                 atomic.Int64 // clients' logins (auth.go)
 	tlsHandshakeErrors                                                   atomic.Int64 // TLS clients whose handshake failed (ssl_handshake_errors)
 	fastPath                                                             atomic.Int64 // requests forwarded or answered by an event loop (inline answers and stats requests aside)
 }
@@ -93,7 +97,7 @@ type counters struct {
 // bootstrap is bounded by ctx). Serve starts it.
 func New(ctx context.Context, cfg *Config) (*Proxy, error) {
 	p := &Proxy{st: newServerStats(), started: time.Now(), conns: make(map[*conn]struct{}), bridged: make(map[net.Conn]struct{}),
-		listen: cfg.Listen, Version: "vbcache-proxy", Logf: log.Printf, noHold: cfg.NoRequestHold}
+		listen: cfg.Listen, Version: "vbcache-proxy", Logf: log.Printf, noHold: cfg.NoRequestHold, logins: newLoginTable(cfg.ClientAuth)}
 	u, err := newUpstream(ctx, cfg, p.st)
 	if err != nil {
 		return nil, err
@@ -336,6 +340,7 @@ type conn struct {
 	noreply bool
 	close   bool
 	swallow int
+	authed  bool // logged in (auth.go), when the proxy asks clients to
 
 	loopConn
 }

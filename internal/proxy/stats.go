@@ -67,6 +67,8 @@ func (p *Proxy) statLines() [][2]string {
 		{"proxy_reload_errors", i(c.reloadErrors.Load())},
 		{"proxy_fast_path", i(c.fastPath.Load())},
 		{"ssl_handshake_errors", i(c.tlsHandshakeErrors.Load())},
+		{"auth_cmds", i(c.authCmds.Load())},
+		{"auth_errors", i(c.authErrors.Load())},
 	}
 	if rt := u.route.Load(); u.cluster && rt != nil {
 		out = append(out, [2]string{"proxy_map_rev", i(rt.RevEpoch) + "." + i(rt.Rev)})

@@ -168,8 +168,9 @@ func startTLSCluster(t *testing.T, n int, env []string, extra ...string) (file f
 
 // The proxy in front of nodes run with -S logs in to them as a data
 // user (--auth, over SASL SCRAM inside TLS): a binary client's sets and
-// gets go through. Without --auth the nodes refuse it: the client gets an
-// error, never a value or a miss. (A -S node speaks only the binary
+// gets go through, and pylibmc logs in over SASL to a proxy that asks its
+// clients for a login (--client-auth). Without --auth the nodes refuse
+// the proxy: the client gets an error, never a value or a miss. (A -S node speaks only the binary
 // protocol, as memcached's does, so text clients are not served there.)
 func TestProxySASLToNodes(t *testing.T) {
 	pwdb := filepath.Join(t.TempDir(), "data.pwdb")
@@ -189,6 +190,27 @@ func TestProxySASLToNodes(t *testing.T) {
 		if it, err := c.Get(k); err != nil || string(it.Value) != v {
 			t.Fatalf("get %s through the logged-in proxy: %v %v", k, it, err)
 		}
+	}
+
+	// pylibmc (libmemcached, SASL PLAIN through Cyrus SASL) logs in to
+	// a proxy asking its clients for a login (--client-auth), which logs
+	// in to the nodes in turn; a wrong password stores nothing.
+	clients := filepath.Join(t.TempDir(), "clients.pwdb")
+	if err := os.WriteFile(clients, []byte("plb:plb-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gated := startProxyProc(t, "--manager", m.url, "--tls-ca", file("ca.pem"), "--auth", pwdb, "--client-auth", clients)
+	py := "/usr/bin/python3"
+	if exec.Command(py, "-c", "import pylibmc").Run() != nil {
+		nodeproc.Absent(t, "python3 with pylibmc (package python3-pylibmc)")
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		out, err := exec.CommandContext(ctx, py, filepath.Join("..", "clients", "scripts", "pylibmc_binary_check.py"), gated.addr, "plb", "plb-secret", "wrong").CombinedOutput()
+		cancel()
+		if err != nil {
+			t.Fatalf("pylibmc with SASL through the proxy: %v\n%s", err, out)
+		}
+		t.Logf("%s", strings.TrimSpace(string(out)))
 	}
 
 	noAuth := startProxyProc(t, "--manager", m.url, "--tls-ca", file("ca.pem"))

@@ -1,0 +1,115 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/server"
+	"github.com/vbcache/vbcache/internal/server/servertest"
+)
+
+// A proxy with Config.ClientAuth serves nothing before a login: text
+// clients log in with memcached's token (-Y's set), binary ones with
+// SASL PLAIN; before that, and after a wrong password, every request
+// gets memcached's refusal and reaches no server. A login and requests
+// sent in one write are served in order.
+func TestClientLogin(t *testing.T) {
+	node := servertest.Start(t, server.Config{Version: "test"})
+	cfg, err := ParseConfig([]byte("listen: 127.0.0.1:0\nservers: [" + node + ":1]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ClientAuth = map[string]string{"app": "secret"}
+	p, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Logf = nil
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go p.Serve(ln) // ends at p.Close
+	t.Cleanup(func() { p.Close() })
+	addr := ln.Addr().String()
+	dial := func() (net.Conn, *bufio.Reader) {
+		t.Helper()
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { nc.Close() })
+		nc.SetDeadline(time.Now().Add(10 * time.Second))
+		return nc, bufio.NewReader(nc)
+	}
+	lines := func(r *bufio.Reader, n int) string {
+		t.Helper()
+		var out []string
+		for range n {
+			l, err := r.ReadString('\n')
+			if err != nil {
+				t.Fatalf("%v after %q", err, out)
+			}
+			out = append(out, strings.TrimRight(l, "\r\n"))
+		}
+		return strings.Join(out, "|")
+	}
+
+	nc, r := dial()
+	io.WriteString(nc, "set k 0 0 1\r\nv\r\nget k\r\nset x 0 0 10\r\napp wrong!\r\n")
+	if got := lines(r, 3); got != "CLIENT_ERROR authentication failure|CLIENT_ERROR unauthenticated|CLIENT_ERROR authentication failure" {
+		t.Errorf("text before a login: %q", got)
+	}
+	io.WriteString(nc, "set x 0 0 10\r\napp secret\r\nset k 0 0 1\r\nv\r\nget k\r\n")
+	if got := lines(r, 5); got != "STORED|STORED|VALUE k 0 1|v|END" {
+		t.Errorf("text login then requests: %q", got)
+	}
+
+	bin := func(nc net.Conn, br *bufio.Reader, reqs ...*protocol.Request) []string {
+		t.Helper()
+		var b []byte
+		for _, q := range reqs {
+			b = protocol.AppendRequest(b, q)
+		}
+		nc.Write(b)
+		var out []string
+		for range reqs {
+			hb := make([]byte, protocol.HeaderLen)
+			if _, err := io.ReadFull(br, hb); err != nil {
+				t.Fatal(err)
+			}
+			var h protocol.Header
+			protocol.ParseHeader(hb, &h)
+			body := make([]byte, h.BodyLen)
+			io.ReadFull(br, body)
+			out = append(out, h.Status.Text()+":"+string(body[int(h.ExtLen)+int(h.KeyLen):]))
+		}
+		return out
+	}
+	req := func(op protocol.Opcode, key, value string) *protocol.Request {
+		q := &protocol.Request{Header: protocol.Header{Opcode: op}, Key: []byte(key), Value: []byte(value)}
+		if op == protocol.OpSet {
+			q.Extras = make([]byte, 8)
+		}
+		return q
+	}
+	nc, r = dial()
+	got := bin(nc, r, req(protocol.OpGet, "k", ""), req(protocol.OpSASLList, "", ""),
+		req(protocol.OpSASLAuth, "PLAIN", "\x00app\x00wrong"), req(protocol.OpSASLAuth, "SCRAM-SHA-256", "n,,n=app"),
+		req(protocol.OpSASLAuth, "PLAIN", "\x00app\x00secret"), req(protocol.OpGet, "k", ""))
+	want := []string{protocol.StatusAuthError.Text() + ":" + protocol.StatusAuthError.Text(), protocol.StatusOK.Text() + ":PLAIN",
+		protocol.StatusAuthError.Text() + ":" + protocol.StatusAuthError.Text(), protocol.StatusAuthError.Text() + ":" + protocol.StatusAuthError.Text(),
+		protocol.StatusOK.Text() + ":Authenticated", protocol.StatusOK.Text() + ":v"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("binary: %q, want %q", got, want)
+	}
+	if n, e := p.ctr.authCmds.Load(), p.ctr.authErrors.Load(); n != 6 || e != 4 {
+		t.Errorf("auth_cmds %d auth_errors %d, want 6 and 4", n, e)
+	}
+}
