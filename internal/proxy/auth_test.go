@@ -113,3 +113,41 @@ func TestClientLogin(t *testing.T) {
 		t.Errorf("auth_cmds %d auth_errors %d, want 6 and 4", n, e)
 	}
 }
+
+// FuzzClientLogin feeds anything to a connection that has not logged in:
+// no panic, every step uses bytes or stops, and the connection is logged
+// in only by input that holds the password.
+func FuzzClientLogin(f *testing.F) {
+	for _, s := range []string{
+		"set x 0 0 10\r\napp secret\r\nget k\r\n", "get k\r\n", "set x 0 0 99999999\r\n", "set x 0 0 3\r\nabcde",
+		string(protocol.AppendRequest(nil, &protocol.Request{Header: protocol.Header{Opcode: protocol.OpSASLAuth}, Key: []byte("PLAIN"), Value: []byte("\x00app\x00secret")})),
+		string(protocol.AppendRequest(nil, &protocol.Request{Header: protocol.Header{Opcode: protocol.OpSASLList}})),
+		"\x80\x21\x00\x05\x00\x00\x00\x00\xff\xff\xff\xff",
+	} {
+		f.Add([]byte(s))
+	}
+	p := &Proxy{}
+	logins := newLoginTable(map[string]string{"app": "secret"})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) == 0 {
+			return
+		}
+		c := &conn{p: p, mode: 1}
+		if data[0] == protocol.MagicRequest {
+			c.mode = 2
+		}
+		for r := 0; r < len(data) && !c.authed && !c.close; {
+			used, more := c.login(logins, data[r:])
+			if used <= 0 {
+				if more > len(data)-r || more == 0 {
+					break // waits for input that will not come
+				}
+				t.Fatalf("needs %d bytes of the %d it has, and used none", more, len(data)-r)
+			}
+			r += used
+		}
+		if c.authed && !strings.Contains(string(data), "secret") {
+			t.Fatalf("logged in by %q", data)
+		}
+	})
+}
