@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vbcache/vbcache/internal/tlsconf"
 	"github.com/vbcache/vbcache/memcache"
 	"github.com/vbcache/vbcache/test/nodeproc"
 )
@@ -282,31 +281,7 @@ func startProxyProc(t *testing.T, args ...string) *proxyProc {
 // no request of the load fails or reads a wrong value.
 func TestProxyTLSRotation(t *testing.T) {
 	file, _, m := startTLSCluster(t, 3, nil)
-	dir := t.TempDir()
-	cert, key := filepath.Join(dir, "proxy.pem"), filepath.Join(dir, "proxy-key.pem")
-	ca, err := tlsconf.LoadCA(file("ca.pem"), file("ca-key.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	issue := func(name string) {
-		t.Helper()
-		c, k, err := ca.Issue(tlsconf.Leaf{Name: name, Hosts: []string{"127.0.0.1"}, Server: true, NotAfter: time.Now().Add(time.Hour)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Each file replaced whole (rename), so a reload never reads half.
-		for _, f := range []struct {
-			path string
-			b    []byte
-		}{{key, k}, {cert, c}} {
-			if err := os.WriteFile(f.path+".new", f.b, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Rename(f.path+".new", f.path); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	cert, key, issue := rotatingCert(t, file, "proxy")
 	issue("proxy one")
 	px := startProxyProc(t, "--manager", m.url, "--tls-ca", file("ca.pem"), "--listen-tls-cert", cert, "--listen-tls-key", key)
 

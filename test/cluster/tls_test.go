@@ -271,30 +271,7 @@ func TestEtcdOverTLS(t *testing.T) {
 func TestManagerTLSRotation(t *testing.T) {
 	file, nodeTLS := initSecurity(t)
 	nodes := startNodes(t, 1, nodeTLS...)
-	dir := t.TempDir()
-	cert, key := filepath.Join(dir, "manager.pem"), filepath.Join(dir, "manager-key.pem")
-	ca, err := tlsconf.LoadCA(file("ca.pem"), file("ca-key.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	issue := func(name string) {
-		t.Helper()
-		c, k, err := ca.Issue(tlsconf.Leaf{Name: name, Hosts: []string{"127.0.0.1"}, Server: true, Client: true, NotAfter: time.Now().Add(time.Hour)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range []struct {
-			path string
-			b    []byte
-		}{{key, k}, {cert, c}} {
-			if err := os.WriteFile(f.path+".new", f.b, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Rename(f.path+".new", f.path); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	cert, key, issue := rotatingCert(t, file, "manager")
 	issue("manager one")
 	mp := startManager(t, append(vb256, "--replicas", "0", "--failover-after", "0",
 		"--tls-ca", file("ca.pem"), "--tls-cert", cert, "--tls-key", key, "--api-tls-cert", cert, "--api-tls-key", key)...)
@@ -327,5 +304,38 @@ func TestManagerTLSRotation(t *testing.T) {
 	m.rebalance(60 * time.Second)
 	if s := m.status(); len(s.Nodes) != 1 || s.Nodes[0].Active != smallVBuckets {
 		t.Fatalf("after the reload: %+v", s.Nodes)
+	}
+}
+
+// rotatingCert names a certificate and key file for name in a new
+// directory; issue (re)writes them with a new certificate from the CA of
+// init-security's files (file), its common name cn, valid for 127.0.0.1
+// as a server and a client. Each file is replaced whole (a rename), so a
+// reload never reads half of one.
+func rotatingCert(t *testing.T, file func(string) string, name string) (cert, key string, issue func(cn string)) {
+	t.Helper()
+	dir := t.TempDir()
+	cert, key = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
+	ca, err := tlsconf.LoadCA(file("ca.pem"), file("ca-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert, key, func(cn string) {
+		t.Helper()
+		c, k, err := ca.Issue(tlsconf.Leaf{Name: cn, Hosts: []string{"127.0.0.1"}, Server: true, Client: true, NotAfter: time.Now().Add(time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []struct {
+			path string
+			b    []byte
+		}{{key, k}, {cert, c}} {
+			if err := os.WriteFile(f.path+".new", f.b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(f.path+".new", f.path); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }
