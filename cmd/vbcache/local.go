@@ -141,6 +141,13 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
 	if err != nil {
 		return err
 	}
+	// SIGHUP reloads every process's certificates and logins (a rotation
+	// of the files in dir): the manager, which runs in this process,
+	// catches it itself; local passes it on to its nodes. Caught before
+	// any node starts, so that it never ends local.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	// The nodes: child processes, stopped when local returns.
 	var addrs []string
 	var procs []*exec.Cmd
@@ -185,6 +192,20 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
 			return err
 		}
 	}
+	hupDone := make(chan struct{})
+	defer close(hupDone)
+	go func() { // owned here: ends when local returns
+		for {
+			select {
+			case <-hupDone:
+				return
+			case <-hup:
+			}
+			for _, p := range procs {
+				p.Process.Signal(syscall.SIGHUP)
+			}
+		}
+	}()
 	mf := managerFlags{listen: net.JoinHostPort("127.0.0.1", strconv.Itoa(c.base+1)), dataDir: filepath.Join(dir, "etcd"), etcdName: "vbcache",
 		etcdClient: "http://127.0.0.1:" + strconv.Itoa(etcdClient), etcdPeer: "http://127.0.0.1:" + strconv.Itoa(etcdPeer),
 		vbuckets: c.vbuckets, replicas: c.replicas, failoverAfter: c.failoverAfter, maxMoves: 8, prefix: "/vbcache/default",
@@ -303,9 +324,9 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
   vbcache ctl --manager %s status
   vbcache server --vbuckets %d --cluster-auth $VBCACHE_CLUSTER_AUTH%s -p PORT -l 127.0.0.1   then   vbcache ctl --manager %s add-node 127.0.0.1:PORT && vbcache ctl --manager %s rebalance --wait
 
-Data in %s (%s at exit). Ctrl-C stops the cluster.
+Data in %s (%s at exit). Ctrl-C stops the cluster; kill -HUP %d reloads every process's logins and certificates.
 `, c.nodes, c.vbuckets, c.replicas, time.Since(start).Round(time.Millisecond), nodeHow, strings.Join(addrs, " "), mgr, mgr, c.base, proxyHow,
-		authFile, login, mgr, c.vbuckets, nodeFlags, mgr, mgr, dir, map[bool]string{true: "kept", false: "removed"}[c.keep])
+		authFile, login, mgr, c.vbuckets, nodeFlags, mgr, mgr, dir, map[bool]string{true: "kept", false: "removed"}[c.keep], os.Getpid())
 	select {
 	case <-ctx.Done():
 	case err := <-merr:

@@ -20,6 +20,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/manager"
 	"github.com/vbcache/vbcache/internal/sasl"
 	"github.com/vbcache/vbcache/internal/tlsconf"
@@ -115,14 +116,16 @@ func runManager(ctx context.Context, f managerFlags, logger *log.Logger, ready c
 	if err != nil {
 		return fmt.Errorf("--cluster-auth or --tls-*: %w", err)
 	}
-	// The certificates SIGHUP reloads: the one presented to nodes (with
-	// the CA they are verified against) and the API's. A reload reaches
-	// the next connection; open ones stay as they are.
+	// What SIGHUP reloads: the certificates (the one presented to nodes,
+	// with the CA they are verified against, and the API's), the
+	// administrator's login (--cluster-auth) and the API's readers. A
+	// reload reaches the next connection and the next API request; open
+	// connections stay as they are, logged in.
 	var reloaders []*tlsconf.Reloader
 	// Caught from the start: a SIGHUP sent as soon as the port accepts
 	// reloads rather than ends the process.
 	hup := make(chan os.Signal, 1)
-	if f.tlsCert != "" || f.apiCert != "" {
+	if f.tlsCert != "" || f.apiCert != "" || f.clusterAuth != "" || f.apiReaders != "" {
 		signal.Notify(hup, syscall.SIGHUP)
 		defer signal.Stop(hup)
 	}
@@ -171,7 +174,7 @@ func runManager(ctx context.Context, f managerFlags, logger *log.Logger, ready c
 		return err
 	}
 	defer cli.Close()
-	var readers map[string]string
+	var readers *sasl.Passwords
 	if f.apiReaders != "" {
 		if creds == nil || creds.User == "" {
 			return errors.New("--api-readers needs --cluster-auth: without the administrator's login the API has no roles")
@@ -229,7 +232,23 @@ func runManager(ctx context.Context, f managerFlags, logger *log.Logger, ready c
 		ready <- m
 	}
 	logger.Printf("vbcache manager: HTTP on %s, etcd %s", adv, strings.Join(endpoints, ","))
-	if len(reloaders) > 0 {
+	reloadLogins := func() error {
+		var adm *admin.Credentials
+		var rd *sasl.Passwords
+		var err error
+		if f.clusterAuth != "" {
+			if adm, err = admin.LoadCredentials(f.clusterAuth); err != nil {
+				return fmt.Errorf("--cluster-auth: %w", err)
+			}
+		}
+		if f.apiReaders != "" {
+			if rd, err = sasl.LoadPasswordFile(f.apiReaders); err != nil {
+				return fmt.Errorf("--api-readers: %w", err)
+			}
+		}
+		return m.SetLogins(adm, rd)
+	}
+	if len(reloaders) > 0 || f.clusterAuth != "" || f.apiReaders != "" {
 		hupDone := make(chan struct{})
 		defer close(hupDone)
 		go func() { // owned here: ends when runManager returns
@@ -239,12 +258,26 @@ func runManager(ctx context.Context, f managerFlags, logger *log.Logger, ready c
 					return
 				case <-hup:
 				}
+				what, failed := []string{}, false
 				for _, r := range reloaders {
 					if err := r.Reload(); err != nil {
+						failed = true
 						logger.Printf("vbcache manager: SIGHUP: certificate reload failed, keeping the old one: %v", err)
 					}
 				}
-				logger.Printf("vbcache manager: SIGHUP: certificates reloaded")
+				if len(reloaders) > 0 {
+					what = append(what, "certificates")
+				}
+				if f.clusterAuth != "" || f.apiReaders != "" {
+					if err := reloadLogins(); err != nil {
+						failed = true
+						logger.Printf("vbcache manager: SIGHUP: login reload failed, keeping the old ones: %v", err)
+					}
+					what = append(what, "logins")
+				}
+				if !failed {
+					logger.Printf("vbcache manager: SIGHUP: %s reloaded", strings.Join(what, " and "))
+				}
 			}
 		}()
 	}

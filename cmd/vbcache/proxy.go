@@ -52,7 +52,8 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	// upstream reads the credentials files anew at every load, so that
-	// SIGHUP rotates them for new server connections.
+	// SIGHUP rotates them for new server connections (and load reads
+	// --client-auth anew for clients' new logins).
 	upstream := func() (*admin.Credentials, error) {
 		cr, err := upAuth.credentials()
 		if err != nil || *dataAuth == "" {
@@ -81,15 +82,21 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 				return nil, fmt.Errorf("--manager-auth: %w", err)
 			}
 		}
+		var ca *sasl.Passwords
+		if *clientAuth != "" {
+			if ca, err = sasl.LoadPasswordFile(*clientAuth); err != nil {
+				return nil, fmt.Errorf("--client-auth: %w", err)
+			}
+		}
 		if *file != "" {
 			cfg, err := proxy.LoadConfig(*file)
 			if cfg != nil {
 				comparisons(cfg)
-				cfg.Upstream, cfg.ManagerLogin = up, ml
+				cfg.Upstream, cfg.ManagerLogin, cfg.ClientAuth = up, ml, ca
 			}
 			return cfg, err
 		}
-		cfg := &proxy.Config{Listen: *listen, Timeout: *timeout, Upstream: up, ManagerLogin: ml}
+		cfg := &proxy.Config{Listen: *listen, Timeout: *timeout, Upstream: up, ManagerLogin: ml, ClientAuth: ca}
 		comparisons(cfg)
 		switch {
 		case *cluster != "":
@@ -108,12 +115,6 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "vbcache proxy: %v\n", err)
 		return 2
-	}
-	if *clientAuth != "" {
-		if cfg.ClientAuth, err = sasl.LoadPasswordFile(*clientAuth); err != nil {
-			fmt.Fprintf(stderr, "vbcache proxy: --client-auth: %v\n", err)
-			return 2
-		}
 	}
 	var lnTLS *tlsconf.Reloader
 	if *lnCert != "" || *lnKey != "" {

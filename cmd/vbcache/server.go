@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"os"
 	"os/signal"
 	"strconv"
@@ -109,8 +110,18 @@ func serve(o *cmdline.Options, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	// memcached keeps running on SIGHUP (it only flags it for logging).
-	signal.Ignore(syscall.SIGHUP)
+	// memcached keeps running on SIGHUP (it only flags it for logging);
+	// a node with credential files or certificates reloads them.
+	if o.Reloads() {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		done := make(chan struct{})
+		defer close(done)
+		go reloadOnHUP(o, srv, hup, done, stderr) // owned here: ends with serve
+	} else {
+		signal.Ignore(syscall.SIGHUP)
+	}
 
 	if err := srv.Listen(); err != nil {
 		fmt.Fprintln(stderr, err)
@@ -125,6 +136,43 @@ func serve(o *cmdline.Options, stderr io.Writer) int {
 		return cmdline.ExitFailure
 	}
 	return 0
+}
+
+// reloadOnHUP reloads the node's certificates (-Z, as refresh_certs does)
+// and its credential files (Server.SetLogins) at each SIGHUP until done
+// closes, and says on stderr what it did: a file that fails to load keeps
+// the old credentials or certificate.
+func reloadOnHUP(o *cmdline.Options, srv *server.Server, hup <-chan os.Signal, done <-chan struct{}, stderr io.Writer) {
+	logger := log.New(stderr, "", log.LstdFlags)
+	for {
+		select {
+		case <-done:
+			return
+		case <-hup:
+		}
+		ok, what := true, []string{}
+		if o.Config.TLSReload != nil {
+			what = append(what, "certificates")
+			if err := o.Config.TLSReload(); err != nil {
+				ok = false
+				logger.Printf("vbcache: SIGHUP: certificate reload failed, keeping the old one: %v", err)
+			}
+		}
+		pwdb, tokens, adm, err := o.ReloadLogins()
+		if pwdb != nil || tokens != nil || adm != nil {
+			what = append(what, "logins")
+		}
+		if err == nil {
+			err = srv.SetLogins(pwdb, tokens, adm)
+		}
+		if err != nil {
+			ok = false
+			logger.Printf("vbcache: SIGHUP: login reload failed, keeping the old ones: %v", err)
+		}
+		if ok {
+			logger.Printf("vbcache: SIGHUP: %s reloaded", strings.Join(what, " and "))
+		}
+	}
 }
 
 // fail is a start-up failure of the process (limits, user), reported as

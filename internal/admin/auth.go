@@ -21,23 +21,42 @@ import (
 // --insecure-cluster serves control requests from.
 type Credentials struct {
 	User, Password string
-	TLS            *tls.Config // nil: no TLS
+	// Previous is the password before Password while a rotation is under
+	// way: a node still accepts it from others, but logs in with Password.
+	Previous string
+	TLS      *tls.Config // nil: no TLS
 }
 
 // LoadCredentials reads a password file holding the administrator's one
-// entry (memcached's MEMCACHED_SASL_PWDB format, "user:password").
+// entry (memcached's MEMCACHED_SASL_PWDB format, "user:password"), or two
+// for the same user during a rotation: the first is Password, the second
+// Previous (see sasl.Passwords).
 func LoadCredentials(path string) (*Credentials, error) {
 	m, err := sasl.LoadPasswordFile(path)
 	if err != nil {
 		return nil, err
 	}
-	if len(m) != 1 {
-		return nil, fmt.Errorf("%s: %d entries: a cluster's admin credential file holds one", path, len(m))
+	if m.Len() != 1 {
+		return nil, fmt.Errorf("%s: %d users: a cluster's admin credential file holds one", path, m.Len())
 	}
-	for u, p := range m {
-		return &Credentials{User: u, Password: p}, nil
+	for u, p := range m.Current {
+		return &Credentials{User: u, Password: p, Previous: m.Previous[u]}, nil
 	}
 	panic("unreachable")
+}
+
+// Accepts reports whether user and password log in as cr: its Password or,
+// during a rotation, its Previous one. The comparison takes the same time
+// whichever part differs.
+func (cr *Credentials) Accepts(user, password string) bool {
+	if cr == nil || cr.User == "" {
+		return false
+	}
+	p := &sasl.Passwords{Current: map[string]string{cr.User: cr.Password}}
+	if cr.Previous != "" {
+		p.Previous = map[string]string{cr.User: cr.Previous}
+	}
+	return p.Check(user, password)
 }
 
 // DialWith connects to a node and logs in with cr.

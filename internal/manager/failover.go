@@ -80,7 +80,7 @@ func (m *Manager) Failover(ctx context.Context, addr string, opt FailoverOptions
 func (m *Manager) fence(ctx context.Context, addr string, s *State, idx int) bool {
 	fctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	c, err := admin.DialWith(fctx, addr, m.cfg.Credentials)
+	c, err := admin.DialWith(fctx, addr, m.credentials())
 	if err != nil {
 		return false
 	}
@@ -445,7 +445,7 @@ func (m *Manager) activate(ctx context.Context, addr string, ns *State, changed,
 		a := ns.server(ns.Map[vb][0])
 		byNode[a] = append(byNode[a], vb)
 	}
-	opt := move.Options{Settle: promoteSettle, RequestTimeout: 5 * time.Second, Credentials: m.cfg.Credentials}
+	opt := move.Options{Settle: promoteSettle, RequestTimeout: 5 * time.Second, Credentials: m.credentials()}
 	var failed, emptied atomic.Int64
 	// activateEmpty drops any copy of vb on a and makes it active there.
 	activateEmpty := func(vb int, a string) bool {

@@ -2,8 +2,6 @@ package manager
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -118,7 +116,8 @@ func (m *Manager) Handler() http.Handler {
 
 // authorize passes reads (GET, HEAD, OPTIONS) to h, and a request that
 // changes state only when it carries the administrator's user and
-// password (HTTP Basic, compared in constant time); others get 401 with a
+// password (HTTP Basic, compared in constant time; during a rotation the
+// previous password too); others get 401 with a
 // WWW-Authenticate challenge and change nothing. With Readers, a read
 // needs a reader's login or the administrator's (401 otherwise), and a
 // reader's change gets 403. A follower checks before it proxies a change
@@ -126,32 +125,19 @@ func (m *Manager) Handler() http.Handler {
 // (TLS alone, --tls-ca without --cluster-auth, is no login), every
 // request passes, as before --cluster-auth existed.
 func (m *Manager) authorize(h http.Handler) http.Handler {
-	cr := m.cfg.Credentials
-	if cr == nil || cr.User == "" {
+	// SetLogins cannot turn the login on or off, so this holds for good.
+	if cr := m.credentials(); cr == nil || cr.User == "" {
 		return h
 	}
-	type login struct{ user, password [sha256.Size]byte }
-	hash := func(user, password string) login {
-		return login{sha256.Sum256([]byte(user)), sha256.Sum256([]byte(password))}
-	}
-	equal := func(a, b login) bool {
-		return subtle.ConstantTimeCompare(a.user[:], b.user[:])&subtle.ConstantTimeCompare(a.password[:], b.password[:]) == 1
-	}
-	adminLogin := hash(cr.User, cr.Password)
-	var readers []login
-	for u, p := range m.cfg.Readers {
-		readers = append(readers, hash(u, p))
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		l := m.logins.Load()
 		user, password, ok := r.BasicAuth()
-		got := hash(user, password)
-		isAdmin, isReader := ok && equal(got, adminLogin), false
-		for _, l := range readers {
-			isReader = isReader || (ok && equal(got, l)) // every entry compared: no early exit
-		}
+		isAdmin := ok && l.admin.Accepts(user, password)
+		isReader := ok && l.readers.Check(user, password)
+		readers := l.readers.Len()
 		read := r.Method == http.MethodGet || r.Method == http.MethodHead || r.Method == http.MethodOptions
 		switch {
-		case isAdmin, read && (isReader || len(readers) == 0):
+		case isAdmin, read && (isReader || readers == 0):
 			h.ServeHTTP(w, r)
 			return
 		case isReader:

@@ -19,6 +19,7 @@ import (
 
 	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/sasl"
 )
 
 // Config configures a manager.
@@ -40,10 +41,11 @@ type Config struct {
 	// the cluster administrator (--cluster-auth); nil: none, for nodes
 	// run with --insecure-cluster.
 	Credentials *admin.Credentials
-	// Readers, when not empty, are the API's read-only logins (user →
-	// password, --api-readers): every read then needs one of them or the
+	// Readers, when not empty, are the API's read-only logins
+	// (--api-readers): every read then needs one of them or the
 	// administrator's, and a reader's change is refused with 403.
-	Readers map[string]string
+	// SetLogins replaces both (SIGHUP).
+	Readers *sasl.Passwords
 	// LeaderTransport carries a follower's requests to the leader's API
 	// (the changes it passes on); nil: http.DefaultTransport. With the
 	// API on HTTPS it trusts the cluster's CA.
@@ -123,6 +125,10 @@ func (c *Config) setDefaults() {
 type Manager struct {
 	cfg Config
 	cli *clientv3.Client
+
+	// logins are Config.Credentials and Config.Readers as of now, replaced
+	// whole by SetLogins; every dial and every API request reads it once.
+	logins atomic.Pointer[logins]
 
 	// opMu serialises the leader's state-changing operations (add and
 	// remove node, failover, rebalance start and each move's commit). It
@@ -247,7 +253,43 @@ func New(cfg Config) (*Manager, error) {
 		unpromoted: map[string]*promotion{},
 		leases:     map[string]*leaseRec{}, grantConns: map[string]*nodeConn{}}
 	m.pubCond = sync.NewCond(&m.pubMu)
+	m.logins.Store(&logins{admin: cfg.Credentials, readers: cfg.Readers})
 	return m, nil
+}
+
+// logins are who the manager logs in to nodes as, and who may use its API.
+type logins struct {
+	admin   *admin.Credentials // nil: none (--insecure-cluster nodes)
+	readers *sasl.Passwords    // nil: reads are open
+}
+
+// credentials are the administrator's login the manager dials nodes with.
+func (m *Manager) credentials() *admin.Credentials { return m.logins.Load().admin }
+
+// ErrLoginsChanged is SetLogins refusing to turn logins on or off, which
+// changes who may use the API; only a restart may.
+var ErrLoginsChanged = errors.New("manager: a reload cannot add or remove --cluster-auth or --api-readers")
+
+// SetLogins replaces the administrator's user and password (keeping the
+// TLS configuration the manager started with) and the API's readers with
+// those just re-read from the manager's files (SIGHUP). New node
+// connections and API requests use them; open node connections stay
+// logged in, as a node never logs anyone out.
+func (m *Manager) SetLogins(adm *admin.Credentials, readers *sasl.Passwords) error {
+	old := m.logins.Load()
+	hasUser := func(c *admin.Credentials) bool { return c != nil && c.User != "" }
+	if hasUser(adm) != hasUser(old.admin) || (readers == nil) != (old.readers == nil) {
+		return ErrLoginsChanged
+	}
+	if old.admin != nil {
+		c := *old.admin
+		if adm != nil {
+			c.User, c.Password, c.Previous = adm.User, adm.Password, adm.Previous
+		}
+		adm = &c
+	}
+	m.logins.Store(&logins{admin: adm, readers: readers})
+	return nil
 }
 
 func (m *Manager) stateKey() string  { return m.cfg.Prefix + "/state" }
@@ -564,7 +606,7 @@ func (m *Manager) connIn(pool map[string]*nodeConn, ctx context.Context, addr st
 	nc.mu.Lock()
 	defer nc.mu.Unlock()
 	if nc.c == nil {
-		c, err := admin.DialWith(ctx, addr, m.cfg.Credentials)
+		c, err := admin.DialWith(ctx, addr, m.credentials())
 		if err != nil {
 			return err
 		}

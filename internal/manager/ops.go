@@ -119,7 +119,7 @@ func (m *Manager) AddNode(ctx context.Context, addr string) error {
 // checkNode asks a node for its last vbucket's state: a standalone node
 // answers "unknown command", one with fewer vbuckets NOT_MY_VBUCKET.
 func (m *Manager) checkNode(ctx context.Context, addr string, n int) error {
-	c, err := admin.DialWith(ctx, addr, m.cfg.Credentials)
+	c, err := admin.DialWith(ctx, addr, m.credentials())
 	if err != nil {
 		return fmt.Errorf("node %s: %w", addr, err)
 	}
@@ -481,7 +481,7 @@ func (m *Manager) tellFailedOver(ctx context.Context, s *State, addr string) {
 func (m *Manager) turnDead(ctx context.Context, addr string, n int) error {
 	tctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	c, err := admin.DialWith(tctx, addr, m.cfg.Credentials)
+	c, err := admin.DialWith(tctx, addr, m.credentials())
 	if err != nil {
 		return err
 	}

@@ -427,7 +427,7 @@ func (m *Manager) look(ctx context.Context, s *State, vb int, oldDeleted bool) v
 	if to == "" || to == cur {
 		return f
 	}
-	opt := move.Options{RequestTimeout: 5 * time.Second, Credentials: m.cfg.Credentials}
+	opt := move.Options{RequestTimeout: 5 * time.Second, Credentials: m.credentials()}
 	if cur != "" {
 		f.From = move.Observe(ctx, vb, cur, "", opt)
 	}
@@ -443,7 +443,7 @@ func (m *Manager) moveOptions(ctx context.Context, from string) move.Options {
 	return move.Options{
 		Settle:         moveSettle,
 		RequestTimeout: 5 * time.Second,
-		Credentials:    m.cfg.Credentials,
+		Credentials:    m.credentials(),
 		Publish: func(_ context.Context, vb int, to string) (int64, error) {
 			return m.commitActive(ctx, vb, from, to)
 		},

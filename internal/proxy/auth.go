@@ -2,10 +2,9 @@ package proxy
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"crypto/subtle"
 
 	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/sasl"
 )
 
 // Clients' logins (Config.ClientAuth, vbcache proxy --client-auth): until
@@ -19,27 +18,9 @@ import (
 // sent upstream before the login, so the replies here need no ordering
 // with requests in flight.
 
-// loginTable is the users allowed to log in, their passwords hashed so
-// that comparing takes the same time whatever the password's length.
-type loginTable map[string][sha256.Size]byte
-
-func newLoginTable(users map[string]string) loginTable {
-	if len(users) == 0 {
-		return nil
-	}
-	t := make(loginTable, len(users))
-	for u, p := range users {
-		t[u] = sha256.Sum256([]byte(p))
-	}
-	return t
-}
-
-// check reports whether user's password is password.
-func (t loginTable) check(user, password []byte) bool {
-	want, ok := t[string(user)]
-	got := sha256.Sum256(password)
-	return subtle.ConstantTimeCompare(want[:], got[:]) == 1 && ok
-}
+// loginTable is the users allowed to log in (a user's previous password
+// too, during a rotation); nil: clients need no login.
+type loginTable = *sasl.Passwords
 
 // login serves the request at the front of data on a connection that has
 // not logged in: the bytes used, or more > 0 when the request needs that
@@ -78,7 +59,7 @@ func (c *conn) loginBinary(t loginTable, data []byte) (used, more int) {
 		c.p.ctr.authCmds.Add(1)
 		// PLAIN: authzid NUL authcid NUL password.
 		f := bytes.SplitN(r.Value, []byte{0}, 3)
-		if string(r.Key) == "PLAIN" && len(f) == 3 && t.check(f[1], f[2]) {
+		if string(r.Key) == "PLAIN" && len(f) == 3 && t.Check(string(f[1]), string(f[2])) {
 			c.authed = true
 			answer(protocol.StatusOK, "Authenticated")
 			break
@@ -114,7 +95,7 @@ func (c *conn) loginText(t loginTable, data []byte) (used, more int) {
 	token := data[nl+1 : nl+1+n]
 	c.p.ctr.authCmds.Add(1)
 	f := bytes.Fields(token[:n-2])
-	if token[n-2] == '\r' && token[n-1] == '\n' && len(f) == 2 && t.check(f[0], f[1]) {
+	if token[n-2] == '\r' && token[n-1] == '\n' && len(f) == 2 && t.Check(string(f[0]), string(f[1])) {
 		c.authed = true
 		c.replyErr("STORED")
 	} else {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/sasl"
 	"github.com/vbcache/vbcache/internal/server"
 	"github.com/vbcache/vbcache/internal/server/servertest"
 )
@@ -25,7 +26,7 @@ func TestClientLogin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.ClientAuth = map[string]string{"app": "secret"}
+	cfg.ClientAuth = &sasl.Passwords{Current: map[string]string{"app": "secret"}}
 	p, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -112,6 +113,43 @@ func TestClientLogin(t *testing.T) {
 	if n, e := p.ctr.authCmds.Load(), p.ctr.authErrors.Load(); n != 6 || e != 4 {
 		t.Errorf("auth_cmds %d auth_errors %d, want 6 and 4", n, e)
 	}
+
+	// A reload rotates the password: the next logins take the new one
+	// (and, while the file has it on a second line, the old one); a
+	// connection logged in before stays so.
+	rot := *cfg
+	rot.ClientAuth = &sasl.Passwords{Current: map[string]string{"app": "new secret"}, Previous: map[string]string{"app": "secret"}}
+	if err := p.Reload(context.Background(), &rot); err != nil {
+		t.Fatal(err)
+	}
+	for _, pw := range []string{"new secret", "secret"} {
+		nc, r := dial()
+		if got := bin(nc, r, req(protocol.OpSASLAuth, "PLAIN", "\x00app\x00"+pw)); got[0] != protocol.StatusOK.Text()+":Authenticated" {
+			t.Errorf("during the rotation, %q: %q", pw, got)
+		}
+	}
+	done := *cfg
+	done.ClientAuth = &sasl.Passwords{Current: map[string]string{"app": "new secret"}}
+	if err := p.Reload(context.Background(), &done); err != nil {
+		t.Fatal(err)
+	}
+	nc2, r2 := dial()
+	if got := bin(nc2, r2, req(protocol.OpSASLAuth, "PLAIN", "\x00app\x00secret")); got[0] != protocol.StatusAuthError.Text()+":"+protocol.StatusAuthError.Text() {
+		t.Errorf("the old password after the rotation: %q", got)
+	}
+	if got := bin(nc, r, req(protocol.OpGet, "k", "")); got[0] != protocol.StatusOK.Text()+":v" {
+		t.Errorf("a connection logged in before the rotation: %q", got)
+	}
+	// A reload cannot turn the logins off.
+	off := *cfg
+	off.ClientAuth = nil
+	if err := p.Reload(context.Background(), &off); err != nil {
+		t.Fatal(err)
+	}
+	nc3, r3 := dial()
+	if got := bin(nc3, r3, req(protocol.OpGet, "k", "")); got[0] != protocol.StatusAuthError.Text()+":"+protocol.StatusAuthError.Text() {
+		t.Errorf("after a reload without --client-auth, a request before a login: %q", got)
+	}
 }
 
 // FuzzClientLogin feeds anything to a connection that has not logged in:
@@ -127,7 +165,7 @@ func FuzzClientLogin(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	p := &Proxy{}
-	logins := newLoginTable(map[string]string{"app": "secret"})
+	logins := &sasl.Passwords{Current: map[string]string{"app": "secret"}}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) == 0 {
 			return

@@ -14,6 +14,7 @@ import (
 
 	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/sasl"
 	"github.com/vbcache/vbcache/internal/server"
 	"github.com/vbcache/vbcache/internal/server/servertest"
 	"github.com/vbcache/vbcache/internal/tlsconf"
@@ -70,7 +71,7 @@ func TestBridgedUpstream(t *testing.T) {
 	srvTLS, cliTLS, otherTLS := bridgePKI(t)
 	node := servertest.Start(t, server.Config{Version: "test", TLS: srvTLS})
 	saslNode := servertest.Start(t, server.Config{Version: "test", TLS: srvTLS, Protocol: server.ProtoBinary,
-		SASL: true, SASLPasswords: map[string]string{"app": "secret"}})
+		SASL: true, SASLPasswords: &sasl.Passwords{Current: map[string]string{"app": "secret"}}})
 	start := func(server string, cr *admin.Credentials) (*Proxy, string) {
 		t.Helper()
 		cfg, err := ParseConfig([]byte("listen: 127.0.0.1:0\ntimeout: 2000\nservers: [" + server + ":1]\n"))
@@ -153,7 +154,7 @@ func TestBridgedUpstream(t *testing.T) {
 
 	// A text connection logs in with memcached's text token (-Y).
 	tokenNode := servertest.Start(t, server.Config{Version: "test", TLS: srvTLS, Protocol: server.ProtoASCII,
-		AuthTokens: map[string]string{"app": "secret"}})
+		AuthTokens: &sasl.Passwords{Current: map[string]string{"app": "secret"}}})
 	_, addr = start(tokenNode, &admin.Credentials{TLS: cliTLS, User: "app", Password: "secret"})
 	if got := text(addr, "set t 0 0 1\r\nx\r\nget t\r\n", 4); got != "STORED|VALUE t 0 1|x|END" {
 		t.Errorf("text through a bridge logged in with a token: %q", got)

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/vbcache/vbcache/internal/admin"
+	"github.com/vbcache/vbcache/internal/sasl"
 	"github.com/vbcache/vbcache/memcache"
 )
 
@@ -70,10 +71,10 @@ type Config struct {
 	// --manager-auth). Its TLS is unused: Upstream's CA verifies the
 	// manager.
 	ManagerLogin *admin.Credentials `json:"-"`
-	// ClientAuth, when not empty, is the users (user → password) a
-	// client must log in as before anything it sends is served
-	// (auth.go); from --client-auth, read by New (not reloaded).
-	ClientAuth map[string]string `json:"-"`
+	// ClientAuth, when not empty, is the users a client must log in as
+	// before anything it sends is served (auth.go); from --client-auth.
+	// Reload replaces them, but cannot turn them on or off.
+	ClientAuth *sasl.Passwords `json:"-"`
 
 	// twemproxy keys accepted and ignored (they have no meaning here, or
 	// their default is the only behaviour): backlog, preconnect,

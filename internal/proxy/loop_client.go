@@ -88,8 +88,8 @@ func (l *ploop) input(c *conn) (need int) {
 		}
 		var used, more int
 		var local bool
-		if l.p.logins != nil && !c.authed {
-			used, more = c.login(l.p.logins, data)
+		if t := l.p.logins.Load(); t != nil && !c.authed {
+			used, more = c.login(t, data)
 			if len(c.out) > 0 {
 				l.toCQ(c)
 			}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/sasl"
 )
 
 const (
@@ -37,9 +38,9 @@ type Proxy struct {
 	Loops int
 	// noHold is Config.NoRequestHold, as New found it.
 	noHold bool
-	// logins is Config.ClientAuth, as New found it (nil: clients need
-	// no login).
-	logins loginTable
+	// logins is Config.ClientAuth, as New or the latest Reload found it
+	// (nil: clients need no login). Reload cannot turn it on or off.
+	logins atomic.Pointer[sasl.Passwords]
 
 	cur     atomic.Pointer[upstream] // the upstream new requests use
 	st      *serverStats
@@ -97,13 +98,16 @@ type counters struct {
 // bootstrap is bounded by ctx). Serve starts it.
 func New(ctx context.Context, cfg *Config) (*Proxy, error) {
 	p := &Proxy{st: newServerStats(), started: time.Now(), conns: make(map[*conn]struct{}), bridged: make(map[net.Conn]struct{}),
-		listen: cfg.Listen, Version: "vbcache-proxy", Logf: log.Printf, noHold: cfg.NoRequestHold, logins: newLoginTable(cfg.ClientAuth)}
+		listen: cfg.Listen, Version: "vbcache-proxy", Logf: log.Printf, noHold: cfg.NoRequestHold}
 	u, err := newUpstream(ctx, cfg, p.st)
 	if err != nil {
 		return nil, err
 	}
 	p.bctx, p.bcancel = context.WithCancel(context.Background())
 	p.cur.Store(u)
+	if cfg.ClientAuth.Len() > 0 {
+		p.logins.Store(cfg.ClientAuth)
+	}
 	return p, nil
 }
 
@@ -274,6 +278,13 @@ func (p *Proxy) Reload(ctx context.Context, cfg *Config) error {
 	old := p.cur.Swap(u)
 	p.wg.Add(1) // under mu, before Close's Wait can begin
 	p.mu.Unlock()
+	if cur := p.logins.Load(); (cur.Len() == 0) != (cfg.ClientAuth.Len() == 0) {
+		if p.Logf != nil {
+			p.Logf("vbcache proxy: --client-auth cannot be turned on or off by a reload: restart to apply")
+		}
+	} else if cur != nil {
+		p.logins.Store(cfg.ClientAuth) // a rotation: new logins use it
+	}
 	if cfg.Listen != p.listen && p.Logf != nil {
 		p.Logf("vbcache proxy: listen changed from %s to %s: restart to apply", p.listen, cfg.Listen)
 	}

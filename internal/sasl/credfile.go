@@ -2,6 +2,8 @@ package sasl
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -39,12 +41,16 @@ const maxLineLen = 254
 //
 // Stricter than memcached, which skips lines it cannot match and stops at the
 // first entry for a user: a line without ':', an empty user name or password,
-// a NUL byte, a line longer than 254 bytes, a second entry for the same user,
+// a NUL byte, a line longer than 254 bytes, a third entry for the same user,
 // and a file without entries are all errors wrapping ErrCredentialFile that
 // name the path and the line. memcached under Cyrus SASL usually sees user
 // names with the realm appended ("user@host"); vbcache uses the name exactly
 // as the client sends it.
-func LoadPasswordFile(path string) (map[string]string, error) {
+//
+// A user may have two lines: the first holds its password, the second its
+// previous one, which still logs in (see Passwords) while a rotation is
+// under way.
+func LoadPasswordFile(path string) (*Passwords, error) {
 	return loadCredentials(path, "MEMCACHED_SASL_PWDB file", true)
 }
 
@@ -62,13 +68,67 @@ func LoadPasswordFile(path string) (map[string]string, error) {
 // all, up to MaxCredentialFileSize. Errors, all wrapping ErrCredentialFile
 // and naming the path and line: a line without ':' (memcached: "has a
 // malformed entry. Should be 'user:password'"), an empty user name or
-// password, a NUL byte, a line longer than 254 bytes, a duplicate user
-// (memcached would accept either password), and a file without entries.
-func LoadAuthFile(path string) (map[string]string, error) {
+// password, a NUL byte, a line longer than 254 bytes, a third entry for a
+// user, and a file without entries. A user on two lines has the first as
+// its password and the second as its previous one (memcached accepts
+// either of a user's passwords too).
+func LoadAuthFile(path string) (*Passwords, error) {
 	return loadCredentials(path, "authfile", false)
 }
 
-func loadCredentials(path, what string, stopAtColon bool) (map[string]string, error) {
+// Passwords are the entries of a credential file: each user's password and,
+// for a user on two lines, the previous one. A password rotation without a
+// restart is three reloads of every process's files: add the new password
+// as a user's first line (the old one moves to the second: both log in),
+// switch whatever logs in to the new one, then drop the second line.
+type Passwords struct {
+	Current  map[string]string // user → password
+	Previous map[string]string // user → the password before; nil when none
+}
+
+// Lookup returns user's password, as Config.Lookup. It is safe for
+// concurrent use as long as p is not written, and a nil p knows no one.
+func (p *Passwords) Lookup(user string) (string, bool) {
+	if p == nil {
+		return "", false
+	}
+	pw, ok := p.Current[user]
+	return pw, ok
+}
+
+// PreviousOf returns user's previous password, as Config.Previous.
+func (p *Passwords) PreviousOf(user string) (string, bool) {
+	if p == nil {
+		return "", false
+	}
+	pw, ok := p.Previous[user]
+	return pw, ok
+}
+
+// Check reports whether pw is user's password or previous password,
+// comparing digests so that neither password's length nor content shows in
+// the time it takes.
+func (p *Passwords) Check(user, pw string) bool {
+	cur, known := p.Lookup(user)
+	got := sha256.Sum256([]byte(pw))
+	want := sha256.Sum256([]byte(cur))
+	match := subtle.ConstantTimeCompare(got[:], want[:]) == 1
+	if old, ok := p.PreviousOf(user); ok {
+		want = sha256.Sum256([]byte(old))
+		match = subtle.ConstantTimeCompare(got[:], want[:]) == 1 || match
+	}
+	return known && match
+}
+
+// Len is the number of users.
+func (p *Passwords) Len() int {
+	if p == nil {
+		return 0
+	}
+	return len(p.Current)
+}
+
+func loadCredentials(path, what string, stopAtColon bool) (*Passwords, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("sasl: open %s: %w", what, err)
@@ -86,9 +146,9 @@ func loadCredentials(path, what string, stopAtColon bool) (map[string]string, er
 
 // parseCredentials parses "user:password" lines; see LoadPasswordFile and
 // LoadAuthFile for the rules. path and what only label errors.
-func parseCredentials(data []byte, path, what string, stopAtColon bool) (map[string]string, error) {
-	creds := make(map[string]string)
-	firstLine := make(map[string]int)
+func parseCredentials(data []byte, path, what string, stopAtColon bool) (*Passwords, error) {
+	creds := &Passwords{Current: make(map[string]string)}
+	firstLine, secondLine := make(map[string]int), make(map[string]int)
 	bad := func(n int, format string, args ...any) error {
 		return fmt.Errorf("%w: %s %s line %d: %s", ErrCredentialFile, what, path, n, fmt.Sprintf(format, args...))
 	}
@@ -118,13 +178,21 @@ func parseCredentials(data []byte, path, what string, stopAtColon bool) (map[str
 		if len(pass) == 0 {
 			return nil, bad(n, "empty password for user %q", user)
 		}
-		if prev, dup := firstLine[string(user)]; dup {
-			return nil, bad(n, "duplicate user %q (first on line %d)", user, prev)
+		if second, dup := secondLine[string(user)]; dup {
+			return nil, bad(n, "a third entry for user %q (the first on line %d, the previous password on line %d)", user, firstLine[string(user)], second)
+		}
+		if _, dup := firstLine[string(user)]; dup {
+			secondLine[string(user)] = n
+			if creds.Previous == nil {
+				creds.Previous = make(map[string]string)
+			}
+			creds.Previous[string(user)] = string(pass)
+			continue
 		}
 		firstLine[string(user)] = n
-		creds[string(user)] = string(pass)
+		creds.Current[string(user)] = string(pass)
 	}
-	if len(creds) == 0 {
+	if len(creds.Current) == 0 {
 		return nil, fmt.Errorf("%w: %s %s has no user:password entries", ErrCredentialFile, what, path)
 	}
 	return creds, nil

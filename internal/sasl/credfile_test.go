@@ -20,7 +20,7 @@ func writeTemp(t *testing.T, content string) string {
 }
 
 func TestLoadCredentialFiles(t *testing.T) {
-	type loader func(string) (map[string]string, error)
+	type loader func(string) (*Passwords, error)
 	pwdb, authfile := loader(LoadPasswordFile), loader(LoadAuthFile)
 	tests := []struct {
 		name    string
@@ -64,7 +64,13 @@ func TestLoadCredentialFiles(t *testing.T) {
 		{name: "empty-user", content: ":pencil\n", errText: "line 1: empty user name"},
 		{name: "empty-password", content: "user:\n", errText: `line 1: empty password for user "user"`},
 		{name: "empty-password-pwdb", content: "user::x\n", auth: map[string]string{"user": ":x"}, errText: "empty password"},
-		{name: "duplicate", content: "user:a\n\nuser:b\n", errText: `line 3: duplicate user "user" (first on line 1)`},
+		{
+			name:    "rotation",
+			content: "user:a\nbob:c\n\nuser:b\n",
+			pwdb:    map[string]string{"user": "a", "bob": "c"},
+			auth:    map[string]string{"user": "a", "bob": "c"},
+		},
+		{name: "third-entry", content: "user:a\n\nuser:b\nuser:c\n", errText: `line 4: a third entry for user "user" (the first on line 1, the previous password on line 3)`},
 		{name: "nul", content: "user:pen\x00cil\n", errText: "line 1: NUL byte"},
 		{name: "empty-file", content: "", errText: "has no user:password entries"},
 		{name: "only-blank", content: "\n\r\n\n", errText: "has no user:password entries"},
@@ -79,8 +85,14 @@ func TestLoadCredentialFiles(t *testing.T) {
 			}{{"pwdb", pwdb, tt.pwdb}, {"authfile", authfile, tt.auth}} {
 				got, err := l.load(p)
 				if l.want != nil {
-					if err != nil || !maps.Equal(got, l.want) {
-						t.Errorf("%s: got %q, %v; want %q", l.name, got, err, l.want)
+					if err != nil || !maps.Equal(got.Current, l.want) {
+						t.Errorf("%s: got %v, %v; want %q", l.name, got, err, l.want)
+					}
+					if tt.name == "rotation" && (len(got.Previous) != 1 || got.Previous["user"] != "b") {
+						t.Errorf("%s: previous passwords %q, want user's b", l.name, got.Previous)
+					}
+					if tt.name != "rotation" && got.Previous != nil {
+						t.Errorf("%s: previous passwords %q from a file without any", l.name, got.Previous)
 					}
 					continue
 				}
@@ -97,7 +109,7 @@ func TestLoadCredentialFiles(t *testing.T) {
 
 func TestLoadCredentialFileErrors(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "nope")
-	for _, load := range []func(string) (map[string]string, error){LoadPasswordFile, LoadAuthFile} {
+	for _, load := range []func(string) (*Passwords, error){LoadPasswordFile, LoadAuthFile} {
 		if _, err := load(missing); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("missing file: %v, want fs.ErrNotExist", err)
 		}
@@ -118,10 +130,7 @@ func TestLoadedFileAuthenticates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := NewAuthenticator(Config{Lookup: func(u string) (string, bool) {
-		p, ok := creds[u]
-		return p, ok
-	}})
+	a, err := NewAuthenticator(Config{Lookup: creds.Lookup, Previous: creds.PreviousOf})
 	if err != nil {
 		t.Fatal(err)
 	}

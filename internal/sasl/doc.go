@@ -88,7 +88,10 @@
 // [LoadPasswordFile] reads the file MEMCACHED_SASL_PWDB names and
 // [LoadAuthFile] the file given to memcached -Y. Both are "user:password" per
 // line; they differ in where the password ends (see each function). Both are
-// stricter than memcached: malformed lines, duplicate users, empty passwords
-// and empty files are start-up errors wrapping [ErrCredentialFile] rather than
-// entries that silently never match.
+// stricter than memcached: malformed lines, a user on more than two lines,
+// empty passwords and empty files are start-up errors wrapping
+// [ErrCredentialFile] rather than entries that silently never match. A user
+// on two lines has a password and a previous one ([Passwords]), both of
+// which log in, so that a password can be rotated without a moment when
+// some process holds one the others refuse.
 package sasl

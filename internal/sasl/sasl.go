@@ -94,10 +94,18 @@ func lookupMech(name string) (h *hashSpec, ok bool) {
 type Config struct {
 	// Lookup returns the plaintext password of user, or ok=false if there
 	// is no such user. It is called once per exchange, from whichever
-	// goroutine calls Step, so it must be safe for concurrent use. A map
-	// loaded by LoadPasswordFile or LoadAuthFile and never written again
-	// qualifies. Required.
+	// goroutine calls Step, so it must be safe for concurrent use.
+	// Passwords.Lookup of a file loaded by LoadPasswordFile or LoadAuthFile
+	// and never written again qualifies. Required.
 	Lookup func(user string) (password string, ok bool)
+
+	// Previous, when not nil, returns a second password that also logs
+	// user in, or ok=false if there is none: the old one while a rotation
+	// is under way, so that processes still holding it and processes
+	// already given the new one both log in until every one has the new
+	// one. The same concurrency rules as Lookup's apply. A user Lookup
+	// does not know has no previous password.
+	Previous func(user string) (password string, ok bool)
 
 	// Iterations is the SCRAM iteration count (the i= attribute). Zero
 	// means DefaultIterations. Each first login of a user costs this many
@@ -124,6 +132,7 @@ func (c *Config) validate() error {
 // concurrent use.
 type Authenticator struct {
 	lookup     func(string) (string, bool)
+	previous   func(string) (string, bool) // nil: no rotation support
 	iterations int
 	rand       io.Reader
 	saltKey    []byte // 32 random bytes; never changes
@@ -139,6 +148,7 @@ type Authenticator struct {
 type keyID struct {
 	h    *hashSpec
 	user string
+	prev bool // the keys of Config.Previous's password
 }
 
 // keyPair is what SCRAM needs from a password: StoredKey and ServerKey.
@@ -158,6 +168,7 @@ func NewAuthenticator(cfg Config) (*Authenticator, error) {
 	}
 	a := &Authenticator{
 		lookup:     cfg.Lookup,
+		previous:   cfg.Previous,
 		iterations: cfg.Iterations,
 		rand:       cfg.Rand,
 		saltKey:    make([]byte, 32),
@@ -173,6 +184,16 @@ func NewAuthenticator(cfg Config) (*Authenticator, error) {
 		return nil, fmt.Errorf("sasl: read salt key: %w", err)
 	}
 	return a, nil
+}
+
+// previousOf returns user's previous password (Config.Previous), if
+// Lookup knows user (known) and there is one.
+func (a *Authenticator) previousOf(user string, known bool) (string, bool) {
+	if !known || a.previous == nil {
+		return "", false
+	}
+	p, ok := a.previous(user)
+	return p, ok && p != ""
 }
 
 // NewServer starts one exchange for mech, the key of a SASL_AUTH request.
@@ -239,6 +260,7 @@ type Server struct {
 	nonce   string // client nonce + server nonce
 	authMsg string // client-first-bare "," server-first
 	keys    keyPair
+	prev    keyPair // of Config.Previous's password; zero without one
 }
 
 // Mechanism returns the mechanism name as the client spelled it.
@@ -295,7 +317,7 @@ func (s *Server) first(in []byte) ([]byte, bool, error) {
 // fail moves to stateFailed, drops secrets and returns err for Step.
 func (s *Server) fail(err error) ([]byte, bool, error) {
 	s.st = stateFailed
-	s.keys = keyPair{}
+	s.keys, s.prev = keyPair{}, keyPair{}
 	s.authMsg = ""
 	return nil, false, err
 }
@@ -304,7 +326,7 @@ func (s *Server) fail(err error) ([]byte, bool, error) {
 func (s *Server) succeed(out []byte) ([]byte, bool, error) {
 	s.st = stateDone
 	s.authUser = s.user
-	s.keys = keyPair{}
+	s.keys, s.prev = keyPair{}, keyPair{}
 	s.authMsg = ""
 	return out, true, nil
 }
@@ -340,6 +362,10 @@ func (s *Server) plain(in []byte) ([]byte, bool, error) {
 	// password shows in the timing; unknown users compare against "".
 	wd, gd := sha256.Sum256([]byte(want)), sha256.Sum256(pass)
 	match := subtle.ConstantTimeCompare(wd[:], gd[:]) == 1
+	if old, ok := s.a.previousOf(s.user, known); ok {
+		od := sha256.Sum256([]byte(old))
+		match = subtle.ConstantTimeCompare(od[:], gd[:]) == 1 || match
+	}
 	if !known || !match {
 		return s.fail(fmt.Errorf("%w: PLAIN: bad user name or password", ErrAuthFailed))
 	}

@@ -124,8 +124,15 @@ func (s *Server) scramFirst(in []byte) ([]byte, bool, error) {
 	salt := s.a.salt(s.h, user)
 	password, known := s.a.lookup(user)
 	if known {
-		if s.keys, err = s.a.keysFor(s.h, user, password, salt); err != nil {
+		if s.keys, err = s.a.keysFor(s.h, keyID{s.h, user, false}, password, salt); err != nil {
 			return s.fail(err)
+		}
+		if old, ok := s.a.previousOf(user, known); ok {
+			// Both passwords share the salt, so one server-first
+			// serves both; the proof says which one the client has.
+			if s.prev, err = s.a.keysFor(s.h, keyID{s.h, user, true}, old, salt); err != nil {
+				return s.fail(err)
+			}
 		}
 	} else {
 		// Unknown user: keys nobody can produce a proof for; the
@@ -192,16 +199,27 @@ func (s *Server) scramFinal(in []byte) ([]byte, bool, error) {
 	}
 
 	authMsg := []byte(s.authMsg + "," + withoutProof)
-	clientKey := hmacSum(s.h, s.keys.stored, authMsg) // ClientSignature for now
-	subtle.XORBytes(clientKey, clientKey, proof)
-	hh := s.h.new()
-	hh.Write(clientKey)
-	valid := subtle.ConstantTimeCompare(hh.Sum(nil), s.keys.stored) == 1
+	k := s.keys
+	valid := s.proves(k, proof, authMsg)
+	if s.prev.stored != nil && !valid {
+		k = s.prev
+		valid = s.proves(k, proof, authMsg)
+	}
 	if !valid || !s.known {
 		return s.fail(fmt.Errorf("%w: invalid proof", ErrAuthFailed))
 	}
-	serverSig := hmacSum(s.h, s.keys.server, authMsg)
+	serverSig := hmacSum(s.h, k.server, authMsg)
 	return s.succeed([]byte("v=" + b64.EncodeToString(serverSig)))
+}
+
+// proves reports whether proof is the client proof of the password k was
+// derived from: H(ClientSignature XOR proof) must be StoredKey.
+func (s *Server) proves(k keyPair, proof, authMsg []byte) bool {
+	clientKey := hmacSum(s.h, k.stored, authMsg) // ClientSignature for now
+	subtle.XORBytes(clientKey, clientKey, proof)
+	hh := s.h.new()
+	hh.Write(clientKey)
+	return subtle.ConstantTimeCompare(hh.Sum(nil), k.stored) == 1
 }
 
 // decodeSaslname undoes SCRAM's saslname escaping ("=2C" is ',', "=3D" is
@@ -313,8 +331,7 @@ func (a *Authenticator) serverNonce() (string, error) {
 // when the password and salt are unchanged, else by running PBKDF2 (outside
 // the lock; two connections may race to fill the same entry, which is
 // harmless).
-func (a *Authenticator) keysFor(h *hashSpec, user, password string, salt []byte) (keyPair, error) {
-	id := keyID{h, user}
+func (a *Authenticator) keysFor(h *hashSpec, id keyID, password string, salt []byte) (keyPair, error) {
 	fp := [sha256.Size]byte(a.mac("password", password))
 	a.mu.Lock()
 	k, ok := a.keys[id]

@@ -256,6 +256,62 @@ func TestPasswordChange(t *testing.T) {
 	}
 }
 
+// TestPreviousPassword is a rotation: while Config.Previous has the old
+// password, both it and the new one log in over SCRAM (with the server's
+// signature each client verifies) and PLAIN; a third does not, nor does
+// the old one once Previous forgets it, nor any for an unknown user.
+func TestPreviousPassword(t *testing.T) {
+	var mu sync.Mutex
+	prev := "old"
+	a, err := NewAuthenticator(Config{
+		Lookup: func(u string) (string, bool) { return "new", u == "u" },
+		Previous: func(u string) (string, bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			return prev, prev != ""
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := func(user, pw string) error {
+		s, _ := a.NewServer("PLAIN")
+		_, _, err := s.Step([]byte("\x00" + user + "\x00" + pw))
+		return err
+	}
+	for _, pw := range []string{"new", "old"} {
+		for range 2 { // the second from the key cache
+			if _, err := exchange(a, "SCRAM-SHA-256", newClient(hashSHA256, "u", pw, "n")); err != nil {
+				t.Fatalf("SCRAM with %q during the rotation: %v", pw, err)
+			}
+		}
+		if err := plain("u", pw); err != nil {
+			t.Fatalf("PLAIN with %q during the rotation: %v", pw, err)
+		}
+	}
+	if _, err := exchange(a, "SCRAM-SHA-256", newClient(hashSHA256, "u", "other", "n")); !errors.Is(err, ErrAuthFailed) {
+		t.Fatalf("a third password: %v", err)
+	}
+	if err := plain("u", "other"); !errors.Is(err, ErrAuthFailed) {
+		t.Fatalf("a third password over PLAIN: %v", err)
+	}
+	if _, err := exchange(a, "SCRAM-SHA-256", newClient(hashSHA256, "x", "old", "n")); !errors.Is(err, ErrAuthFailed) {
+		t.Fatalf("an unknown user with the previous password: %v", err)
+	}
+	mu.Lock()
+	prev = ""
+	mu.Unlock()
+	if _, err := exchange(a, "SCRAM-SHA-256", newClient(hashSHA256, "u", "old", "n")); !errors.Is(err, ErrAuthFailed) {
+		t.Fatalf("old password after the rotation: %v", err)
+	}
+	if err := plain("u", "old"); !errors.Is(err, ErrAuthFailed) {
+		t.Fatalf("old password over PLAIN after the rotation: %v", err)
+	}
+	if _, err := exchange(a, "SCRAM-SHA-256", newClient(hashSHA256, "u", "new", "n")); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestConcurrent runs exchanges in parallel against one Authenticator, for
 // the race detector.
 func TestConcurrent(t *testing.T) {

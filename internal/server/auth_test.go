@@ -7,6 +7,7 @@ import (
 
 	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/sasl"
 	"github.com/vbcache/vbcache/internal/stream"
 	"github.com/vbcache/vbcache/internal/vbucket"
 )
@@ -65,12 +66,12 @@ func login(t *testing.T, addr string, cr *admin.Credentials) *binClient {
 // connection that did not log in and to a data user's, served to the
 // admin's. Data requests need no admin.
 func TestControlNeedsAdmin(t *testing.T) {
-	for _, sasl := range []bool{false, true} {
-		name := map[bool]string{false: "no -S", true: "-S"}[sasl]
+	for _, withSASL := range []bool{false, true} {
+		name := map[bool]string{false: "no -S", true: "-S"}[withSASL]
 		t.Run(name, func(t *testing.T) {
 			s, addr := startCluster(t, func(c *Config) {
 				c.ClusterAuth = testAdmin
-				c.SASL, c.SASLPasswords = sasl, map[string]string{"reader": "a reader's password"}
+				c.SASL, c.SASLPasswords = withSASL, &sasl.Passwords{Current: map[string]string{"reader": "a reader's password"}}
 			})
 			reader := &admin.Credentials{User: "reader", Password: "a reader's password"}
 			adm := login(t, addr, testAdmin)
@@ -79,7 +80,7 @@ func TestControlNeedsAdmin(t *testing.T) {
 			var refused uint64
 			for _, r := range controlRequests(t) {
 				// A data user: refused, and its data requests go on.
-				if sasl {
+				if withSASL {
 					d := login(t, addr, reader)
 					if h, body := d.do(r.op, r.vb, r.extras, r.key, r.body); h.Status != protocol.StatusAuthError {
 						t.Errorf("%s from a data user: status %#x %q, want auth error", r.name, uint16(h.Status), body)
@@ -93,7 +94,7 @@ func TestControlNeedsAdmin(t *testing.T) {
 				if h, body := anon.do(r.op, r.vb, r.extras, r.key, r.body); h.Status != protocol.StatusAuthError {
 					t.Errorf("%s without a login: status %#x %q, want auth error", r.name, uint16(h.Status), body)
 				}
-				if !sasl {
+				if !withSASL {
 					refused++
 					anon.set(1, key, "v") // data stays open without -S
 				}
@@ -147,7 +148,7 @@ func TestAdminLoginFailures(t *testing.T) {
 func TestAdminRoleGoesWithTheLogin(t *testing.T) {
 	_, addr := startCluster(t, func(c *Config) {
 		c.ClusterAuth = testAdmin
-		c.SASL, c.SASLPasswords = true, map[string]string{"reader": "a reader's password"}
+		c.SASL, c.SASLPasswords = true, &sasl.Passwords{Current: map[string]string{"reader": "a reader's password"}}
 	})
 	b := login(t, addr, testAdmin)
 	if h, _ := b.do(protocol.OpGetVBucket, 0, nil, nil, nil); h.Status != protocol.StatusOK {
@@ -281,7 +282,7 @@ func FuzzClusterAuth(f *testing.F) {
 	f.Add(append(append([]byte{}, plainAdmin...), all...))
 	f.Add(append([]byte("set k 0 0 1\r\nx\r\n"), plainAdmin...))
 	s, err := New(Config{Port: -1, PortSet: true, Version: "fuzz", VBuckets: 8, ClusterAuth: testAdmin,
-		SASL: true, SASLPasswords: map[string]string{"reader": "r"},
+		SASL: true, SASLPasswords: &sasl.Passwords{Current: map[string]string{"reader": "r"}},
 		VBucketParkTimeout: time.Millisecond, Store: storeCfgForFuzz()})
 	if err != nil {
 		f.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/sasl"
 )
 
 func features(fs ...protocol.HelloFeature) []byte {
@@ -138,7 +139,7 @@ func TestBootstrapOpcodesStandaloneUnknown(t *testing.T) {
 func TestBootstrapBeforeSASL(t *testing.T) {
 	_, addr := startCluster(t, func(c *Config) {
 		c.SASL = true
-		c.SASLPasswords = map[string]string{"u": "p"}
+		c.SASLPasswords = &sasl.Passwords{Current: map[string]string{"u": "p"}}
 	})
 	b := dialBin(t, addr)
 	b.send(protocol.OpHello, 0, nil, []byte("agent"), gocbcoreHello)
@@ -182,7 +183,7 @@ func TestBootstrapBeforeSASL(t *testing.T) {
 func TestHelloBeforeSASLStandalone(t *testing.T) {
 	_, addr := startServer(t, func(c *Config) {
 		c.SASL = true
-		c.SASLPasswords = map[string]string{"u": "p"}
+		c.SASLPasswords = &sasl.Passwords{Current: map[string]string{"u": "p"}}
 	})
 	b := dialBin(t, addr)
 	h, _ := b.do(protocol.OpHello, 0, nil, nil, nil)

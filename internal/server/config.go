@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/vbcache/vbcache/internal/admin"
+	"github.com/vbcache/vbcache/internal/sasl"
 	"github.com/vbcache/vbcache/internal/store"
 )
 
@@ -69,9 +70,10 @@ type Config struct {
 	// SASL is -S: binary-protocol clients must authenticate with SASL
 	// (PLAIN, SCRAM-SHA-1/256/512) before any other command.
 	SASL bool
-	// SASLPasswords are the SASL credentials, user → password, loaded from
-	// the file MEMCACHED_SASL_PWDB names ("user:password" lines).
-	SASLPasswords map[string]string
+	// SASLPasswords are the SASL credentials, loaded from the file
+	// MEMCACHED_SASL_PWDB names ("user:password" lines). Server.SetLogins
+	// replaces them (SIGHUP).
+	SASLPasswords *sasl.Passwords
 	// ClusterAuth is --cluster-auth: the cluster administrator's login
 	// (cluster mode only). A connection that authenticates over SASL as
 	// ClusterAuth.User is given the admin role, which every cluster-control
@@ -82,14 +84,17 @@ type Config struct {
 	// ClusterAuth.User gives the role without SASL. Over plain TCP the
 	// administrator may log in only with SCRAM, which never sends the
 	// password; PLAIN is refused for that user unless the connection is TLS.
+	// Its Previous password logs in too (a rotation); Server.SetLogins
+	// replaces it.
 	ClusterAuth *admin.Credentials
 	// InsecureCluster is --insecure-cluster: serve cluster-control
 	// requests from anyone, as before issue 23. Without it and without
 	// ClusterAuth, a cluster node refuses them all.
 	InsecureCluster bool
 	// AuthTokens is -Y: text-protocol clients must first send
-	// "set <any> <f> <e> <n>" with "<user> <pass>" as data; user → password.
-	AuthTokens map[string]string
+	// "set <any> <f> <e> <n>" with "<user> <pass>" as data. Server.SetLogins
+	// replaces them.
+	AuthTokens *sasl.Passwords
 	AuthFile   string // the -Y file, for stats settings
 	// TLS is -Z with memcached's ssl_* options: when set, every TCP
 	// listener speaks TLS (except -l entries marked notls:).

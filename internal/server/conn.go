@@ -187,7 +187,7 @@ func (c *conn) handshake(tc *tls.Conn) bool {
 		return false
 	}
 	tc.SetDeadline(time.Time{})
-	if adm := c.s.cfg.ClusterAuth; adm != nil && c.s.cl != nil && tlsconf.PeerName(tc.ConnectionState()) == adm.User {
+	if adm := c.s.adminLogin(); adm != nil && c.s.cl != nil && tlsconf.PeerName(tc.ConnectionState()) == adm.User {
 		c.certAdmin = true
 		c.setAuthed(true)
 		c.admin = true

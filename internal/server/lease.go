@@ -505,7 +505,7 @@ func b2u(b bool) uint64 {
 // administrator, inside TLS with Config.PeerTLS. Nil (plain TCP, no
 // login) when it has neither.
 func (s *Server) peerCredentials() *admin.Credentials {
-	cr := s.cfg.ClusterAuth
+	cr := s.adminLogin()
 	if s.cfg.PeerTLS == nil {
 		return cr
 	}

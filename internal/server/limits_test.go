@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/sasl"
 )
 
 // limitConn dials addr from the loopback address local and sends a binary
@@ -136,7 +137,7 @@ func statsOfFrom(t *testing.T, addr, local string) map[string]string {
 func TestMaxUnauthConns(t *testing.T) {
 	_, addr := startServer(t, func(c *Config) {
 		c.SASL = true
-		c.SASLPasswords = map[string]string{"testuser": "testpass"}
+		c.SASLPasswords = &sasl.Passwords{Current: map[string]string{"testuser": "testpass"}}
 		c.MaxUnauthConns = 2
 	})
 	u1, u2 := dialLimit(t, addr, "127.0.0.1"), dialLimit(t, addr, "127.0.0.1")
@@ -193,7 +194,7 @@ func TestUnauthTimeout(t *testing.T) {
 		t.Run(map[bool]string{true: "loops", false: "goroutines"}[loops], func(t *testing.T) {
 			s, addr := startServer(t, func(c *Config) {
 				c.SASL = true
-				c.SASLPasswords = map[string]string{"testuser": "testpass"}
+				c.SASLPasswords = &sasl.Passwords{Current: map[string]string{"testuser": "testpass"}}
 				c.UnauthTimeout = 300 * time.Millisecond
 				c.NoEventLoops = !loops
 			})

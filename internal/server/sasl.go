@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"crypto/subtle"
 
 	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/sasl"
@@ -73,7 +72,7 @@ func (c *conn) saslStep(op protocol.Opcode, mech, data []byte) {
 		c.saslSrv = nil
 		c.saslFail()
 	case done:
-		if adm := c.s.cfg.ClusterAuth; adm != nil && c.saslSrv.User() == adm.User {
+		if adm := c.s.adminLogin(); adm != nil && c.saslSrv.User() == adm.User {
 			if c.saslSrv.Mechanism() == "PLAIN" && !c.isTLS() {
 				// The administrator's password just crossed the
 				// network in clear; refuse it, so that no client
@@ -155,8 +154,7 @@ func (c *conn) asciiAuth(data []byte) (used, need int) {
 		return used, 0
 	}
 	c.ctr.authCmds.Add(1)
-	pass, known := c.s.cfg.AuthTokens[string(t.T[0])]
-	if known && subtle.ConstantTimeCompare([]byte(pass), t.T[1]) == 1 {
+	if c.s.logins.Load().tokens.Check(string(t.T[0]), string(t.T[1])) {
 		c.setAuthed(true)
 		c.authReply("STORED")
 		return used, 0

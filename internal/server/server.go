@@ -124,10 +124,11 @@ type Server struct {
 	hashpowerInit int
 	fds           []bool // protected by mu: memcached-style descriptor slots in use, see allocFD
 	tun           tunables
-	sasl          *sasl.Authenticator // -S: shared SASL state (credentials, SCRAM key cache)
-	cl            *cluster            // cluster mode (--vbuckets); nil when standalone
-	loops         []*loop             // event loops (loop.go), set by Listen
-	nextLoop      atomic.Uint64       // round robin over loops
+	sasl          *sasl.Authenticator    // -S: shared SASL state (credentials, SCRAM key cache)
+	logins        atomic.Pointer[logins] // who may log in; replaced whole by SetLogins
+	cl            *cluster               // cluster mode (--vbuckets); nil when standalone
+	loops         []*loop                // event loops (loop.go), set by Listen
+	nextLoop      atomic.Uint64          // round robin over loops
 
 	verbosity     atomic.Int32
 	detailEnabled atomic.Bool
@@ -182,18 +183,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.VBuckets == 0 {
 		s.cfg.ClusterAuth = nil // a plain node is memcached
 	}
+	s.logins.Store(&logins{pwdb: cfg.SASLPasswords, tokens: cfg.AuthTokens, admin: s.cfg.ClusterAuth})
 	if cfg.SASL || s.cfg.ClusterAuth != nil {
-		pw, adm := cfg.SASLPasswords, s.cfg.ClusterAuth
-		a, err := sasl.NewAuthenticator(sasl.Config{Lookup: func(u string) (string, bool) {
-			if adm != nil && u == adm.User {
-				return adm.Password, true
-			}
-			if !cfg.SASL {
-				return "", false
-			}
-			p, ok := pw[u]
-			return p, ok
-		}})
+		a, err := sasl.NewAuthenticator(sasl.Config{Lookup: s.saslLookup(false), Previous: s.saslLookup(true)})
 		if err != nil {
 			st.Close()
 			return nil, err
@@ -204,7 +196,11 @@ func New(cfg Config) (*Server, error) {
 		s.cl = newCluster(&cfg)
 		s.cl.streams = stream.NewNode(st, s.cl.vbs, cfg.StreamLogBytes)
 		s.cl.streams.Logf = s.log.Printf
-		s.cl.streams.Dial = s.peerCredentials().DialNet
+		// Each dial takes the credentials of the moment, so that a
+		// rotation (SetLogins) reaches the streams opened after it.
+		s.cl.streams.Dial = func(ctx context.Context, addr string, timeout time.Duration) (net.Conn, error) {
+			return s.peerCredentials().DialNet(ctx, addr, timeout)
+		}
 		st.SetObserver(s.cl.streams.Log)
 	}
 	s.limitMaxbytes.Store(cfg.Store.MaxBytes)

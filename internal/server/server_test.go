@@ -20,6 +20,7 @@ import (
 
 	"github.com/vbcache/vbcache/internal/clock"
 	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/sasl"
 	"github.com/vbcache/vbcache/internal/store"
 )
 
@@ -506,7 +507,7 @@ func TestBinaryBasics(t *testing.T) {
 // TestASCIIAuth follows memcached's -Y exchange: nothing works until a
 // "set" carries "<user> <password>" as its data.
 func TestASCIIAuth(t *testing.T) {
-	_, addr := startServer(t, func(c *Config) { c.AuthTokens = map[string]string{"alice": "s3cret"} })
+	_, addr := startServer(t, func(c *Config) { c.AuthTokens = &sasl.Passwords{Current: map[string]string{"alice": "s3cret"}} })
 	cases := []struct{ req, want string }{
 		{"get a\r\n", "CLIENT_ERROR unauthenticated\r\n"},
 		{"set x 0 0 11\r\nalice wrong\r\n", "CLIENT_ERROR authentication failure\r\n"},
@@ -607,7 +608,7 @@ func TestTLS(t *testing.T) {
 func TestSASLPlain(t *testing.T) {
 	_, addr := startServer(t, func(c *Config) {
 		c.SASL = true
-		c.SASLPasswords = map[string]string{"testuser": "testpass"}
+		c.SASLPasswords = &sasl.Passwords{Current: map[string]string{"testuser": "testpass"}}
 	})
 	exchange := func(reqs ...[]byte) []protocol.Header {
 		nc, err := net.Dial("tcp", addr)

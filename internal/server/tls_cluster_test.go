@@ -10,6 +10,7 @@ import (
 
 	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/sasl"
 	"github.com/vbcache/vbcache/internal/stream"
 	"github.com/vbcache/vbcache/internal/tlsconf"
 	"github.com/vbcache/vbcache/internal/vbucket"
@@ -221,7 +222,7 @@ func TestTLSClientCertificateAdmin(t *testing.T) {
 func TestPlainAdminLoginNeedsTLS(t *testing.T) {
 	_, addr := startCluster(t, func(c *Config) {
 		c.ClusterAuth = testAdmin
-		c.SASL, c.SASLPasswords = true, map[string]string{"reader": "r"}
+		c.SASL, c.SASLPasswords = true, &sasl.Passwords{Current: map[string]string{"reader": "r"}}
 	})
 	b := dialBin(t, addr)
 	if h, _ := b.do(protocol.OpSASLAuth, 0, nil, []byte("PLAIN"), []byte("\x00admin\x00"+testAdmin.Password)); h.Status != protocol.StatusAuthError {

@@ -24,6 +24,7 @@ import (
 	"github.com/couchbase/gocb/v2"
 
 	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/sasl"
 	"github.com/vbcache/vbcache/internal/server"
 	"github.com/vbcache/vbcache/internal/server/servertest"
 	"github.com/vbcache/vbcache/internal/vbmap"
@@ -42,7 +43,7 @@ func startNode(t *testing.T) string {
 	cfg := server.Config{
 		MaxConns: 1024, Threads: 2, ReqsPerEvent: 20, Backlog: 1024,
 		MaxConnsFast: true, LRUCrawler: true, SlabReassign: true, Version: "sdk-test",
-		SASL: true, SASLPasswords: map[string]string{user: pass},
+		SASL: true, SASLPasswords: &sasl.Passwords{Current: map[string]string{user: pass}},
 		VBuckets: numVBuckets,
 	}
 	return servertest.Start(t, cfg)

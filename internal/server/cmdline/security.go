@@ -251,6 +251,35 @@ func (o *Options) finishSecurity() error {
 	return nil
 }
 
+// ReloadLogins re-reads the credential files the node started with (the
+// MEMCACHED_SASL_PWDB file under -S, -Y's file, --cluster-auth's), for
+// Server.SetLogins: what SIGHUP does. A file the node did not start with
+// stays nil.
+func (o *Options) ReloadLogins() (pwdb, tokens *sasl.Passwords, adm *admin.Credentials, err error) {
+	if o.Config.SASL {
+		if pwdb, err = loadPasswordFile(o.saslPWDB); err != nil {
+			return nil, nil, nil, fmt.Errorf("%s: %w", saslPWDBEnv, err)
+		}
+	}
+	if o.authFile != "" {
+		if tokens, err = loadAuthFile(o.authFile); err != nil {
+			return nil, nil, nil, fmt.Errorf("-Y: %w", err)
+		}
+	}
+	if o.clusterAuth != "" && o.Config.VBuckets > 0 {
+		if adm, err = admin.LoadCredentials(o.clusterAuth); err != nil {
+			return nil, nil, nil, fmt.Errorf("--cluster-auth: %w", err)
+		}
+	}
+	return pwdb, tokens, adm, nil
+}
+
+// Reloads reports whether the node has anything for SIGHUP to reload:
+// credential files or -Z's certificates.
+func (o *Options) Reloads() bool {
+	return o.Config.SASL || o.authFile != "" || (o.clusterAuth != "" && o.Config.VBuckets > 0) || o.tlsReloader != nil
+}
+
 // The credential loaders, as variables so that a test could stand in
 // for them; both read "user:password" lines.
 var (

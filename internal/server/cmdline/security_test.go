@@ -81,7 +81,7 @@ func TestSecurityFlags(t *testing.T) {
 	}{
 		{"-S implies binary", "-S", "$D/good.pw", func(t *testing.T, o *Options) {
 			c := o.Config
-			if !c.SASL || c.Protocol != server.ProtoBinary || len(c.SASLPasswords) != 2 || c.SASLPasswords["u"] != "p" {
+			if !c.SASL || c.Protocol != server.ProtoBinary || c.SASLPasswords.Len() != 2 || c.SASLPasswords.Current["u"] != "p" {
 				t.Errorf("got SASL %v protocol %v passwords %v", c.SASL, c.Protocol, c.SASLPasswords)
 			}
 		}},
@@ -93,12 +93,12 @@ func TestSecurityFlags(t *testing.T) {
 		{"-B binary before -S", "-B binary -S", "$D/good.pw", nil},
 		{"-Y", "-Y $D/good.pw", "", func(t *testing.T, o *Options) {
 			c := o.Config
-			if c.AuthTokens["v"] != "q" || len(c.AuthTokens) != 2 || c.SASL || c.Protocol != server.ProtoASCII || c.AuthFile == "" {
+			if c.AuthTokens.Current["v"] != "q" || c.AuthTokens.Len() != 2 || c.SASL || c.Protocol != server.ProtoASCII || c.AuthFile == "" {
 				t.Errorf("got tokens %v SASL %v protocol %v", c.AuthTokens, c.SASL, c.Protocol)
 			}
 		}},
 		{"--auth-file", "--auth-file=$D/good.pw", "", func(t *testing.T, o *Options) {
-			if len(o.Config.AuthTokens) != 2 {
+			if o.Config.AuthTokens.Len() != 2 {
 				t.Errorf("got %v", o.Config.AuthTokens)
 			}
 		}},
@@ -180,7 +180,7 @@ func TestSecurityFlags(t *testing.T) {
 		}},
 		{"everything", tlsArgs + " -S -Y $D/good.pw -p 11311", "$D/good.pw", func(t *testing.T, o *Options) {
 			c := o.Config
-			if c.TLS == nil || !c.SASL || len(c.SASLPasswords) != 2 || len(c.AuthTokens) != 2 {
+			if c.TLS == nil || !c.SASL || c.SASLPasswords.Len() != 2 || c.AuthTokens.Len() != 2 {
 				t.Errorf("got %+v", c)
 			}
 		}},
