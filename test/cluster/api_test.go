@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -243,13 +244,15 @@ func TestManagerChangesNeedAdmin(t *testing.T) {
 // for a reader and for the administrator; a reader's change is refused
 // with 403 by every state-changing endpoint and changes nothing. A proxy
 // with --manager-auth FILE (a reader) bootstraps from it and serves.
+// SIGHUP reloads the readers' file.
 func TestManagerReadOnlyLogins(t *testing.T) {
 	readers := filepath.Join(t.TempDir(), "readers.pwdb")
 	if err := os.WriteFile(readers, []byte("sdk:sdk-secret\nproxy:proxy-secret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	nodes := startNodes(t, 1)
-	m := mgr{t: t, url: startManager(t, "--replicas", "0", "--failover-after", "0", "--api-readers", readers).URL()}
+	mp := startManager(t, "--replicas", "0", "--failover-after", "0", "--api-readers", readers)
+	m := mgr{t: t, url: mp.URL()}
 	m.waitLeader() // the harness's client logs in as the administrator
 	m.addNode(nodes[0].Addr)
 	m.rebalance(60 * time.Second)
@@ -303,5 +306,30 @@ func TestManagerReadOnlyLogins(t *testing.T) {
 	}
 	if it, err := c.Get("through-a-reader"); err != nil || string(it.Value) != "v" {
 		t.Fatalf("get through a proxy logged in as a reader: %v %v", it, err)
+	}
+
+	// SIGHUP reloads the readers: a changed password takes effect at
+	// the next request, a removed reader is refused.
+	if err := os.WriteFile(readers+".next", []byte("sdk:sdk-rotated\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(readers+".next", readers); err != nil {
+		t.Fatal(err)
+	}
+	p := mp.(interface {
+		Signal(os.Signal) error
+		Stderr() string
+	})
+	if err := p.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the manager's reload", func() bool { return strings.Contains(p.Stderr(), "SIGHUP: logins reloaded") })
+	for _, l := range []struct {
+		user, password string
+		want           int
+	}{{"sdk", "sdk-secret", http.StatusUnauthorized}, {"proxy", "proxy-secret", http.StatusUnauthorized}, {"sdk", "sdk-rotated", http.StatusOK}, {cr.User, cr.Password, http.StatusOK}} {
+		if code := httpDo(t, "GET", m.url+"/status", l.user, l.password); code != l.want {
+			t.Errorf("after the reload, GET /status as %q/%q: %d, want %d", l.user, l.password, code, l.want)
+		}
 	}
 }

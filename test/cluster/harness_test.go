@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/manager"
 	"github.com/vbcache/vbcache/internal/manager/mgrclient"
 	"github.com/vbcache/vbcache/memcache"
@@ -66,11 +67,28 @@ func startNodes(t *testing.T, n int, flags ...string) []*nodeproc.Node {
 type mgr struct {
 	t   *testing.T
 	url string
+	// password, when set, replaces the harness's administrator password
+	// (a test that rotates it).
+	password string
+}
+
+// dialAdmin opens a control connection to a node of m's cluster, logged
+// in as the administrator (with m.password when set).
+func (m mgr) dialAdmin(addr string) (*admin.Conn, error) {
+	if m.password == "" {
+		return nodeproc.DialAdmin(context.Background(), addr)
+	}
+	cr := &admin.Credentials{User: nodeproc.ClusterCredentials().User, Password: m.password, TLS: nodeproc.NodeTLS(addr)}
+	return admin.DialWith(context.Background(), addr, cr)
 }
 
 // api is a client of the manager; each request may take a minute.
 func (m mgr) api() *mgrclient.Client {
-	return nodeproc.ManagerClient(m.url, 60*time.Second)
+	c := nodeproc.ManagerClient(m.url, 60*time.Second)
+	if m.password != "" {
+		c.Password = m.password
+	}
+	return c
 }
 
 // must fails the test when a request's error is not nil.

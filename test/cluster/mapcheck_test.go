@@ -140,7 +140,7 @@ func checkReplicas(t *testing.T, m mgr) {
 	}()
 	stats := func(a, group string) map[string]string {
 		if conns[a] == nil {
-			c, err := nodeproc.DialAdmin(context.Background(), a)
+			c, err := m.dialAdmin(a)
 			if err != nil {
 				t.Fatal(err)
 			}
