@@ -154,7 +154,8 @@ func runManager(ctx context.Context, f managerFlags, logger *log.Logger, ready c
 		}
 		etcdTLS = manager.EtcdTLS{CAFile: f.tlsCA, CertFile: f.tlsCert, KeyFile: f.tlsKey}
 	}
-	if len(endpoints) == 0 {
+	embedded := len(endpoints) == 0
+	if embedded {
 		e, err := manager.StartEtcd(manager.EtcdMember{Name: f.etcdName, Dir: f.dataDir, ClientURL: f.etcdClient, PeerURL: f.etcdPeer,
 			Cluster: f.etcdCluster, Token: f.etcdToken, QuietLogs: true, TLS: etcdTLS})
 		if err != nil {
@@ -174,6 +175,21 @@ func runManager(ctx context.Context, f managerFlags, logger *log.Logger, ready c
 		return err
 	}
 	defer cli.Close()
+	if embedded && etcdTLS.CAFile != "" {
+		// The embedded members' own users and roles: only the
+		// managers' certificate logs in to etcd, not every certificate
+		// of the CA (an external etcd's auth is its operator's).
+		user, err := etcdTLS.CertUser()
+		if err != nil {
+			return fmt.Errorf("--tls-cert: %w", err)
+		}
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err = manager.EnableEtcdAuth(actx, cli, user)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
 	var readers *sasl.Passwords
 	if f.apiReaders != "" {
 		if creds == nil || creds.User == "" {

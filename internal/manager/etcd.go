@@ -1,10 +1,16 @@
 package manager
 
 import (
+	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"net/url"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"go.etcd.io/etcd/client/pkg/v3/logutil"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -55,6 +61,59 @@ func (t EtcdTLS) ClientConfig() (*tls.Config, error) {
 	i := t.info()
 	i.ClientCertAuth = false
 	return i.ClientConfig()
+}
+
+// CertUser is the etcd user a client presenting t's certificate is: its
+// subject's common name, as etcd maps a verified client certificate to a
+// user under --client-cert-auth.
+func (t EtcdTLS) CertUser() (string, error) {
+	c, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	if err != nil {
+		return "", err
+	}
+	leaf, err := x509.ParseCertificate(c.Certificate[0])
+	if err != nil {
+		return "", err
+	}
+	if leaf.Subject.CommonName == "" {
+		return "", fmt.Errorf("%s: the certificate has no common name, which etcd would take as its user", t.CertFile)
+	}
+	return leaf.Subject.CommonName, nil
+}
+
+// EnableEtcdAuth turns on etcd's own authentication (its users and roles)
+// with user, the common name of the certificate the managers present
+// (CertUser), as the one user holding the root role, besides the root
+// user etcd requires; neither has a password, so only a certificate
+// naming one of them logs in. From then on a client whose certificate
+// the CA signed but names anyone else (a data client's, say) is refused
+// every request: the cluster's CA no longer opens its state to whoever
+// holds any of its certificates. It is idempotent, so every manager of an
+// embedded etcd cluster may call it as it starts; etcd serves AuthEnable
+// once. cli must present user's certificate.
+func EnableEtcdAuth(ctx context.Context, cli *clientv3.Client, user string) error {
+	st, err := cli.AuthStatus(ctx)
+	if err != nil {
+		return fmt.Errorf("etcd auth status: %w", err)
+	}
+	if st.Enabled {
+		return nil
+	}
+	for _, u := range []string{"root", user} {
+		if _, err := cli.UserAddWithOptions(ctx, u, "", &clientv3.UserAddOptions{NoPassword: true}); err != nil && !errors.Is(err, rpctypes.ErrUserAlreadyExist) {
+			return fmt.Errorf("etcd user %q: %w", u, err)
+		}
+		if _, err := cli.UserGrantRole(ctx, u, "root"); err != nil { // a second grant is ignored
+			return fmt.Errorf("etcd user %q: root role: %w", u, err)
+		}
+		if u == user { // user is root itself
+			break
+		}
+	}
+	if _, err := cli.AuthEnable(ctx); err != nil {
+		return fmt.Errorf("etcd auth enable: %w", err)
+	}
+	return nil
 }
 
 // StartEtcd starts an embedded etcd member and waits until it serves.

@@ -214,7 +214,8 @@ func TestManagersOverHTTPS(t *testing.T) {
 // certificate and require one from its CA of peers and clients): they
 // elect a leader and serve an add and a rebalance. A client of their
 // etcd over plain HTTP, or over TLS without a certificate, reads nothing;
-// with the cluster's certificate it reads the manager's state.
+// with the managers' certificate it reads the manager's state, and with
+// another certificate of the CA nothing (etcd's own auth is on).
 func TestEtcdOverTLS(t *testing.T) {
 	file, nodeTLS := initSecurity(t)
 	nodes := startNodes(t, 1, nodeTLS...)
@@ -261,6 +262,22 @@ func TestEtcdOverTLS(t *testing.T) {
 	}
 	if err := get(endpoint, withCert); err != nil {
 		t.Errorf("etcd to a client with the cluster's certificate: %v", err)
+	}
+	// etcd's own auth is on: a certificate the CA signed for anyone but
+	// the managers' user (the common name of their --tls-cert) reads
+	// nothing, the administrator's ctl certificate included.
+	cert, key, issue := rotatingCert(t, file, "intruder")
+	issue("intruder")
+	for _, c := range [][2]string{{cert, key}, {file("admin.pem"), file("admin-key.pem")}} {
+		other, err := tlsconf.LoadClient(file("ca.pem"), c[0], c[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := get(endpoint, other); err == nil {
+			t.Errorf("etcd answered %s, a certificate of the CA that names another user", c[0])
+		} else {
+			t.Logf("etcd to %s: %v", filepath.Base(c[0]), err)
+		}
 	}
 }
 
