@@ -8,6 +8,7 @@ import (
 	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/sasl"
 	"github.com/vbcache/vbcache/internal/store"
+	"github.com/vbcache/vbcache/internal/tlsconf"
 )
 
 // Protocol selects which protocols a listener accepts (-B).
@@ -99,6 +100,9 @@ type Config struct {
 	// TLS is -Z with memcached's ssl_* options: when set, every TCP
 	// listener speaks TLS (except -l entries marked notls:).
 	TLS *tls.Config
+	// TLSSettings are -Z's ssl_* options as given, for "stats settings";
+	// nil without -Z.
+	TLSSettings *tlsconf.Options
 	// TLSReload re-reads the certificate, key and CA files (the
 	// refresh_certs command); nil without -Z.
 	TLSReload func() error

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/store"
+	"github.com/vbcache/vbcache/internal/tlsconf"
 )
 
 // This file serves "stats" and its subcommands in the text protocol
@@ -404,19 +406,42 @@ func (c *conn) settingsStats() {
 	c.statLine("ext_max_frag", "0.80")
 	c.statLine("slab_automove_freeratio", "0.010")
 	c.statLine("ext_drop_unread", "no")
-	c.statLine("ssl_enabled", "no")
-	c.statLine("ssl_chain_cert", "(null)")
-	c.statLine("ssl_key", "(null)")
-	c.statLine("ssl_verify_mode", "0")
-	c.statLine("ssl_keyformat", "1")
-	c.statLine("ssl_ciphers", "NULL")
-	c.statLine("ssl_ca_cert", "NULL")
-	c.statLine("ssl_wbuf_size", "16384")
-	c.statLine("ssl_session_cache", "no")
-	c.statLine("ssl_kernel_tls", "no")
-	c.statLine("ssl_min_version", "tlsv1.2")
+	c.sslSettings(s.cfg.TLSSettings)
 	c.statLine("num_napi_ids", "(null)")
 	c.statLine("memory_file", "(null)")
+}
+
+// sslSettings writes the ssl_* lines of "stats settings" as memcached
+// does: its defaults without -Z, and with it the values given (a file
+// not given is "(null)" for the certificate and key, "NULL" for the CA
+// and ciphers; ssl_wbuf_size in bytes).
+func (c *conn) sslSettings(t *tlsconf.Options) {
+	orNull := func(v, null string) string {
+		if v == "" {
+			return null
+		}
+		return v
+	}
+	yesNo := func(b bool) string { return map[bool]string{true: "yes", false: "no"}[b] }
+	if t == nil {
+		t = &tlsconf.Options{}
+	}
+	c.statLine("ssl_enabled", yesNo(c.s.cfg.TLSSettings != nil))
+	c.statLine("ssl_chain_cert", orNull(t.ChainCert, "(null)"))
+	c.statLine("ssl_key", orNull(t.Key, "(null)"))
+	c.statUint("ssl_verify_mode", uint64(t.VerifyMode))
+	c.statLine("ssl_keyformat", "1") // PEM, the only one accepted
+	c.statLine("ssl_ciphers", orNull(t.Ciphers, "NULL"))
+	c.statLine("ssl_ca_cert", orNull(t.CACert, "NULL"))
+	wbuf := 16384
+	if t.WBufSize > 0 {
+		wbuf = t.WBufSize * 1024
+	}
+	c.statUint("ssl_wbuf_size", uint64(wbuf))
+	c.statLine("ssl_session_cache", yesNo(t.SessionCache))
+	c.statLine("ssl_kernel_tls", yesNo(t.KernelTLS))
+	minVersion := map[uint16]string{tls.VersionTLS10: "tlsv1.0", tls.VersionTLS11: "tlsv1.1", tls.VersionTLS13: "tlsv1.3"}[t.MinVersion]
+	c.statLine("ssl_min_version", orNull(minVersion, "tlsv1.2"))
 }
 
 func (c *conn) itemStats() {

@@ -227,3 +227,33 @@ func TestTLSPlainRefused(t *testing.T) {
 		}
 	})
 }
+
+// TestTLSStatsSettings: "stats settings" reports -Z's options as memcached
+// -Z does, line for line: the files, the verify mode, the buffer size in
+// bytes, the session cache and the minimum version.
+func TestTLSStatsSettings(t *testing.T) {
+	certs := makeCerts(t)
+	flags := []string{"-Z", "-o", "ssl_chain_cert=" + certs.cert + ",ssl_key=" + certs.key + ",ssl_ca_cert=" + certs.ca +
+		",ssl_verify_mode=1,ssl_wbuf_size=32,ssl_session_cache,ssl_min_version=3"}
+	ssl := func(n *nodeproc.Node) []string {
+		var lines []string
+		for _, l := range strings.Split(string(sClient(t, n.Addr, certs, []byte("stats settings\r\nquit\r\n"))), "\r\n") {
+			if strings.HasPrefix(l, "STAT ssl_") {
+				lines = append(lines, l)
+			}
+		}
+		return lines
+	}
+	mc := nodeproc.Need(t, "the reference implementation (package memcached)", "memcached")
+	if help, _ := exec.Command(mc, "-h").CombinedOutput(); !bytes.Contains(help, []byte("--enable-ssl")) {
+		t.Skip("this memcached is built without TLS (no --enable-ssl in memcached -h)")
+	}
+	if buildErr != nil {
+		t.Fatalf("cannot build vbcache: %v", buildErr)
+	}
+	want := ssl(nodeproc.Start(t, nodeproc.Memcached, "", flags...))
+	got := ssl(nodeproc.Start(t, nodeproc.Vbcache, vbcacheBin, flags...))
+	if len(want) < 10 || strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("stats settings over TLS:\nvbcache:\n%s\nmemcached:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

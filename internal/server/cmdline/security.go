@@ -202,6 +202,9 @@ func (o *Options) finishSecurity() error {
 			return fail(ExitUsage, "%v", err)
 		}
 		o.tlsReloader = r
+		settings := o.tlsOpts
+		settings.Warnf = nil
+		c.TLSSettings = &settings
 		c.TLS = r.Config()
 		c.TLSReload = r.Reload
 		if c.VBuckets > 0 {
