@@ -41,6 +41,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	mgrAuth := fs.String("manager-auth", "", "log in to the manager's API with this user:password file (a read-only login of its --api-readers)")
 	lnCert := fs.String("listen-tls-cert", "", "serve clients over TLS only, with this certificate chain (PEM); SIGHUP reloads it")
 	lnKey := fs.String("listen-tls-key", "", "with --listen-tls-cert: its private key")
+	lnCA := fs.String("listen-tls-ca", "", "with --listen-tls-cert: clients must present a certificate this CA (PEM) signed, as a node's ssl_verify_mode=2; with --client-auth, one whose common name is a user of that file logs it in; SIGHUP reloads it")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: vbcache proxy -c FILE\n       vbcache proxy [--listen ADDR] --cluster NODE,… | --manager URL | --servers A,B [--distribution ketama]\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -117,8 +118,16 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var lnTLS *tlsconf.Reloader
+	if *lnCA != "" && *lnCert == "" {
+		fmt.Fprintln(stderr, "vbcache proxy: --listen-tls-ca needs --listen-tls-cert")
+		return 2
+	}
 	if *lnCert != "" || *lnKey != "" {
-		if lnTLS, err = tlsconf.New(tlsconf.Options{ChainCert: *lnCert, Key: *lnKey}); err != nil {
+		opts := tlsconf.Options{ChainCert: *lnCert, Key: *lnKey}
+		if *lnCA != "" {
+			opts.CACert, opts.VerifyMode = *lnCA, tlsconf.VerifyRequire
+		}
+		if lnTLS, err = tlsconf.New(opts); err != nil {
 			fmt.Fprintf(stderr, "vbcache proxy: --listen-tls-cert: %v\n", err)
 			return 2
 		}

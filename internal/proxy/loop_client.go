@@ -88,6 +88,9 @@ func (l *ploop) input(c *conn) (need int) {
 		}
 		var used, more int
 		var local bool
+		if t := l.p.logins.Load(); t != nil && !c.authed && c.certLogin.Load() {
+			c.authed = true // its certificate is its login
+		}
 		if t := l.p.logins.Load(); t != nil && !c.authed {
 			used, more = c.login(t, data)
 			if len(c.out) > 0 {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/sasl"
+	"github.com/vbcache/vbcache/internal/tlsconf"
 )
 
 const (
@@ -234,6 +235,11 @@ func (p *Proxy) bridge(c *conn, nc net.Conn, l *ploop) bool {
 				far.(*net.UnixConn).CloseWrite()
 				return
 			}
+			if name := tlsconf.PeerName(tc.ConnectionState()); name != "" {
+				if _, ok := p.logins.Load().Lookup(name); ok {
+					c.certLogin.Store(true)
+				}
+			}
 		}
 		io.Copy(far, nc)
 		far.(*net.UnixConn).CloseWrite()
@@ -352,6 +358,11 @@ type conn struct {
 	close   bool
 	swallow int
 	authed  bool // logged in (auth.go), when the proxy asks clients to
+	// certLogin: the client's verified TLS certificate names a user of
+	// the logins, which logs it in without SASL (auth.go). Set by the
+	// bridge's handshake goroutine before the first byte reaches the
+	// loop, read by the loop.
+	certLogin atomic.Bool
 
 	loopConn
 }
