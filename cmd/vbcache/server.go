@@ -127,6 +127,15 @@ func serve(o *cmdline.Options, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return cmdline.ExitOSErr
 	}
+	if o.MetricsListen != "" {
+		hs, addr, err := metricsServer(o.MetricsListen, srv.Metrics())
+		if err != nil {
+			fmt.Fprintf(stderr, "failed to listen on --metrics-listen %s: %v\n", o.MetricsListen, err)
+			return cmdline.ExitOSErr
+		}
+		defer hs.Close()
+		fmt.Fprintf(stderr, "vbcache: metrics on http://%s/metrics\n", addr)
+	}
 	if o.PIDFile != "" {
 		savePID(o.PIDFile, stderr)
 		defer removePID(o.PIDFile, stderr)

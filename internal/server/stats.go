@@ -422,7 +422,6 @@ func (c *conn) sslSettings(t *tlsconf.Options) {
 		}
 		return v
 	}
-	yesNo := func(b bool) string { return map[bool]string{true: "yes", false: "no"}[b] }
 	if t == nil {
 		t = &tlsconf.Options{}
 	}

@@ -82,6 +82,8 @@ const HelpText = `-p, --port=<num>          TCP port to listen on (default: 1121
                           ssl_ca_cert (required); with ssl_verify_mode >= 1, a client
                           certificate from that CA whose CN is the administrator's
                           user name gives the admin role without SASL
+    --metrics-listen=<addr> serve Prometheus metrics at http://<addr>/metrics
+                          (memcached_exporter's names; off by default)
 -o, --extended            comma separated list of extended options
                           most options have a 'no_' prefix to disable
    - maxconns_fast:       immediately close new connections after limit (default: enabled)

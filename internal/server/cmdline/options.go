@@ -55,6 +55,11 @@ type Options struct {
 	CoreDumps  bool   // -r
 	LargePages bool   // -L (accepted; huge pages are the default, -o no_hugepages turns them off)
 
+	// MetricsListen is --metrics-listen: where the process serves its
+	// Prometheus metrics over HTTP (/metrics); "" (the default) serves
+	// none, so a plain node is what memcached is.
+	MetricsListen string
+
 	// Warnings are for stderr before starting: Parse's, then those
 	// Finish adds while it loads the TLS settings.
 	Warnings []string
@@ -143,6 +148,7 @@ var options = []option{
 	{optSyncReplication, "sync-replication", false},
 	{optClusterAuth, "cluster-auth", true},
 	{optInsecureCluster, "insecure-cluster", false},
+	{optMetricsListen, "metrics-listen", true},
 }
 
 // Codes for long-only options (vbcache's own; memcached has none). They
@@ -154,6 +160,7 @@ const (
 	optSyncReplication                 // --sync-replication: answer writes once the replicas have them
 	optClusterAuth                     // --cluster-auth FILE: the cluster administrator's user:password
 	optInsecureCluster                 // --insecure-cluster: serve control requests from anyone
+	optMetricsListen                   // --metrics-listen ADDR: serve Prometheus metrics over HTTP
 )
 
 // longAliases are extra long names memcached's help shows or older

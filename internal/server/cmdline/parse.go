@@ -3,6 +3,7 @@ package cmdline
 import (
 	"fmt"
 	"math"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -156,6 +157,11 @@ func (o *Options) apply(opt option, val string) error {
 		o.clusterAuth = val
 	case optInsecureCluster:
 		c.InsecureCluster = true
+	case optMetricsListen:
+		if _, _, err := net.SplitHostPort(val); err != nil {
+			return illegal(flagName(opt), val, "host:port, such as 127.0.0.1:9150 or :9150")
+		}
+		o.MetricsListen = val
 	case optStreamLog:
 		n, ok := parseInt(val)
 		if !ok || n < 64<<10 || n > 1<<30 {
