@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/vbcache/vbcache/internal/admin"
@@ -30,6 +31,10 @@ import (
 // them too.
 type managerFlags struct {
 	listen        string
+	metricsListen string // --metrics-listen: Prometheus metrics over HTTP; "" none
+	// metrics, when not nil, are more collectors for the metrics endpoint
+	// (vbcache local serves its proxy's there too).
+	metrics       []prometheus.Collector
 	advertise     string
 	dataDir       string
 	etcdEndpoints string
@@ -79,6 +84,7 @@ func (f *managerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.tlsKey, "tls-key", "", "with --tls-cert: its private key")
 	fs.StringVar(&f.apiCert, "api-tls-cert", "", "serve the HTTP API over HTTPS with this certificate (ctl init-security's node.pem); other managers reach it trusting --tls-ca")
 	fs.StringVar(&f.apiKey, "api-tls-key", "", "with --api-tls-cert: its private key")
+	fs.StringVar(&f.metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics (the manager's view of the cluster, etcd's round trip)")
 	fs.StringVar(&f.apiReaders, "api-readers", "", "with --cluster-auth: read-only logins of the HTTP API, a user:password file (memcached's SASL pwdb format); then every read needs one of them or the administrator's")
 }
 
@@ -246,6 +252,14 @@ func runManager(ctx context.Context, f managerFlags, logger *log.Logger, ready c
 	go func() { runDone <- m.Run(ctx) }() // owned here: ends with ctx
 	if ready != nil {
 		ready <- m
+	}
+	if f.metricsListen != "" {
+		hs, addr, err := metricsServer(f.metricsListen, append(f.metrics, m.Metrics())...)
+		if err != nil {
+			return fmt.Errorf("--metrics-listen: %w", err)
+		}
+		defer hs.Close()
+		logger.Printf("vbcache manager: metrics on http://%s/metrics", addr)
 	}
 	logger.Printf("vbcache manager: HTTP on %s, etcd %s", adv, strings.Join(endpoints, ","))
 	reloadLogins := func() error {

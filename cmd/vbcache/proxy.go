@@ -41,6 +41,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	mgrAuth := fs.String("manager-auth", "", "log in to the manager's API with this user:password file (a read-only login of its --api-readers)")
 	lnCert := fs.String("listen-tls-cert", "", "serve clients over TLS only, with this certificate chain (PEM); SIGHUP reloads it")
 	lnKey := fs.String("listen-tls-key", "", "with --listen-tls-cert: its private key")
+	metricsListen := fs.String("metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics (memcached_exporter's names for the proxy's stats, and per server its requests, errors and latency)")
 	lnCA := fs.String("listen-tls-ca", "", "with --listen-tls-cert: clients must present a certificate this CA (PEM) signed, as a node's ssl_verify_mode=2; with --client-auth, one whose common name is a user of that file logs it in; SIGHUP reloads it")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: vbcache proxy -c FILE\n       vbcache proxy [--listen ADDR] --cluster NODE,… | --manager URL | --servers A,B [--distribution ketama]\n\nFlags:\n")
@@ -135,7 +136,7 @@ func runProxy(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logger := log.New(stderr, "", log.LstdFlags)
-	if err := serveProxy(ctx, cfg, load, *file, lnTLS, logger); err != nil {
+	if err := serveProxy(ctx, cfg, load, *file, lnTLS, *metricsListen, logger); err != nil {
 		fmt.Fprintf(stderr, "vbcache proxy: %v\n", err)
 		return 1
 	}
@@ -151,8 +152,9 @@ func comparisons(cfg *proxy.Config) {
 
 // serveProxy runs a proxy until ctx ends, reloading on SIGHUP and, when
 // file is set, when its modification time changes. With lnTLS it serves
-// clients over TLS only, and SIGHUP reloads the certificate too.
-func serveProxy(ctx context.Context, cfg *proxy.Config, load func() (*proxy.Config, error), file string, lnTLS *tlsconf.Reloader, logger *log.Logger) error {
+// clients over TLS only, and SIGHUP reloads the certificate too. With
+// metricsListen it serves its Prometheus metrics there.
+func serveProxy(ctx context.Context, cfg *proxy.Config, load func() (*proxy.Config, error), file string, lnTLS *tlsconf.Reloader, metricsListen string, logger *log.Logger) error {
 	// SIGHUP is caught, and the file's mtime taken, before the proxy is
 	// built and listens: a SIGHUP sent as soon as the port accepts then
 	// reloads rather than ends the process (the signal's default action),
@@ -183,6 +185,16 @@ func serveProxy(ctx context.Context, cfg *proxy.Config, load func() (*proxy.Conf
 	if lnTLS != nil {
 		ln = tls.NewListener(ln, lnTLS.Config())
 		scheme = " (TLS)"
+	}
+	if metricsListen != "" {
+		hs, addr, err := metricsServer(metricsListen, p.Metrics())
+		if err != nil {
+			ln.Close()
+			p.Close()
+			return fmt.Errorf("--metrics-listen: %w", err)
+		}
+		defer hs.Close()
+		logger.Printf("vbcache proxy: metrics on http://%s/metrics", addr)
 	}
 	serr := make(chan error, 1)
 	go func() { serr <- p.Serve(ln) }() // owned here: p.Close ends it

@@ -1,0 +1,86 @@
+package proxy
+
+import (
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/vbcache/vbcache/internal/metrics"
+)
+
+// The proxy's Prometheus metrics (vbcache proxy --metrics-listen), read at
+// scrape time from its "stats" lines: memcached's general stats under
+// memcached_exporter's names (package metrics), as for a node, so a
+// dashboard shows a proxy as it shows a memcached; the proxy's own and its
+// servers' under vbcache_proxy_, one series per server (label server).
+
+// proxyMetrics are the proxy's own stats.
+var proxyMetrics = []metrics.Stat{
+	{Stat: "proxy_reloads", Name: "proxy_reloads_total", Help: "Reloads of the proxy's configuration or cluster map that took effect."},
+	{Stat: "proxy_reload_errors", Name: "proxy_reload_errors_total", Help: "Reloads that failed and left the pool as it was."},
+	{Stat: "proxy_fast_path", Name: "proxy_fast_path_total", Help: "Requests served on the proxy's fast path."},
+	{Stat: "ssl_handshake_errors", Name: "ssl_handshake_errors_total", Help: "Clients' TLS handshakes that failed."},
+	{Stat: "auth_cmds", Name: "auth_commands_total", Help: "Clients' login attempts (SASL PLAIN and the text token)."},
+	{Stat: "auth_errors", Name: "auth_errors_total", Help: "Clients' login attempts that failed."},
+}
+
+// serverMetrics are the per-server lines "server:<addr>:<stat>".
+var serverMetrics = []metrics.Stat{
+	{Stat: "requests", Name: "proxy_server_requests_total", Help: "Requests sent to the server."},
+	{Stat: "errors", Name: "proxy_server_errors_total", Help: "Requests to the server that failed (connection errors and timeouts)."},
+	{Stat: "connections", Name: "proxy_server_connections", Help: "Connections open to the server.", Gauge: true},
+	{Stat: "total_connections", Name: "proxy_server_connections_total", Help: "Connections opened to the server."},
+	{Stat: "ejected", Name: "proxy_server_ejected", Help: "1 while the server is ejected from the pool (auto_eject_hosts).", Gauge: true},
+}
+
+type proxyCollector struct {
+	p       *Proxy
+	set     *metrics.Set
+	latency *prometheus.Desc
+}
+
+// Metrics returns a prometheus.Collector of the proxy's metrics.
+func (p *Proxy) Metrics() prometheus.Collector {
+	c := &proxyCollector{p: p, set: metrics.NewSet()}
+	c.set.Add("vbcache", proxyMetrics)
+	c.set.Add("vbcache", serverMetrics, "server")
+	c.latency = prometheus.NewDesc("vbcache_proxy_server_request_duration_seconds",
+		"Time from sending a request to the server to its answer: the count and sum of every request, the 0.99 quantile over the last 256.",
+		[]string{"server"}, nil)
+	return c
+}
+
+func (c *proxyCollector) Describe(ch chan<- *prometheus.Desc) {
+	c.set.Describe(ch)
+	ch <- c.latency
+}
+
+func (c *proxyCollector) Collect(ch chan<- prometheus.Metric) {
+	general := map[string]string{}
+	servers := map[string]map[string]string{}
+	for _, kv := range c.p.statLines() {
+		rest, ok := strings.CutPrefix(kv[0], "server:")
+		if !ok {
+			general[kv[0]] = kv[1]
+			continue
+		}
+		i := strings.LastIndexByte(rest, ':') // the address has colons too
+		if i < 0 {
+			continue
+		}
+		addr, stat := rest[:i], rest[i+1:]
+		if servers[addr] == nil {
+			servers[addr] = map[string]string{}
+		}
+		servers[addr][stat] = kv[1]
+	}
+	c.set.General(ch, general)
+	c.set.Table(ch, "vbcache", proxyMetrics, general)
+	for addr, st := range servers {
+		c.set.Table(ch, "vbcache", serverMetrics, st, addr)
+		s := c.p.st.get(addr)
+		p99, _ := metrics.Value(st["latency_us_p99"])
+		ch <- prometheus.MustNewConstSummary(c.latency, uint64(s.requests.Load()), float64(s.latencyUs.Load())/1e6,
+			map[float64]float64{0.99: p99 / 1e6}, addr)
+	}
+}
