@@ -16,9 +16,11 @@ fuzztime=${FUZZTIME:-20s}
 # binary-protocol and TLS clients of test/clients and test/security;
 # python3-memcache (python-memcached) and libspymemcached-java are client
 # libraries test/interop checks key placement against; iproute2 (ip netns)
-# and nftables (nft) make test/faults' hosts and partitions.
+# and nftables (nft) make test/faults' hosts and partitions; prometheus is
+# the real Prometheus (and promtool) that test/lifecycle scrapes and checks
+# the processes' metrics with.
 debs=(nftables iproute2 memcached python3-pymemcache python3-pylibmc libcache-memcached-perl libmemcached-tools
-  sasl2-bin libsasl2-modules php-cli php-memcached openssl python3-memcache libspymemcached-java)
+  sasl2-bin libsasl2-modules php-cli php-memcached openssl python3-memcache libspymemcached-java prometheus)
 # spymemcached's test compiles a Java file: the image ships a JDK (17); a
 # machine without javac gets Debian's.
 command -v javac >/dev/null 2>&1 || debs+=(default-jdk-headless)

@@ -17,8 +17,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/manager"
@@ -28,14 +31,16 @@ import (
 
 // runLocal is "vbcache local": a manager with an embedded etcd and N node
 // processes on loopback, the proxy's port first (base), the manager's HTTP
-// API on base+1, the nodes on base+2 … base+1+N. Ctrl-C stops everything
-// and removes the data directory unless --keep.
+// API on base+1, the nodes on base+2 … base+1+N, then the Prometheus
+// metrics: the manager's and proxy's on base+2+N, the nodes' on base+3+N
+// … base+2+2N. Ctrl-C stops everything and removes the data directory
+// unless --keep.
 func runLocal(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("vbcache local", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	nodes := fs.Int("nodes", 3, "number of cache nodes")
 	replicas := fs.Int("replicas", 1, "replicas per vbucket (0-3)")
-	base := fs.Int("base-port", 11211, "first port: proxy, then manager (base+1), then nodes (base+2 …)")
+	base := fs.Int("base-port", 11211, "first port: proxy, then manager (base+1), then nodes (base+2 …), then the metrics (base+2+N …)")
 	vbuckets := fs.Int("vbuckets", 1024, "number of vbuckets")
 	memory := fs.Int("m", 64, "memory per node in megabytes (memcached's -m)")
 	dataDir := fs.String("data-dir", "", "where the embedded etcd keeps its data (default: a new temporary directory)")
@@ -53,7 +58,7 @@ func runLocal(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	if *nodes < 1 || *nodes > 64 || *replicas < 0 || *replicas > 3 || *base < 1 || *base+1+*nodes > 65535 {
+	if *nodes < 1 || *nodes > 64 || *replicas < 0 || *replicas > 3 || *base < 1 || *base+2+2**nodes > 65535 {
 		fmt.Fprintln(stderr, "vbcache local: want 1-64 nodes, 0-3 replicas and ports below 65536")
 		return 2
 	}
@@ -126,7 +131,7 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
 		return err
 	}
 	// Check the ports first: a clear message beats a half-started cluster.
-	for p := c.base; p <= c.base+1+c.nodes; p++ {
+	for p := c.base; p <= c.base+2+2*c.nodes; p++ {
 		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 		if err != nil {
 			return fmt.Errorf("port %d is taken (choose another --base-port): %w", p, err)
@@ -137,6 +142,10 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
 	if err != nil {
 		return err
 	}
+	// Prometheus metrics: one endpoint for this process's manager and
+	// proxy (metricsPort(0)), then one per node.
+	metricsPort := func(i int) string { return strconv.Itoa(c.base + 2 + c.nodes + i) }
+	metricsURL := func(i int) string { return "http://127.0.0.1:" + metricsPort(i) + "/metrics" }
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -170,7 +179,8 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
 		port := c.base + 2 + i
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		cmd := exec.Command(exe, "server", "--vbuckets", strconv.Itoa(c.vbuckets), "-p", strconv.Itoa(port),
-			"-l", "127.0.0.1", "-U", "0", "-m", strconv.Itoa(c.memory), "--cluster-auth", authFile)
+			"-l", "127.0.0.1", "-U", "0", "-m", strconv.Itoa(c.memory), "--cluster-auth", authFile,
+			"--metrics-listen", "127.0.0.1:"+metricsPort(1+i))
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if os.Geteuid() == 0 {
 			cmd.Args = append(cmd.Args, "-u", "root")
@@ -209,7 +219,9 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
 	mf := managerFlags{listen: net.JoinHostPort("127.0.0.1", strconv.Itoa(c.base+1)), dataDir: filepath.Join(dir, "etcd"), etcdName: "vbcache",
 		etcdClient: "http://127.0.0.1:" + strconv.Itoa(etcdClient), etcdPeer: "http://127.0.0.1:" + strconv.Itoa(etcdPeer),
 		vbuckets: c.vbuckets, replicas: c.replicas, failoverAfter: c.failoverAfter, maxMoves: 8, prefix: "/vbcache/default",
-		clusterAuth: authFile}
+		clusterAuth: authFile, metricsListen: "127.0.0.1:" + metricsPort(0)}
+	proxyMetrics := &lateCollector{}
+	mf.metrics = []prometheus.Collector{proxyMetrics}
 	if c.tls {
 		mf.etcdClient = "https://127.0.0.1:" + strconv.Itoa(etcdClient)
 		mf.etcdPeer = "https://127.0.0.1:" + strconv.Itoa(etcdPeer)
@@ -305,6 +317,12 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
 	}
 	go px.Serve(pln) // owned here: px.Close ends it
 	defer px.Close()
+	pm := px.Metrics()
+	proxyMetrics.c.Store(&pm)
+	nodeMetrics := make([]string, c.nodes)
+	for i := range nodeMetrics {
+		nodeMetrics[i] = metricsURL(1 + i)
+	}
 	nodeHow, proxyHow, login, nodeFlags := "binary, text, meta", "(telnet localhost %[1]d reaches the cluster)", "", ""
 	if c.tls {
 		nodeHow = "TLS: binary, text, meta"
@@ -319,6 +337,8 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
   manager (HTTP API):           %s
   cluster map for clients:      %s/pools/default/b/default
   proxy (text, meta, binary):   127.0.0.1:%d   %s
+  metrics (Prometheus):         %s   (manager and proxy)
+                                %s   (nodes)
 
   export VBCACHE_CLUSTER_AUTH=%s%s   (the cluster administrator: nodes and the manager take changes only from it)
   vbcache ctl --manager %s status
@@ -326,6 +346,7 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
 
 Data in %s (%s at exit). Ctrl-C stops the cluster; kill -HUP %d reloads every process's logins and certificates.
 `, c.nodes, c.vbuckets, c.replicas, time.Since(start).Round(time.Millisecond), nodeHow, strings.Join(addrs, " "), mgr, mgr, c.base, proxyHow,
+		metricsURL(0), strings.Join(nodeMetrics, " "),
 		authFile, login, mgr, c.vbuckets, nodeFlags, mgr, mgr, dir, map[bool]string{true: "kept", false: "removed"}[c.keep], os.Getpid())
 	select {
 	case <-ctx.Done():
@@ -356,6 +377,22 @@ func freePorts(n int) (int, int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports[0], ports[1], nil
+}
+
+// lateCollector passes a scrape on to a collector set after the metrics
+// endpoint started (local's proxy, made after its manager); before, it
+// has nothing. It describes nothing, which the registry takes as an
+// unchecked collector.
+type lateCollector struct {
+	c atomic.Pointer[prometheus.Collector]
+}
+
+func (l *lateCollector) Describe(chan<- *prometheus.Desc) {}
+
+func (l *lateCollector) Collect(ch chan<- prometheus.Metric) {
+	if c := l.c.Load(); c != nil {
+		(*c).Collect(ch)
+	}
 }
 
 // waitListening waits until addr answers a control request.

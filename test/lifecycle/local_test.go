@@ -80,7 +80,7 @@ func childWithArgs(t *testing.T, parent int, args ...string) int {
 // localRun is a `vbcache local` process group that a test runs.
 type localRun struct {
 	t              *testing.T
-	base           int // its --base-port: proxy, manager, then the nodes
+	base           int // its --base-port: proxy, manager, then the nodes, then the metrics
 	cmd            *exec.Cmd
 	stdout, stderr nodeproc.Output
 	done           chan struct{} // closed when the process has exited
@@ -100,7 +100,7 @@ func (l *localRun) creds() *admin.Credentials {
 }
 
 // startLocal runs `vbcache local` with args (and a free --base-port for
-// 2+nodes ports) until it says it is ready. freeBase's ports may be taken
+// its 3+2×nodes ports: proxy, manager, nodes, metrics) until it says it is ready. freeBase's ports may be taken
 // by another process before local binds them; only then (its stderr says
 // "address already in use" and it exited) does it start again, on other
 // ports, at most three times. The process group is killed when the test
@@ -108,7 +108,7 @@ func (l *localRun) creds() *admin.Credentials {
 func startLocal(t *testing.T, nodes int, args ...string) *localRun {
 	t.Helper()
 	for try := 1; ; try++ {
-		l := &localRun{t: t, base: freeBase(t, 2+nodes), done: make(chan struct{}), dir: t.TempDir()}
+		l := &localRun{t: t, base: freeBase(t, 3+2*nodes), done: make(chan struct{}), dir: t.TempDir()}
 		l.cmd = exec.Command(bin, append([]string{"local", "--nodes", strconv.Itoa(nodes), "--base-port", strconv.Itoa(l.base), "--data-dir", l.dir}, args...)...)
 		l.cmd.Stdout, l.cmd.Stderr = &l.stdout, &l.stderr
 		l.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -1,0 +1,171 @@
+package lifecycle
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vbcache/vbcache/test/nodeproc"
+)
+
+// TestLocalMetrics: `vbcache local` prints a Prometheus endpoint for every
+// process (its manager and proxy, each node), and each one's output
+// passes `promtool check metrics` (Debian's prometheus package). A real
+// Prometheus then scrapes them all every 500 ms while the test sends a
+// known number of gets through the proxy: the PromQL sum of the nodes'
+// memcached_commands_total{command="get"} grows by exactly that number,
+// and the proxy's own series by the same.
+func TestLocalMetrics(t *testing.T) {
+	promtool := nodeproc.Need(t, "metric checks (package prometheus)", "promtool")
+	prom := nodeproc.Need(t, "a real Prometheus server (package prometheus)", "prometheus")
+	l := startLocal(t, 2)
+	urls := regexp.MustCompile(`http://127\.0\.0\.1:[0-9]+/metrics`).FindAllString(l.stdout.String(), -1)
+	if len(urls) != 3 {
+		t.Fatalf("want 3 metrics URLs (local's, two nodes'), got %q in\n%s", urls, l.stdout.String())
+	}
+	get := func(u string) []byte {
+		t.Helper()
+		resp, err := http.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %v", u, resp.StatusCode, err)
+		}
+		return b
+	}
+	for i, u := range urls {
+		body := get(u)
+		cmd := exec.Command(promtool, "check", "metrics")
+		cmd.Stdin = bytes.NewReader(body)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("promtool check metrics on %s: %v\n%s", u, err, out)
+		}
+		for _, want := range map[bool][]string{true: {"vbcache_manager_leader 1", "memcached_commands_total{command=\"get\",status=\"hit\"}", "vbcache_proxy_server_requests_total"},
+			false: {"memcached_commands_total{command=\"get\",status=\"hit\"}", "vbcache_vbuckets{state=\"active\"}", "memcached_limit_bytes"}}[i == 0] {
+			if !bytes.Contains(body, []byte(want)) {
+				t.Errorf("%s has no %s", u, want)
+			}
+		}
+	}
+
+	// A real Prometheus scraping every endpoint.
+	dir := t.TempDir()
+	port := freeBase(t, 1)
+	hostPort := func(u string) string { return strings.TrimSuffix(strings.TrimPrefix(u, "http://"), "/metrics") }
+	config := fmt.Sprintf(`global:
+  scrape_interval: 500ms
+  scrape_timeout: 400ms
+scrape_configs:
+  - job_name: local
+    static_configs: [{targets: [%q]}]
+  - job_name: nodes
+    static_configs: [{targets: [%q, %q]}]
+`, hostPort(urls[0]), hostPort(urls[1]), hostPort(urls[2]))
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var promOut nodeproc.Output
+	pc := exec.Command(prom, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address=127.0.0.1:"+strconv.Itoa(port))
+	pc.Stdout, pc.Stderr = &promOut, &promOut
+	pc.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := pc.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		pc.Process.Kill()
+		pc.Wait()
+		if t.Failed() {
+			t.Logf("prometheus:\n%s", promOut.String())
+		}
+	})
+	api := "http://127.0.0.1:" + strconv.Itoa(port)
+	// query returns the single value of an instant PromQL query, or
+	// ok=false while it has none.
+	query := func(q string) (float64, bool) {
+		resp, err := http.Get(api + "/api/v1/query?query=" + url.QueryEscape(q))
+		if err != nil {
+			return 0, false
+		}
+		defer resp.Body.Close()
+		var r struct {
+			Status string
+			Data   struct {
+				Result []struct {
+					Value [2]any
+				}
+			}
+		}
+		if json.NewDecoder(resp.Body).Decode(&r) != nil || r.Status != "success" || len(r.Data.Result) != 1 {
+			return 0, false
+		}
+		s, _ := r.Data.Result[0].Value[1].(string)
+		v, err := strconv.ParseFloat(s, 64)
+		return v, err == nil
+	}
+	const nodesGets = `sum(memcached_commands_total{job="nodes",command="get"})`
+	const proxyGets = `sum(memcached_commands_total{job="local",command="get"})`
+	up := func() bool { v, ok := query(`sum(up)`); return ok && v == 3 }
+	l.wait("Prometheus to scrape all three endpoints", 60*time.Second, up)
+
+	// The counts before (nothing else sends gets).
+	var before, proxyBefore float64
+	l.wait("the get counts in Prometheus", 30*time.Second, func() bool {
+		var ok1, ok2 bool
+		before, ok1 = query(nodesGets)
+		proxyBefore, ok2 = query(proxyGets)
+		return ok1 && ok2
+	})
+	const gets = 500
+	c := dialText(t, l.proxyAddr())
+	c.do(t, "set metrics-key 0 0 1\r\nv\r\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := 0; i < gets && ctx.Err() == nil; i++ {
+		if line := c.do(t, "get metrics-key\r\n"); line != "VALUE metrics-key 0 1" {
+			t.Fatalf("get %d through the proxy: %q", i, line)
+		}
+	}
+	l.wait(fmt.Sprintf("Prometheus to see the %d gets", gets), 30*time.Second, func() bool {
+		v, ok := query(nodesGets)
+		return ok && v >= before+gets
+	})
+	// Once more from scrapes that all began after the gets: exactly the
+	// gets sent, no more.
+	done := float64(time.Now().UnixMilli()) / 1000
+	l.wait("a scrape of every endpoint after the gets", 30*time.Second, func() bool {
+		v, ok := query(`min(timestamp(up))`)
+		return ok && v > done
+	})
+	after, _ := query(nodesGets)
+	proxyAfter, _ := query(proxyGets)
+	t.Logf("PromQL %s: %v before, %v after %d gets; the proxy's: %v → %v", nodesGets, before, after, gets, proxyBefore, proxyAfter)
+	if after-before != gets {
+		t.Errorf("the nodes' get count in Prometheus grew by %v, want %d", after-before, gets)
+	}
+	if proxyAfter-proxyBefore != gets {
+		t.Errorf("the proxy's get count in Prometheus grew by %v, want %d", proxyAfter-proxyBefore, gets)
+	}
+	if r, ok := query(`sum(rate(memcached_commands_total{job="nodes",command="get"}[5s]))`); !ok || r <= 0 {
+		t.Errorf("rate of the nodes' gets: %v %v, want > 0", r, ok)
+	}
+}
+
+// proxyAddr is the address of local's proxy (its base port).
+func (l *localRun) proxyAddr() string { return "127.0.0.1:" + strconv.Itoa(l.base) }
