@@ -156,6 +156,7 @@ func runBenchCompare(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&cfg.Quick, "quick", false, "smoke run: 1 s runs, 100k items for the memory test (under a minute)")
 	fs.IntVar(&cfg.MemoryItems, "memory-items", 0, "items stored for the memory test (0: 1,000,000; -1: skip)")
 	fs.BoolVar(&cfg.TLS, "tls", false, "TLS on both sides: both servers with -Z and a certificate from a CA made for the run, the load over TLS (the memory test is skipped)")
+	fs.BoolVar(&cfg.Metrics, "metrics", false, "add a third server: vbcache with --metrics-listen, scraped once a second through every run (what serving Prometheus metrics costs, against vbcache without)")
 	fs.StringVar(&cfg.ServerCPU, "server-cpu", "0", "CPU list the servers are pinned to (taskset -c)")
 	fs.StringVar(&cfg.LoadCPU, "load-cpu", "1", "CPU list the load generator is pinned to (taskset -c)")
 	fs.IntVar(&cfg.RTPriority, "rt-priority", 50, "SCHED_FIFO priority for chrt -f")

@@ -25,9 +25,22 @@ import (
 const (
 	KindMemcached = "memcached"
 	KindVbcache   = "vbcache"
+	// KindVbcacheMetrics is vbcache with --metrics-listen, scraped once a
+	// second through the run (CompareConfig.Metrics): what serving
+	// Prometheus metrics costs, against the same vbcache without.
+	KindVbcacheMetrics = "vbcache+metrics"
 )
 
 var kinds = []string{KindMemcached, KindVbcache}
+
+// kindsOf is the servers a run compares, in the order each round runs
+// them.
+func kindsOf(metrics bool) []string {
+	if metrics {
+		return []string{KindMemcached, KindVbcache, KindVbcacheMetrics}
+	}
+	return kinds
+}
 
 // Compare defaults.
 const (
@@ -55,6 +68,9 @@ type CompareConfig struct {
 	// memcached's against vbcache's. The memory test is skipped (TLS does
 	// not change what an item costs).
 	TLS bool
+	// Metrics adds a third server, vbcache serving its Prometheus
+	// metrics and scraped every second (KindVbcacheMetrics).
+	Metrics bool
 }
 
 func (c CompareConfig) withDefaults() CompareConfig {
@@ -104,7 +120,7 @@ func Compare(ctx context.Context, cfg CompareConfig) (*CompareResult, error) {
 func compare(ctx context.Context, c *CompareConfig, e *env, info Info) (*CompareResult, error) {
 	r := newRunner(e)
 	began := e.now()
-	res := &CompareResult{runHeader: c.header(), Info: info, WorkloadTitles: map[string]string{}}
+	res := &CompareResult{runHeader: c.header(), Info: info, WorkloadTitles: map[string]string{}, Kinds: kindsOf(c.Metrics)}
 	for _, name := range c.Workloads {
 		w, _ := workloadByName(name)
 		res.workloads = append(res.workloads, w)
@@ -113,7 +129,7 @@ func compare(ctx context.Context, c *CompareConfig, e *env, info Info) (*Compare
 			return res, fmt.Errorf("workload %s: %w", w.Name, err)
 		}
 	}
-	res.Summaries = summarize(res.Samples, c.Workloads)
+	res.Summaries = summarize(res.Samples, c.Workloads, res.Kinds)
 	if c.MemoryItems > 0 {
 		for _, k := range kinds {
 			m, err := memoryTest(ctx, c, r, k)
@@ -136,7 +152,7 @@ func (res *CompareResult) runWorkload(ctx context.Context, c *CompareConfig, r *
 		}
 	}()
 	p := &plan{rounds: c.Rounds, duration: c.Duration}
-	for _, k := range kinds {
+	for _, k := range kindsOf(c.Metrics) {
 		ps, err := r.start(ctx, procSpec{kind: k, cpus: c.ServerCPU})
 		if err != nil {
 			return err
@@ -223,9 +239,9 @@ func memoryTest(ctx context.Context, c *CompareConfig, r *runner, kind string) (
 }
 
 // summarize takes the medians of each workload × server.
-func summarize(samples []Sample, order []string) []Summary {
+func summarize(samples []Sample, order, servers []string) []Summary {
 	var out []Summary
-	for _, g := range groups(samples, order, kinds, Sample.key) {
+	for _, g := range groups(samples, order, servers, Sample.key) {
 		var opc []float64
 		for _, s := range g.samples {
 			opc = append(opc, s.OpsPerCPUSec)
@@ -350,6 +366,18 @@ type CompareResult struct {
 	Summaries      []Summary         `json:"summaries"`
 	Memory         []Memory          `json:"memory,omitempty"`
 	ElapsedSec     float64           `json:"elapsed_s"`
+	// Kinds are the servers compared, in the order each round ran them
+	// (empty in results from before KindVbcacheMetrics: memcached and
+	// vbcache).
+	Kinds []string `json:"servers,omitempty"`
+}
+
+// servers is r.Kinds, or the two of older results.
+func (r *CompareResult) servers() []string {
+	if len(r.Kinds) == 0 {
+		return kinds
+	}
+	return r.Kinds
 }
 
 func (s Summary) key() (workload, server string) { return s.Workload, s.Server }

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -214,7 +215,7 @@ func newCompareEnv(ctx context.Context, c *CompareConfig) (*env, Info, error) {
 	})
 	in := Info{machine: re.machine(), RealTime: re.rt, RTNote: note, ServerCPU: c.ServerCPU, LoadCPU: c.LoadCPU,
 		LoadAvg: loadAvg(), ServerCmds: map[string]string{}}
-	for _, k := range kinds {
+	for _, k := range kindsOf(c.Metrics) {
 		argv, env := re.serverArgv(k, "-p", "PORT", "-l", "127.0.0.1")
 		in.ServerCmds[k] = commandLine(env, append(re.prefix(c.ServerCPU, re.prio), argv...))
 	}
@@ -260,7 +261,7 @@ func (re *realEnv) serverArgv(kind string, listen ...string) (argv, env []string
 	if re.tlsOpt != "" {
 		listen = append(slices.Clip(listen), "-Z", "-o", re.tlsOpt)
 	}
-	if kind == KindVbcache {
+	if kind == KindVbcache || kind == KindVbcacheMetrics {
 		return append(append([]string{re.vbcache, "server"}, serverFlags...), listen...), []string{"GOMAXPROCS=1"}
 	}
 	argv = append(append([]string{re.memcached}, serverFlags...), listen...)
@@ -304,10 +305,23 @@ func (re *realEnv) start(ctx context.Context, s procSpec) ([]*serverProc, error)
 	default:
 		argv, env = re.serverArgv(s.kind, "-p", strconv.Itoa(ports[0]), "-l", "127.0.0.1")
 	}
+	metricsURL := ""
+	if s.kind == KindVbcacheMetrics {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		argv = append(argv, "--metrics-listen", addr)
+		metricsURL = "http://" + addr + "/metrics"
+	}
 	argv = append(re.prefix(s.cpus, re.prio), argv...)
 	p, err := re.spawn(ctx, s.kind, argv, env, ports[0])
 	if err != nil {
 		return nil, err
+	}
+	if metricsURL != "" {
+		re.scrape(p, metricsURL)
 	}
 	p.Cmd = commandLine(env, argv)
 	fmt.Fprintf(re.log, "started %s pid %d on %s: %s\n", s.kind, p.Pid, p.Addr, p.Cmd)
@@ -356,6 +370,41 @@ func (re *realEnv) spawn(ctx context.Context, kind string, argv, env []string, p
 			return nil, fmt.Errorf("%s did not accept connections within 10s", kind)
 		}
 	}
+}
+
+// scrape GETs url once a second, as a Prometheus server would, until p's
+// process exits; a failed scrape is counted in the log at the end.
+func (re *realEnv) scrape(p *serverProc, url string) {
+	re.mu.Lock()
+	ch := re.procs[p.Pid]
+	re.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	go func() { // owned by re: ends when the process does
+		hc := &http.Client{Timeout: 2 * time.Second}
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		var scrapes, failed int
+		for {
+			select {
+			case <-ch.done:
+				fmt.Fprintf(re.log, "%s pid %d: %d scrapes of %s, %d failed\n", p.Kind, p.Pid, scrapes, url, failed)
+				return
+			case <-tick.C:
+			}
+			scrapes++
+			resp, err := hc.Get(url)
+			if err != nil {
+				failed++
+				continue
+			}
+			if _, err := io.Copy(io.Discard, resp.Body); err != nil || resp.StatusCode != http.StatusOK {
+				failed++
+			}
+			resp.Body.Close()
+		}
+	}()
 }
 
 // stop stops p's process; the other ports of the same process then find

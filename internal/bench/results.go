@@ -59,12 +59,13 @@ func (r *CompareResult) WriteMarkdown(w io.Writer) error {
 	fmt.Fprintf(&b, "# vbcache vs memcached\n\n")
 	fmt.Fprintf(&b, "Run %s on %s (%s, kernel %s), %s; %s. ", in.Date, in.Host, in.CPU, in.Kernel, in.Memcached, in.GoVersion)
 	fmt.Fprintf(&b, "Servers on CPU %s, load on CPU %s; real-time scheduling: %s. ", in.ServerCPU, in.LoadCPU, in.RTNote)
-	fmt.Fprintf(&b, "%d rounds of %s per server and workload, interleaved memcached, vbcache, memcached, vbcache…; figures are medians over the rounds. ", r.Rounds, r.RunDuration)
+	order := strings.Join(r.servers(), ", ")
+	fmt.Fprintf(&b, "%d rounds of %s per server and workload, interleaved %s, %s…; figures are medians over the rounds. ", r.Rounds, r.RunDuration, order, order)
 	writeProvenance(&b, in.LoadAvg, r.ElapsedSec, r.Command)
 	b.WriteString("| workload | server | ops/s | p50 µs | p99 µs | p99.9 µs | server CPU µs/op | ops per server CPU-s | spread % | other CPU % | errors |\n")
 	b.WriteString("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, wl := range r.workloads {
-		for _, k := range kinds {
+		for _, k := range r.servers() {
 			s := r.summary(wl.Name, k)
 			if s == nil {
 				continue
@@ -77,6 +78,11 @@ func (r *CompareResult) WriteMarkdown(w io.Writer) error {
 			fmt.Fprintf(&b, "| %s | *vbcache / memcached* | %s | %s | %s | %s | %s | **%s** | | | |\n",
 				wl.Name, ratio(v.OpsPerSec, m.OpsPerSec), ratio(v.P50, m.P50), ratio(v.P99, m.P99), ratio(v.P999, m.P999),
 				ratio(v.CPUPerOpUs, m.CPUPerOpUs), ratio(v.OpsPerCPUSec, m.OpsPerCPUSec))
+		}
+		if mv := r.summary(wl.Name, KindVbcacheMetrics); mv != nil && v != nil {
+			fmt.Fprintf(&b, "| %s | *vbcache+metrics / vbcache* | %s | %s | %s | %s | %s | **%s** | | | |\n",
+				wl.Name, ratio(mv.OpsPerSec, v.OpsPerSec), ratio(mv.P50, v.P50), ratio(mv.P99, v.P99), ratio(mv.P999, v.P999),
+				ratio(mv.CPUPerOpUs, v.CPUPerOpUs), ratio(mv.OpsPerCPUSec, v.OpsPerCPUSec))
 		}
 	}
 	b.WriteString("\n*spread*: (max − min) / median of ops per server CPU-second over the rounds. ")
@@ -212,7 +218,7 @@ func (r *CompareResult) WriteSVG(w io.Writer) {
 		left, right   = 90, 20
 		top, bottom   = 50, 90
 	)
-	colors := map[string]string{KindMemcached: "#4878a8", KindVbcache: "#e08a2c"}
+	colors := map[string]string{KindMemcached: "#4878a8", KindVbcache: "#e08a2c", KindVbcacheMetrics: "#6a9f58"}
 	var top1 float64
 	for _, s := range r.Summaries {
 		top1 = math.Max(top1, s.OpsPerCPUSec)
@@ -234,10 +240,10 @@ func (r *CompareResult) WriteSVG(w io.Writer) {
 	nw := len(r.workloads)
 	if nw > 0 {
 		group := plotW / float64(nw)
-		bar := group * 0.8 / float64(len(kinds))
+		bar := group * 0.8 / float64(len(r.servers()))
 		for i, wl := range r.workloads {
 			x0 := float64(left) + group*float64(i) + group*0.1
-			for j, k := range kinds {
+			for j, k := range r.servers() {
 				s := r.summary(wl.Name, k)
 				if s == nil {
 					continue
@@ -255,7 +261,7 @@ func (r *CompareResult) WriteSVG(w io.Writer) {
 	fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="black"/>`+"\n", left, width-right, float64(top)+plotH, float64(top)+plotH)
 	fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%d" y2="%.1f" stroke="black"/>`+"\n", left, left, top, float64(top)+plotH)
 	fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">workload</text>`+"\n", float64(left)+plotW/2, height-36)
-	for j, k := range kinds {
+	for j, k := range r.servers() {
 		x := left + 200*j + (width-left-400)/2
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="14" height="14" fill="%s"/><text x="%d" y="%d">%s</text>`+"\n", x, height-22, colors[k], x+20, height-10, k)
 	}
