@@ -37,6 +37,9 @@ type nodeMetrics struct {
 	set *metrics.Set
 
 	vbuckets, notMyVBucket *prometheus.Desc
+	// streams (stats streams), summed per peer: per-vbucket series would
+	// be thousands
+	streams, seqnosBehind, bytesBehind, unacked, consumerBehind, takeovers, logBytes *prometheus.Desc
 }
 
 // Metrics returns a prometheus.Collector of the node's metrics, for a
@@ -46,14 +49,22 @@ func (s *Server) Metrics() prometheus.Collector {
 	m.set.Add("vbcache", ownMetrics)
 	m.vbuckets = prometheus.NewDesc("vbcache_vbuckets", "vbuckets on this node by state (cluster mode).", []string{"state"}, nil)
 	m.notMyVBucket = prometheus.NewDesc("vbcache_not_my_vbucket_total", "Requests answered NOT_MY_VBUCKET: for a vbucket this node does not serve (cluster mode).", nil, nil)
+	m.streams = prometheus.NewDesc("vbcache_streams", "Open vbucket streams: as producer to a peer (replication or takeover), or as consumer from a source.", []string{"role", "peer", "type"}, nil)
+	m.seqnosBehind = prometheus.NewDesc("vbcache_stream_seqnos_behind", "Replication lag of this node's producer streams to a peer: the sum over its vbuckets of the high seqno minus the one the peer acknowledged.", []string{"peer"}, nil)
+	m.bytesBehind = prometheus.NewDesc("vbcache_stream_bytes_behind", "Bytes of mutations this node's producer streams to a peer have not had acknowledged (a lower bound where the mutation log no longer holds them all).", []string{"peer"}, nil)
+	m.unacked = prometheus.NewDesc("vbcache_stream_unacked_bytes", "Bytes sent to a peer's consumer and not yet acknowledged (flow control).", []string{"peer"}, nil)
+	m.consumerBehind = prometheus.NewDesc("vbcache_stream_consumer_seqnos_behind", "Lag of this node's consumer streams from a source: the sum over its vbuckets of the source's last seqno minus the one applied here.", []string{"source"}, nil)
+	m.takeovers = prometheus.NewDesc("vbcache_takeovers_total", "Takeovers this node completed as the source of a move.", nil, nil)
+	m.logBytes = prometheus.NewDesc("vbcache_stream_log_bytes", "Memory of the mutation log kept for streams.", nil, nil)
 	return m
 }
 
 // Describe sends every metric's description.
 func (m *nodeMetrics) Describe(ch chan<- *prometheus.Desc) {
 	m.set.Describe(ch)
-	ch <- m.vbuckets
-	ch <- m.notMyVBucket
+	for _, d := range []*prometheus.Desc{m.vbuckets, m.notMyVBucket, m.streams, m.seqnosBehind, m.bytesBehind, m.unacked, m.consumerBehind, m.takeovers, m.logBytes} {
+		ch <- d
+	}
 }
 
 // statLines runs gen on a scratch connection of the node and returns the
@@ -96,5 +107,67 @@ func (m *nodeMetrics) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(m.vbuckets, prometheus.GaugeValue, states[st], st.String())
 		}
 		ch <- prometheus.MustNewConstMetric(m.notMyVBucket, prometheus.CounterValue, float64(refused))
+		m.collectStreams(ch, cl)
 	}
+}
+
+// collectStreams sums "stats streams" per peer: lines
+// "producer:<peer>:vb_<n>:<stat>", "producer:<peer>:unacked_bytes" and
+// "consumer:<source>:vb_<n>:<stat>" (a peer's address has colons too).
+func (m *nodeMetrics) collectStreams(ch chan<- prometheus.Metric, cl *cluster) {
+	type key struct{ role, peer, kind string }
+	count := map[key]float64{}
+	behind, bytes, unacked, consumer := map[string]float64{}, map[string]float64{}, map[string]float64{}, map[string]float64{}
+	var takeovers, logBytes float64
+	cl.streams.Stats(-1, func(name, value string) {
+		role, rest, _ := strings.Cut(name, ":")
+		i := strings.LastIndexByte(rest, ':')
+		if i < 0 {
+			switch name {
+			case "takeovers_out":
+				takeovers, _ = metrics.Value(value)
+			case "log_ring_bytes":
+				logBytes, _ = metrics.Value(value)
+			}
+			return
+		}
+		head, stat := rest[:i], rest[i+1:]
+		v, _ := metrics.Value(strings.TrimPrefix(value, ">"))
+		if role == "producer" && stat == "unacked_bytes" {
+			unacked[head] = v
+			return
+		}
+		j := strings.LastIndex(head, ":vb_")
+		if j < 0 {
+			return
+		}
+		peer := head[:j]
+		switch {
+		case role == "producer" && stat == "type":
+			count[key{"producer", peer, value}]++
+		case role == "producer" && stat == "seqno_behind":
+			behind[peer] += v
+		case role == "producer" && stat == "bytes_behind":
+			bytes[peer] += v
+		case role == "consumer" && stat == "seqno":
+			count[key{"consumer", peer, "replication"}]++
+		case role == "consumer" && stat == "seqno_behind":
+			consumer[peer] += v
+		}
+	})
+	for k, n := range count {
+		ch <- prometheus.MustNewConstMetric(m.streams, prometheus.GaugeValue, n, k.role, k.peer, k.kind)
+	}
+	for peer, v := range behind {
+		ch <- prometheus.MustNewConstMetric(m.seqnosBehind, prometheus.GaugeValue, v, peer)
+		ch <- prometheus.MustNewConstMetric(m.bytesBehind, prometheus.GaugeValue, bytes[peer], peer)
+	}
+	for peer, v := range unacked {
+		ch <- prometheus.MustNewConstMetric(m.unacked, prometheus.GaugeValue, v, peer)
+	}
+	for src, v := range consumer {
+		ch <- prometheus.MustNewConstMetric(m.consumerBehind, prometheus.GaugeValue, v, src)
+	}
+	ch <- prometheus.MustNewConstMetric(m.takeovers, prometheus.CounterValue, takeovers)
+	ch <- prometheus.MustNewConstMetric(m.logBytes, prometheus.GaugeValue, logBytes)
 }

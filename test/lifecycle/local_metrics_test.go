@@ -57,7 +57,8 @@ func TestLocalMetrics(t *testing.T) {
 			t.Errorf("promtool check metrics on %s: %v\n%s", u, err, out)
 		}
 		for _, want := range map[bool][]string{true: {"vbcache_manager_leader 1", "memcached_commands_total{command=\"get\",status=\"hit\"}", "vbcache_proxy_server_requests_total"},
-			false: {"memcached_commands_total{command=\"get\",status=\"hit\"}", "vbcache_vbuckets{state=\"active\"}", "memcached_limit_bytes"}}[i == 0] {
+			false: {"memcached_commands_total{command=\"get\",status=\"hit\"}", "vbcache_vbuckets{state=\"active\"}", "memcached_limit_bytes",
+				"vbcache_stream_seqnos_behind{peer=", `role="producer",type="replication"}`}}[i == 0] {
 			if !bytes.Contains(body, []byte(want)) {
 				t.Errorf("%s has no %s", u, want)
 			}
