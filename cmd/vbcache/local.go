@@ -320,8 +320,24 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
 	pm := px.Metrics()
 	proxyMetrics.c.Store(&pm)
 	nodeMetrics := make([]string, c.nodes)
+	var nodeTargets []string
 	for i := range nodeMetrics {
 		nodeMetrics[i] = metricsURL(1 + i)
+		nodeTargets = append(nodeTargets, strconv.Quote("127.0.0.1:"+metricsPort(1+i)))
+	}
+	// A Prometheus configuration that scrapes them all, for
+	// `prometheus --config.file` (Debian's prometheus package).
+	promConfig := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(promConfig, []byte(fmt.Sprintf(`# Written by vbcache local: every process's metrics (docs/OPERATIONS.md, "Metrics").
+global:
+  scrape_interval: 5s
+scrape_configs:
+  - job_name: vbcache
+    static_configs: [{targets: ["127.0.0.1:%s"]}]
+  - job_name: nodes
+    static_configs: [{targets: [%s]}]
+`, metricsPort(0), strings.Join(nodeTargets, ", "))), 0o644); err != nil {
+		return err
 	}
 	nodeHow, proxyHow, login, nodeFlags := "binary, text, meta", "(telnet localhost %[1]d reaches the cluster)", "", ""
 	if c.tls {
@@ -339,6 +355,7 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
   proxy (text, meta, binary):   127.0.0.1:%d   %s
   metrics (Prometheus):         %s   (manager and proxy)
                                 %s   (nodes)
+                                prometheus --config.file=%s   scrapes them all
 
   export VBCACHE_CLUSTER_AUTH=%s%s   (the cluster administrator: nodes and the manager take changes only from it)
   vbcache ctl --manager %s status
@@ -346,7 +363,7 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
 
 Data in %s (%s at exit). Ctrl-C stops the cluster; kill -HUP %d reloads every process's logins and certificates.
 `, c.nodes, c.vbuckets, c.replicas, time.Since(start).Round(time.Millisecond), nodeHow, strings.Join(addrs, " "), mgr, mgr, c.base, proxyHow,
-		metricsURL(0), strings.Join(nodeMetrics, " "),
+		metricsURL(0), strings.Join(nodeMetrics, " "), promConfig,
 		authFile, login, mgr, c.vbuckets, nodeFlags, mgr, mgr, dir, map[bool]string{true: "kept", false: "removed"}[c.keep], os.Getpid())
 	select {
 	case <-ctx.Done():

@@ -27,7 +27,9 @@ import (
 // Prometheus then scrapes them all every 500 ms while the test sends a
 // known number of gets through the proxy: the PromQL sum of the nodes'
 // memcached_commands_total{command="get"} grows by exactly that number,
-// and the proxy's own series by the same.
+// and the proxy's own series by the same. Prometheus runs with the
+// configuration local wrote, and every query of the Grafana dashboard in
+// docs/grafana answers with data.
 func TestLocalMetrics(t *testing.T) {
 	promtool := nodeproc.Need(t, "metric checks (package prometheus)", "promtool")
 	prom := nodeproc.Need(t, "a real Prometheus server (package prometheus)", "prometheus")
@@ -65,19 +67,24 @@ func TestLocalMetrics(t *testing.T) {
 		}
 	}
 
-	// A real Prometheus scraping every endpoint.
+	// A real Prometheus scraping every endpoint, with the configuration
+	// local printed (its scrape interval shortened for the test).
+	m := regexp.MustCompile(`prometheus --config.file=(\S+)`).FindStringSubmatch(l.stdout.String())
+	if m == nil {
+		t.Fatalf("local printed no Prometheus configuration:\n%s", l.stdout.String())
+	}
+	generated, err := os.ReadFile(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range urls {
+		if hp := strings.TrimSuffix(strings.TrimPrefix(u, "http://"), "/metrics"); !bytes.Contains(generated, []byte(strconv.Quote(hp))) {
+			t.Errorf("%s does not scrape %s:\n%s", m[1], hp, generated)
+		}
+	}
+	config := strings.Replace(string(generated), "scrape_interval: 5s", "scrape_interval: 500ms\n  scrape_timeout: 400ms", 1)
 	dir := t.TempDir()
 	port := freeBase(t, 1)
-	hostPort := func(u string) string { return strings.TrimSuffix(strings.TrimPrefix(u, "http://"), "/metrics") }
-	config := fmt.Sprintf(`global:
-  scrape_interval: 500ms
-  scrape_timeout: 400ms
-scrape_configs:
-  - job_name: local
-    static_configs: [{targets: [%q]}]
-  - job_name: nodes
-    static_configs: [{targets: [%q, %q]}]
-`, hostPort(urls[0]), hostPort(urls[1]), hostPort(urls[2]))
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +128,7 @@ scrape_configs:
 		return v, err == nil
 	}
 	const nodesGets = `sum(memcached_commands_total{job="nodes",command="get"})`
-	const proxyGets = `sum(memcached_commands_total{job="local",command="get"})`
+	const proxyGets = `sum(memcached_commands_total{job="vbcache",command="get"})`
 	up := func() bool { v, ok := query(`sum(up)`); return ok && v == 3 }
 	l.wait("Prometheus to scrape all three endpoints", 60*time.Second, up)
 
@@ -165,6 +172,43 @@ scrape_configs:
 	}
 	if r, ok := query(`sum(rate(memcached_commands_total{job="nodes",command="get"}[5s]))`); !ok || r <= 0 {
 		t.Errorf("rate of the nodes' gets: %v %v, want > 0", r, ok)
+	}
+
+	// Every query of the Grafana dashboard in docs/ parses and has data.
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	b, err := os.ReadFile("../../docs/grafana/vbcache.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("docs/grafana/vbcache.json: %v", err)
+	}
+	queries := 0
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			queries++
+			resp, err := http.Get(api + "/api/v1/query?query=" + url.QueryEscape(tg.Expr))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var r struct {
+				Status, Error string
+				Data          struct{ Result []json.RawMessage }
+			}
+			err = json.NewDecoder(resp.Body).Decode(&r)
+			resp.Body.Close()
+			if err != nil || r.Status != "success" || len(r.Data.Result) == 0 {
+				t.Errorf("dashboard panel %q: %s: status %q %s, %d series (%v)", p.Title, tg.Expr, r.Status, r.Error, len(r.Data.Result), err)
+			}
+		}
+	}
+	if queries < 10 {
+		t.Errorf("the dashboard has %d queries", queries)
 	}
 }
 
