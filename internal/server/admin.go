@@ -283,13 +283,3 @@ func (c *conn) lru() {
 	}
 }
 
-// watch is not implemented yet: vbcache has no log stream. It answers the
-// way memcached answers when watchers cannot be added.
-func (c *conn) watch() {
-	c.setNoreply()
-	if c.s.cfg.DisableWatch {
-		c.reply("CLIENT_ERROR watch commands not allowed")
-		return
-	}
-	c.reply("WATCHER_FAILED failed to add log watcher")
-}

@@ -341,11 +341,17 @@ func (c *conn) swallowData(n int, rest []byte) {
 
 // storeItem is memcached's do_store_item: it applies a storage command to
 // the store under one shard lock and returns the outcome and the new CAS.
-func (c *conn) storeItem(sc storeCmd, key []byte, flags, exptime uint32, data []byte, reqCAS uint64, setStale, keyBinary bool) (storeResult, uint64) {
+func (c *conn) storeItem(sc storeCmd, key []byte, flags, exptime uint32, data []byte, reqCAS uint64, setStale, keyBinary bool) (res storeResult, cas uint64) {
 	s := c.s
 	tx := &c.tx
 	s.store.Begin(tx, key)
 	defer tx.End()
+	// What a watcher's item_store line says of the item (watch.go): the
+	// command's unless an append or prepend builds it from the old one.
+	logFlags, logExp, logSize := flags, exptime, len(data)
+	if s.watch.mutations.Load() > 0 {
+		defer func() { c.logStore(sc, res, key, logFlags, logExp, logSize) }()
+	}
 	if !tx.Found() {
 		switch sc {
 		case cmdAdd, cmdSet:
@@ -401,10 +407,11 @@ func (c *conn) storeItem(sc storeCmd, key []byte, flags, exptime uint32, data []
 		}
 		old := tx.Value()
 		oflags := tx.Flags()
+		exp := tx.Exptime()
+		logFlags, logExp, logSize = oflags, exp, len(old)+len(data)
 		if s.tooLarge(len(key), oflags, len(old)+len(data)) {
 			return resNotStored, 0
 		}
-		exp := tx.Exptime()
 		a, b := old, data
 		if sc == cmdPrepend {
 			a, b = data, old

@@ -126,6 +126,7 @@ type Server struct {
 	tun           tunables
 	sasl          *sasl.Authenticator    // -S: shared SASL state (credentials, SCRAM key cache)
 	logins        atomic.Pointer[logins] // who may log in; replaced whole by SetLogins
+	watch         watchers               // "watch" subscriptions (watch.go)
 	cl            *cluster               // cluster mode (--vbuckets); nil when standalone
 	loops         []*loop                // event loops (loop.go), set by Listen
 	nextLoop      atomic.Uint64          // round robin over loops
