@@ -282,4 +282,3 @@ func (c *conn) lru() {
 		c.reply("ERROR")
 	}
 }
-
