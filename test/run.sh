@@ -18,9 +18,10 @@ fuzztime=${FUZZTIME:-20s}
 # libraries test/interop checks key placement against; iproute2 (ip netns)
 # and nftables (nft) make test/faults' hosts and partitions; prometheus is
 # the real Prometheus (and promtool) that test/lifecycle scrapes and checks
-# the processes' metrics with.
+# the processes' metrics with; chromium is the real browser that drives the
+# manager's web console there (through chromedp).
 debs=(nftables iproute2 memcached python3-pymemcache python3-pylibmc libcache-memcached-perl libmemcached-tools
-  sasl2-bin libsasl2-modules php-cli php-memcached openssl python3-memcache libspymemcached-java prometheus)
+  sasl2-bin libsasl2-modules php-cli php-memcached openssl python3-memcache libspymemcached-java prometheus chromium)
 # spymemcached's test compiles a Java file: the image ships a JDK (17); a
 # machine without javac gets Debian's.
 command -v javac >/dev/null 2>&1 || debs+=(default-jdk-headless)

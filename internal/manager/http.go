@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +22,8 @@ import (
 //	GET  /pools/default/bs/default   streaming: every new config, each followed by "\n\n\n\n"
 //	GET  /status                     leader, members, health, rebalance progress (JSON)
 //	GET  /map                        the map as JSON (servers, vBucketMap, forward map)
+//	GET  /ui                         the web console (ui/index.html, embedded)
+//	GET  /ui/events                  server-sent events for it: status and map, at each change and every second
 //	POST /nodes?node=HOST:PORT       add a member
 //	DELETE /nodes?node=HOST:PORT     remove a member (the next rebalance moves its vbuckets)
 //	POST /rebalance                  start a rebalance
@@ -29,7 +32,8 @@ import (
 //
 // Errors are JSON {"error": "..."} with a 4xx or 5xx status. mgrclient is
 // the client of this API. With --cluster-auth the POSTs and the DELETE
-// need the administrator's login (HTTP Basic); the GETs are open.
+// need the administrator's login (HTTP Basic); the GETs are open unless
+// --api-readers names readers.
 
 // The API's documents are defined in mgrclient, which ctl, the proxy
 // and the tests use without importing this package (and etcd with it);
@@ -168,6 +172,12 @@ func (m *Manager) mux() *http.ServeMux {
 		w.Write(m.ConfigJSON())
 	})
 	mux.HandleFunc("GET /pools/default/bs/default", m.serveStream)
+	mux.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'")
+		w.Write(consoleHTML)
+	})
+	mux.HandleFunc("GET /ui/events", m.serveConsoleEvents)
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, m.Status()) })
 	mux.HandleFunc("GET /map", func(w http.ResponseWriter, r *http.Request) {
 		s := m.State()
@@ -276,6 +286,57 @@ func (m *Manager) serveStream(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		case <-ch:
+		}
+	}
+}
+
+// consoleHTML is the web console (GET /ui): one page, its script and
+// style inline, embedded in the binary. It reads GET /ui/events and sends
+// the API's own POSTs, with the login typed into it, so it has the API's
+// roles and its cross-origin protection.
+//
+//go:embed ui/index.html
+var consoleHTML []byte
+
+// serveConsoleEvents streams server-sent events for the console: the
+// status and the map (GET /status and GET /map) at once, at every change
+// of the map and at least once a second (health and rebalance progress
+// change without one), until the client goes.
+func (m *Manager) serveConsoleEvents(w http.ResponseWriter, r *http.Request) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	ch := make(chan struct{}, 1)
+	m.mu.Lock()
+	m.subs[ch] = struct{}{}
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.subs, ch)
+		m.mu.Unlock()
+	}()
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		s := m.State()
+		b, _ := json.Marshal(struct {
+			Status Status        `json:"status"`
+			Map    mgrclient.Map `json:"map"`
+		}{m.Status(), mgrclient.Map{Rev: s.Rev, Servers: s.Servers, Map: s.Map, Forward: s.Forward, Replicas: s.Replicas}})
+		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
+			return
+		}
+		fl.Flush()
+		select {
+		case <-r.Context().Done():
+			return
+		case <-ch:
+		case <-tick.C:
 		}
 	}
 }

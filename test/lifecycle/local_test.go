@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -17,16 +18,25 @@ import (
 )
 
 // freeBase returns a port p such that p … p+n-1 were all free a moment ago.
+// It looks below the kernel's ephemeral range (ip_local_port_range), where
+// no outgoing connection takes a port: inside it, the many connections the
+// tests open leave few runs of n free ports.
 func freeBase(t *testing.T, n int) int {
 	t.Helper()
-	for try := 0; try < 20; try++ {
-		p, err := nodeproc.FreePort()
-		if err != nil {
-			t.Fatal(err)
+	low := 32768 // Linux's default start of the ephemeral range
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil {
+				low = v
+			}
 		}
-		if p+n > 65535 {
-			continue
-		}
+	}
+	const from = 10000
+	if low-n <= from {
+		low = 65536 // a range that starts low: search above it instead
+	}
+	for try := 0; try < 200; try++ {
+		p := from + rand.IntN(low-n-from)
 		ok := true
 		var ls []net.Listener
 		for i := 0; i < n && ok; i++ {
