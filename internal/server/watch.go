@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -35,7 +36,10 @@ type watcher struct {
 
 // watchers are the node's subscriptions.
 type watchers struct {
-	mu   sync.Mutex // protects list; held only to add, remove and copy it
+	// mu protects list, which add and remove replace (never change in
+	// place), so publish may range over the slice it read under mu after
+	// letting go of it.
+	mu   sync.Mutex
 	list []*watcher
 
 	mutations atomic.Int32 // watchers that want mutations: the request path's check
@@ -46,7 +50,7 @@ type watchers struct {
 
 func (w *watchers) add(x *watcher) {
 	w.mu.Lock()
-	w.list = append(w.list, x)
+	w.list = append(w.list[:len(w.list):len(w.list)], x) // a new array: publish may be reading the old one
 	w.mu.Unlock()
 	if x.mutations {
 		w.mutations.Add(1)
@@ -55,12 +59,7 @@ func (w *watchers) add(x *watcher) {
 
 func (w *watchers) remove(x *watcher) {
 	w.mu.Lock()
-	for i, y := range w.list {
-		if y == x {
-			w.list = append(w.list[:i], w.list[i+1:]...)
-			break
-		}
-	}
+	w.list = slices.DeleteFunc(slices.Clone(w.list), func(y *watcher) bool { return y == x })
 	w.mu.Unlock()
 	if x.mutations {
 		w.mutations.Add(-1)

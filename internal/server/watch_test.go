@@ -91,3 +91,34 @@ func TestWatchSlowWatcher(t *testing.T) {
 		t.Errorf("watch bogus: %q", got)
 	}
 }
+
+// Watchers come and go while lines are published (for the race
+// detector): publish reads a list that add and remove replace, never
+// change in place.
+func TestWatchersComeAndGo(t *testing.T) {
+	var w watchers
+	done := make(chan struct{})
+	go func() { // owned by the test: ends when done closes
+		line := []byte("x\n")
+		for {
+			select {
+			case <-done:
+				return
+			default:
+				w.publish(line)
+			}
+		}
+	}()
+	for range 1000 {
+		a := &watcher{mutations: true, lines: make(chan []byte, 1)}
+		b := &watcher{mutations: true, lines: make(chan []byte, 1)}
+		w.add(a)
+		w.add(b)
+		w.remove(a)
+		w.remove(b)
+	}
+	close(done)
+	if n := w.count(); n != 0 || w.mutations.Load() != 0 {
+		t.Fatalf("%d watchers, %d for mutations left", n, w.mutations.Load())
+	}
+}
