@@ -14,7 +14,7 @@ import (
 // it sends no more commands. vbcache streams "mutations" (every storage
 // command's outcome, memcached's item_store lines), in memcached's format:
 //
-//	ts=<unix.usec> gid=<n> type=item_store key=<key> status=<stored|exists|not_found|not_stored|no_memory> cmd=<set|add|replace|append|prepend|cas> ttl=<s> clsid=<class> cfd=<fd> size=<value bytes>
+//	ts=<unix>.<usec> gid=<n> type=item_store key=<key> status=<stored|exists|not_found|not_stored|no_memory> cmd=<set|add|replace|append|prepend|cas> ttl=<s> clsid=<class> cfd=<fd> size=<value bytes>
 //
 // A watcher's lines wait in a bounded queue; when it is full (a watcher
 // that reads too slowly) lines are dropped and counted in
@@ -109,9 +109,7 @@ func (c *conn) logStore(sc storeCmd, res storeResult, key []byte, flags, exptime
 	b = append(b, "ts="...)
 	b = strconv.AppendInt(b, now.Unix(), 10)
 	b = append(b, '.')
-	us := strconv.Itoa(now.Nanosecond() / 1000)
-	b = append(b, "000000"[len(us):]...)
-	b = append(b, us...)
+	b = strconv.AppendInt(b, int64(now.Nanosecond()/1000), 10) // memcached's "%d.%d": the microseconds unpadded
 	b = append(b, " gid="...)
 	b = strconv.AppendUint(b, s.watch.gid.Add(1), 10)
 	b = append(b, " type=item_store key="...)
@@ -165,13 +163,15 @@ func (c *conn) watch() {
 		c.reply("WATCHER_FAILED failed to add log watcher")
 		return
 	}
+	// Watching before the OK goes out: a command sent after the client
+	// read it is logged.
+	c.s.watch.add(w)
+	defer c.s.watch.remove(w)
 	c.reply("OK")
 	if c.flush() != nil {
 		c.close = true
 		return
 	}
-	c.s.watch.add(w)
-	defer c.s.watch.remove(w)
 	// The client's end: whatever it sends is ignored, as memcached does
 	// once a connection watches; its close (or the node's shutdown,
 	// which closes nc) ends the stream.

@@ -34,7 +34,7 @@ func TestWatchMutations(t *testing.T) {
 		"set sp%ce 0 0 1\r\ny\r\n" +
 		"ms meta 2 T60\r\nhi\r\n" +
 		"quit\r\n"
-	mask := regexp.MustCompile(`^ts=\d+\.\d{6} gid=\d+ (.*) cfd=\d+ (.*)$`)
+	mask := regexp.MustCompile(`^ts=\d+\.\d+ gid=\d+ (.*) cfd=\d+ (.*)$`)
 	run := func(kind nodeproc.Kind, bin string) []string {
 		n := nodeproc.Start(t, kind, bin)
 		watch := func() (net.Conn, *bufio.Reader) {
