@@ -18,21 +18,17 @@ import (
 // sent upstream before the login, so the replies here need no ordering
 // with requests in flight.
 
-// loginTable is the users allowed to log in (a user's previous password
-// too, during a rotation); nil: clients need no login.
-type loginTable = *sasl.Passwords
-
 // login serves the request at the front of data on a connection that has
 // not logged in: the bytes used, or more > 0 when the request needs that
 // many, or (0, 0) when it is not whole yet.
-func (c *conn) login(t loginTable, data []byte) (used, more int) {
+func (c *conn) login(t *sasl.Passwords, data []byte) (used, more int) {
 	if c.mode == 2 {
 		return c.loginBinary(t, data)
 	}
 	return c.loginText(t, data)
 }
 
-func (c *conn) loginBinary(t loginTable, data []byte) (used, more int) {
+func (c *conn) loginBinary(t *sasl.Passwords, data []byte) (used, more int) {
 	var r protocol.Request
 	n, err := protocol.ParseRequest(data, &r)
 	if err != nil {
@@ -74,7 +70,7 @@ func (c *conn) loginBinary(t loginTable, data []byte) (used, more int) {
 	return n, 0
 }
 
-func (c *conn) loginText(t loginTable, data []byte) (used, more int) {
+func (c *conn) loginText(t *sasl.Passwords, data []byte) (used, more int) {
 	nl := bytes.IndexByte(data, '\n')
 	if nl < 0 {
 		if len(data) > protocol.LineMaxNoNewline {
