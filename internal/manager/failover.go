@@ -39,6 +39,9 @@ type FailoverOptions struct {
 	// serving (fencing.go): for a node known to be gone when the
 	// cluster cannot tell.
 	Force bool
+
+	// auto marks the probes' own failovers, for the metrics.
+	auto bool
 }
 
 // ErrNotSure: a failover could not be sure the node stopped serving.
@@ -59,6 +62,7 @@ var ErrNotSure = errors.New("cannot be sure the node stopped serving (--force fa
 // changes nothing if it knew that before the commit.
 func (m *Manager) Failover(ctx context.Context, addr string, opt FailoverOptions) (err error) {
 	rep, err := m.failover(ctx, addr, opt.Force)
+	m.obs.failover(opt.auto, err)
 	if err != nil {
 		return err
 	}

@@ -203,6 +203,10 @@ type Manager struct {
 		takeover, catchup, commit, push atomic.Int64
 	}
 
+	// obs are the metrics observed as things happen (metrics.go): safe
+	// for concurrent use, set in New.
+	obs observed
+
 	// hook, if set (by tests, before Run), is called at the steps of a
 	// move named in rebalance.go (runHook), with no lock held.
 	hook func(step string, vb int)
@@ -253,6 +257,7 @@ func New(cfg Config) (*Manager, error) {
 		unpromoted: map[string]*promotion{},
 		leases:     map[string]*leaseRec{}, grantConns: map[string]*nodeConn{}}
 	m.pubCond = sync.NewCond(&m.pubMu)
+	m.obs = newObserved()
 	m.logins.Store(&logins{admin: cfg.Credentials, readers: cfg.Readers})
 	return m, nil
 }

@@ -2,15 +2,75 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// The manager's Prometheus metrics (vbcache manager --metrics-listen), read
-// at scrape time from what Status reports (the map as this manager holds
-// it, its view of each node, the last rebalance) plus one etcd read, timed:
-// nothing is counted on the manager's own paths for them.
+// The manager's Prometheus metrics (vbcache manager --metrics-listen): most
+// are read at scrape time from what Status reports (the map as this
+// manager holds it, its view of each node, the last rebalance) plus one
+// etcd read, timed. What happened in between is observed as it happens,
+// off any request path (observed): how long each vbucket move and its
+// takeover took, and the failovers.
+
+// observed are the metrics counted as things happen. A move is one
+// vbucket of a rebalance, from its first step to its last (the source's
+// takeover, catch-up and map commits included); its takeover is the step
+// in which the vbucket, pending on the source, does not take writes.
+type observed struct {
+	moveSecs     *prometheus.HistogramVec // by result: moved, failed
+	takeoverSecs prometheus.Histogram
+	failovers    *prometheus.CounterVec // by trigger (api, automatic) and result (done, not_sure, failed)
+}
+
+func newObserved() observed {
+	o := observed{
+		moveSecs: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "vbcache_manager_move_duration_seconds", Help: "Time of each vbucket move of a rebalance led by this manager, by result.",
+			Buckets: prometheus.ExponentialBucketsRange(0.001, 100, 16),
+		}, []string{"result"}),
+		takeoverSecs: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "vbcache_manager_takeover_duration_seconds", Help: "Time of each move's takeover: the vbucket is pending on the source, its writes wait.",
+			Buckets: prometheus.ExponentialBucketsRange(0.0001, 10, 16),
+		}),
+		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vbcache_manager_failovers_total", Help: "Failovers this manager ran, by trigger (api: asked for; automatic: the probes') and result.",
+		}, []string{"trigger", "result"}),
+	}
+	for _, r := range []string{"moved", "failed"} {
+		o.moveSecs.WithLabelValues(r) // every series from the start, at 0
+	}
+	for _, t := range []string{"api", "automatic"} {
+		for _, r := range []string{"done", "not_sure", "failed"} {
+			o.failovers.WithLabelValues(t, r)
+		}
+	}
+	return o
+}
+
+func (o *observed) moved(d time.Duration, err error) {
+	r := "moved"
+	if err != nil {
+		r = "failed"
+	}
+	o.moveSecs.WithLabelValues(r).Observe(d.Seconds())
+}
+
+func (o *observed) failover(auto bool, err error) {
+	t, r := "api", "done"
+	if auto {
+		t = "automatic"
+	}
+	switch {
+	case errors.Is(err, ErrNotSure):
+		r = "not_sure"
+	case err != nil:
+		r = "failed"
+	}
+	o.failovers.WithLabelValues(t, r).Inc()
+}
 
 type managerMetrics struct {
 	m *Manager
@@ -19,6 +79,7 @@ type managerMetrics struct {
 	nodeUp, nodeMember, nodeActive, nodeReplica      *prometheus.Desc
 	rebRunning, rebTotal, rebDone, rebBytes, rebSecs *prometheus.Desc
 	etcdRTT, etcdUp                                  *prometheus.Desc
+	moving                                           *prometheus.Desc
 }
 
 // Metrics returns a prometheus.Collector of the manager's metrics.
@@ -42,14 +103,18 @@ func (m *Manager) Metrics() prometheus.Collector {
 		rebSecs:     d("rebalance_duration_seconds", "How long the running rebalance has run, or the last one ran."),
 		etcdRTT:     d("etcd_round_trip_seconds", "Time of one read of the cluster's state from etcd, at this scrape."),
 		etcdUp:      d("etcd_up", "1 when that read succeeded."),
+		moving:      d("moves_in_flight", "vbucket moves this manager is running now."),
 	}
 }
 
 func (c *managerMetrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.leader, c.rev, c.vbuckets, c.failedOver, c.nodeUp, c.nodeMember, c.nodeActive, c.nodeReplica,
-		c.rebRunning, c.rebTotal, c.rebDone, c.rebBytes, c.rebSecs, c.etcdRTT, c.etcdUp} {
+		c.rebRunning, c.rebTotal, c.rebDone, c.rebBytes, c.rebSecs, c.etcdRTT, c.etcdUp, c.moving} {
 		ch <- d
 	}
+	c.m.obs.moveSecs.Describe(ch)
+	c.m.obs.takeoverSecs.Describe(ch)
+	c.m.obs.failovers.Describe(ch)
 }
 
 func (c *managerMetrics) Collect(ch chan<- prometheus.Metric) {
@@ -62,6 +127,13 @@ func (c *managerMetrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		return 0
 	}
+	c.m.obs.moveSecs.Collect(ch)
+	c.m.obs.takeoverSecs.Collect(ch)
+	c.m.obs.failovers.Collect(ch)
+	c.m.mu.Lock()
+	moving := len(c.m.moving)
+	c.m.mu.Unlock()
+	gauge(c.moving, float64(moving))
 	st := c.m.Status()
 	gauge(c.leader, b(st.Leading))
 	gauge(c.rev, float64(st.Rev))

@@ -272,7 +272,7 @@ func (m *Manager) probeLoop(ctx context.Context) {
 				defer workers.Done()
 				defer func() { failing <- struct{}{} }()
 				m.cfg.Logf("manager: %s: failing it over", why)
-				if err := m.Failover(ctx, a, FailoverOptions{Rebuild: true}); err != nil {
+				if err := m.Failover(ctx, a, FailoverOptions{Rebuild: true, auto: true}); err != nil {
 					m.cfg.Logf("manager: automatic failover of %s: %v", a, err)
 				}
 			}()

@@ -171,7 +171,9 @@ func (m *Manager) runRebalance(ctx context.Context) {
 		go func(vb int) {
 			defer wg.Done()
 			defer func() { <-sem }()
+			t0 := time.Now()
 			err := m.moveVBucket(ctx, vb)
+			m.obs.moved(time.Since(t0), err)
 			m.mu.Lock()
 			delete(m.moving, vb)
 			m.mu.Unlock()
@@ -391,6 +393,9 @@ func (m *Manager) moveVBucket(ctx context.Context, vb int) error {
 				bytes = m.vbBytes(ctx, st.Src, vb)
 				m.runHook("move", vb)
 				res, err = move.Move(ctx, vb, st.Src, st.Node, opt)
+				if res.Takeover > 0 {
+					m.obs.takeoverSecs.Observe(res.Takeover.Seconds())
+				}
 				if err != nil && (res.Outcome == move.Aborted || res.Outcome == move.NotStarted) {
 					// The vbucket stays on the source: what was built
 					// for the new row is in no row (the next try

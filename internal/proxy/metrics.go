@@ -45,7 +45,7 @@ func (p *Proxy) Metrics() prometheus.Collector {
 	c.set.Add("vbcache", proxyMetrics)
 	c.set.Add("vbcache", serverMetrics, "server")
 	c.latency = prometheus.NewDesc("vbcache_proxy_server_request_duration_seconds",
-		"Time from sending a request to the server to its answer: the count and sum of every request, the 0.99 quantile over the last 256.",
+		"Time from sending a request to the server to its answer (or its failure).",
 		[]string{"server"}, nil)
 	return c
 }
@@ -79,8 +79,17 @@ func (c *proxyCollector) Collect(ch chan<- prometheus.Metric) {
 	for addr, st := range servers {
 		c.set.Table(ch, "vbcache", serverMetrics, st, addr)
 		s := c.p.st.get(addr)
-		p99, _ := metrics.Value(st["latency_us_p99"])
-		ch <- prometheus.MustNewConstSummary(c.latency, uint64(s.requests.Load()), float64(s.latencyUs.Load())/1e6,
-			map[float64]float64{0.99: p99 / 1e6}, addr)
+		// The sum and the buckets are read one after the other while
+		// requests go on: the count is the buckets' own total, so that
+		// the +Inf bucket equals it, as Prometheus requires.
+		sum := float64(s.latencyUs.Load()) / 1e6
+		buckets := make(map[float64]uint64, len(latencyBucketsUs))
+		var n uint64
+		for i, le := range latencyBucketsUs {
+			n += s.hist[i].Load()
+			buckets[float64(le)/1e6] = n
+		}
+		n += s.hist[len(latencyBucketsUs)].Load()
+		ch <- prometheus.MustNewConstHistogram(c.latency, n, sum, buckets, addr)
 	}
 }

@@ -76,8 +76,19 @@ func TestProxyMetrics(t *testing.T) {
 					return m.Counter.GetValue(), 0, true
 				case m.Gauge != nil:
 					return m.Gauge.GetValue(), 0, true
-				case m.Summary != nil:
-					return m.Summary.GetSampleSum(), m.Summary.GetSampleCount(), true
+				case m.Histogram != nil:
+					h := m.Histogram
+					prev := uint64(0)
+					for _, b := range h.GetBucket() {
+						if b.GetCumulativeCount() < prev || b.GetCumulativeCount() > h.GetSampleCount() {
+							t.Errorf("%s: bucket le=%v holds %d after %d, of %d", name, b.GetUpperBound(), b.GetCumulativeCount(), prev, h.GetSampleCount())
+						}
+						prev = b.GetCumulativeCount()
+					}
+					if prev != h.GetSampleCount() { // loopback requests all within the last bucket, 5 s
+						t.Errorf("%s: %d requests within the last bucket, of %d", name, prev, h.GetSampleCount())
+					}
+					return h.GetSampleSum(), h.GetSampleCount(), true
 				}
 			}
 		}

@@ -379,10 +379,19 @@ type srvStat struct {
 	consecFail                                     atomic.Int64
 	lastFail                                       atomic.Int64 // unix nanoseconds
 
+	// hist counts requests by latency: hist[i] those within
+	// latencyBucketsUs[i] (and above the bucket before), the last those
+	// above every bucket.
+	hist [len(latencyBucketsUs) + 1]atomic.Uint64
+
 	lmu sync.Mutex // protects lat and li (a copy; nothing else under it)
 	lat [256]int64 // the last latencies in µs, for p99
 	li  int
 }
+
+// latencyBucketsUs are the upper bounds, in µs, of the latency histogram's
+// buckets: from a loopback round trip to a timeout.
+var latencyBucketsUs = [...]int64{25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000, 5_000_000}
 
 func newServerStats() *serverStats { return &serverStats{m: make(map[string]*srvStat)} }
 
@@ -401,6 +410,11 @@ func (s *srvStat) record(d time.Duration, failed bool) {
 	s.requests.Add(1)
 	us := d.Microseconds()
 	s.latencyUs.Add(us)
+	i := 0
+	for i < len(latencyBucketsUs) && us > latencyBucketsUs[i] {
+		i++
+	}
+	s.hist[i].Add(1)
 	if failed {
 		s.errors.Add(1)
 		s.consecFail.Add(1)

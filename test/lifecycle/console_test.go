@@ -12,6 +12,7 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
+	"github.com/vbcache/vbcache/internal/manager/mgrclient"
 	"github.com/vbcache/vbcache/test/nodeproc"
 )
 
@@ -104,6 +105,20 @@ func TestConsoleInBrowser(t *testing.T) {
 		`[...document.querySelectorAll("#grid div.cell")].filter(d => d.dataset.active === %q).length > 300`, newNode.Addr), 150*time.Second)
 	shot("console-after-rebalance.png")
 
+	// The manager's metrics saw each move and its takeover.
+	var st mgrclient.Status
+	getJSON(t, fmt.Sprintf("http://127.0.0.1:%d/status", l.base+1), &st)
+	if st.Rebalance == nil || st.Rebalance.Done == 0 {
+		t.Fatalf("status after the rebalance: %+v", st.Rebalance)
+	}
+	mu := l.metricsURL(0)
+	if n := scrape(t, mu, `vbcache_manager_move_duration_seconds_count{result="moved"}`); n != float64(st.Rebalance.Done) {
+		t.Errorf("vbucket moves in the histogram: %v, the rebalance moved %d", n, st.Rebalance.Done)
+	}
+	if n := scrape(t, mu, `vbcache_manager_takeover_duration_seconds_count`); n < 1 || n > float64(st.Rebalance.Done)+scrape(t, mu, `vbcache_manager_move_duration_seconds_count{result="failed"}`) {
+		t.Errorf("takeovers in the histogram: %v, for %d moves", n, st.Rebalance.Done)
+	}
+
 	victim := l.addr(0)
 	if err := syscall.Kill(l.nodePid(0), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -112,4 +127,13 @@ func TestConsoleInBrowser(t *testing.T) {
 	until("the failed-over node red", fmt.Sprintf(`(() => { const tr = document.querySelector('#nodes tr[data-node=%q]'); return tr && tr.className === "down" && tr.innerText.includes("failed over") })()`, victim), 60*time.Second)
 	until("no cell active on it", fmt.Sprintf(`[...document.querySelectorAll("#grid div.cell")].every(d => d.dataset.active !== %q)`, victim), 60*time.Second)
 	shot("console-after-failover.png")
+	// The page shows the failover once its map is committed; the
+	// failover (and its count) ends after the promotions.
+	l.wait("the failover counted", 30*time.Second, func() bool {
+		return scrape(t, mu, `vbcache_manager_failovers_total{result="done",trigger="api"}`) == 1
+	})
+	if n := scrape(t, mu, `vbcache_manager_failovers_total{result="done",trigger="automatic"}`) + scrape(t, mu, `vbcache_manager_failovers_total{result="failed",trigger="api"}`); n != 0 {
+		t.Errorf("%v other failovers counted, want none", n)
+	}
+
 }

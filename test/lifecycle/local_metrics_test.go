@@ -214,3 +214,56 @@ func TestLocalMetrics(t *testing.T) {
 
 // proxyAddr is the address of local's proxy (its base port).
 func (l *localRun) proxyAddr() string { return "127.0.0.1:" + strconv.Itoa(l.base) }
+
+// metricsURL is the i-th metrics URL local printed: the manager's and
+// proxy's first, then the nodes'.
+func (l *localRun) metricsURL(i int) string {
+	l.t.Helper()
+	urls := regexp.MustCompile(`http://127\.0\.0\.1:[0-9]+/metrics`).FindAllString(l.stdout.String(), -1)
+	if i >= len(urls) {
+		l.t.Fatalf("local printed %d metrics URLs, no %d-th:\n%s", len(urls), i, l.stdout.String())
+	}
+	return urls[i]
+}
+
+// scrape returns the value of one series of the metrics at u, written as
+// in the exposition format (name{labels in their order}), or fails.
+func scrape(t *testing.T, u, series string) float64 {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %q: %v", u, line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("%s has no %s", u, series)
+	return 0
+}
+
+// getJSON decodes the JSON answer of a GET of u into v, or fails.
+func getJSON(t *testing.T, u string, v any) {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", u, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", u, err)
+	}
+}
