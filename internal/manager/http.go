@@ -96,6 +96,7 @@ func (m *Manager) Status() Status {
 				ns.Restarted = h.restart.lost()
 			}
 		}
+		m.sampled(&ns)
 		m.mu.Unlock()
 		st.Nodes = append(st.Nodes, ns)
 	}
@@ -311,10 +312,12 @@ func (m *Manager) serveConsoleEvents(w http.ResponseWriter, r *http.Request) {
 	ch := make(chan struct{}, 1)
 	m.mu.Lock()
 	m.subs[ch] = struct{}{}
+	m.consoles++
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
 		delete(m.subs, ch)
+		m.consoles--
 		m.mu.Unlock()
 	}()
 	w.Header().Set("Content-Type", "text/event-stream")

@@ -170,6 +170,12 @@ type Manager struct {
 	// node is told it is out.
 	unpromoted map[string]*promotion
 	moving     map[int]bool // vbuckets being moved now
+	// consoles counts the clients of GET /ui/events; while there are
+	// any, sampleLoop fills samples (samples.go) over its own pool of
+	// connections, sampleConns.
+	consoles    int
+	samples     map[string]*nodeSample
+	sampleConns map[string]*nodeConn
 	// While a leadership runs, inLeadership hands work to the goroutine
 	// lead starts for it on leadWork; leadEnd is the leadership's
 	// context's Done. Both nil when following.
@@ -254,8 +260,8 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, cli: cfg.Etcd, health: map[string]*nodeHealth{}, subs: map[chan struct{}]struct{}{},
 		conns: map[string]*nodeConn{}, moving: map[int]bool{}, told: map[string]bool{}, telling: map[string]chan struct{}{},
-		unpromoted: map[string]*promotion{},
-		leases:     map[string]*leaseRec{}, grantConns: map[string]*nodeConn{}}
+		unpromoted: map[string]*promotion{}, samples: map[string]*nodeSample{}, sampleConns: map[string]*nodeConn{},
+		leases: map[string]*leaseRec{}, grantConns: map[string]*nodeConn{}}
 	m.pubCond = sync.NewCond(&m.pubMu)
 	m.obs = newObserved()
 	m.logins.Store(&logins{admin: cfg.Credentials, readers: cfg.Readers})
@@ -308,10 +314,14 @@ func (m *Manager) Run(ctx context.Context) error {
 		return err
 	}
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		m.watch(ctx)
+	}()
+	go func() { // the console's samples (samples.go)
+		defer wg.Done()
+		m.sampleLoop(ctx)
 	}()
 	defer wg.Wait()
 	for ctx.Err() == nil {
@@ -598,7 +608,7 @@ func (m *Manager) conn(ctx context.Context, addr string, fn func(c *admin.Conn) 
 	return m.connIn(m.conns, ctx, addr, fn)
 }
 
-// connIn is conn on one of the pools (conns, grantConns), which m.mu
+// connIn is conn on one of the pools (conns, grantConns, sampleConns), which m.mu
 // protects.
 func (m *Manager) connIn(pool map[string]*nodeConn, ctx context.Context, addr string, fn func(c *admin.Conn) error) error {
 	m.mu.Lock()

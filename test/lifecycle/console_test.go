@@ -105,6 +105,29 @@ func TestConsoleInBrowser(t *testing.T) {
 		`[...document.querySelectorAll("#grid div.cell")].filter(d => d.dataset.active === %q).length > 300`, newNode.Addr), 150*time.Second)
 	shot("console-after-rebalance.png")
 
+	// Each node's ops/s and replication lag, sampled while the console
+	// watches: ops/s above 0 on some node while gets go through the
+	// proxy, 0 on every node once they stop; a lag figure for each.
+	c := dialText(t, l.proxyAddr())
+	c.do(t, "set console-key 0 0 1\r\nv\r\n")
+	const opsShown = `[...document.querySelectorAll("#nodes td.ops")].map(td => Number(td.textContent.replace(/,/g, "")))`
+	busy := false
+	for deadline := time.Now().Add(60 * time.Second); !busy; {
+		for range 200 { // a bounded burst, then a look
+			if line := c.do(t, "get console-key\r\n"); line != "VALUE console-key 0 1" {
+				t.Fatalf("get through the proxy: %q", line)
+			}
+		}
+		busy, _ = chromedp.Run(ctx, chromedp.Evaluate[bool](opsShown+`.some(v => v > 0) && [...document.querySelectorAll("#nodes td.lag")].length === 3 && [...document.querySelectorAll("#nodes td.lag")].every(td => /^[0-9,]+ \(/.test(td.textContent))`))
+		if !busy && time.Now().After(deadline) {
+			rows, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("nodes").innerText`))
+			t.Fatalf("no ops/s above 0 and lag on every node after 60 s of gets:\n%s", rows)
+		}
+	}
+	shot("console-under-load.png")
+	c.close()
+	until("ops/s back to 0 on every node", opsShown+`.every(v => v === 0)`, 30*time.Second)
+
 	// The manager's metrics saw each move and its takeover.
 	var st mgrclient.Status
 	getJSON(t, fmt.Sprintf("http://127.0.0.1:%d/status", l.base+1), &st)

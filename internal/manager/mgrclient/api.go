@@ -42,6 +42,15 @@ type NodeStatus struct {
 	// data, and is failed over (or, with automatic failover off or no
 	// replicas, waits for an operator's).
 	Restarted bool `json:"restarted,omitempty"`
+	// OpsPerSec, LagSeqnos and LagBytes come from the manager's samples
+	// of the node's stats, taken while a web console watches (absent
+	// otherwise, or when the node did not answer lately): its requests
+	// per second (gets, sets, deletes, incr/decr, touches), and how far
+	// its replicas trail it, summed over its producer streams: mutations
+	// not yet acknowledged, and their bytes.
+	OpsPerSec *float64 `json:"opsPerSec,omitempty"`
+	LagSeqnos *uint64  `json:"lagSeqnos,omitempty"`
+	LagBytes  *uint64  `json:"lagBytes,omitempty"`
 }
 
 // LeaseStatus is the leader's view of a node's lease.
