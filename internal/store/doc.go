@@ -112,7 +112,11 @@
 // (or, if the two classes' page sizes differ, released to the budget so
 // that the class allocates its own; this is the only case where page
 // memory goes back to the Go heap). Only when all of this fails is
-// ErrNoMemory returned (outofmemory). With far more classes in use than
+// ErrNoMemory returned (outofmemory). While LogEvictions is on, each LRU
+// eviction (not a reclaim, not a rescue) is told to the OnEvict callback
+// of the Tx whose Store needed the room, from under the locks above
+// (evictlog.go); while it is off the cost is one atomic load per
+// eviction. With far more classes in use than
 // pages in the budget, pages ping-pong between classes and the cache holds
 // little; memcached avoids that by letting each class take its first page
 // over the limit, which this store does only when pages cannot move.

@@ -102,8 +102,9 @@ var evictOrder = [...]int{segCold, segHot, segWarm}
 // evictChances of them only: after those an active item is evicted like any
 // other (memcached's evicting pull evicts the COLD tail whatever its active
 // bit), so a tail of active items cannot use up the search and leave the
-// class without a victim. Caller holds c.mu.
-func (s *Store) evictLocked(c *slabClass, held *shard, keep uint32, now uint32) bool {
+// class without a victim. An eviction (not a reclaim) is told to tx's
+// OnEvict callback while LogEvictions is on. Caller holds c.mu.
+func (s *Store) evictLocked(c *slabClass, held *shard, keep uint32, now uint32, tx *Tx) bool {
 	flat := s.flat.Load()
 	budget := evictSearch
 	chances := evictChances
@@ -154,6 +155,9 @@ func (s *Store) evictLocked(c *slabClass, held *shard, keep uint32, now uint32) 
 					c.st.evictedActive++
 				}
 				c.st.evictedTime = uint64(now - min(now, it.atime.Load()))
+				if s.evictLog.Load() && tx.onEvict != nil {
+					tx.noteEvictionLocked(c, it, st, now)
+				}
 			}
 			s.unlinkIndexLocked(sh, h, it)
 			s.unlinkLRULocked(c, h, it)

@@ -182,8 +182,9 @@ func (s *Store) releasePage(p uint32) {
 // alloc returns a chunk of class c that is neither free nor linked (the
 // caller owns it until it links or frees it). held is the shard the caller
 // has locked (nil if none) and keep an item that must not be evicted (the
-// Tx's current item). now is the current store time.
-func (s *Store) alloc(c *slabClass, held *shard, keep uint32, now uint32) (uint32, error) {
+// Tx's current item). now is the current store time; tx is told of
+// evictions (evictlog.go).
+func (s *Store) alloc(c *slabClass, held *shard, keep uint32, now uint32, tx *Tx) (uint32, error) {
 	for round := 0; round < allocRetries; round++ {
 		c.mu.Lock()
 		for {
@@ -207,7 +208,7 @@ func (s *Store) alloc(c *slabClass, held *shard, keep uint32, now uint32) (uint3
 			if s.cfg.NoEvict {
 				break
 			}
-			if s.evictLocked(c, held, keep, now) {
+			if s.evictLocked(c, held, keep, now, tx) {
 				c.st.directReclaims++
 				continue
 			}

@@ -20,6 +20,9 @@ type txState struct {
 	vb   uint16     // vbucket of the items this Tx stores (SetVBucket)
 	seq  uint64     // sequence number for the observer (SetSeqno), 0: assign
 	muts uint64     // mutations told to the observer through this Tx (Mutations)
+
+	onEvict func(*Eviction) // the eviction log's callback (OnEvict), nil: none
+	ev      Eviction        // what onEvict is handed, reused
 }
 
 // storeState is the part of a Store the caller cannot see.
@@ -73,6 +76,8 @@ type storeState struct {
 	slabsMoved    atomic.Uint64
 	pageEvictions atomic.Uint64 // items evicted to empty a page for another class
 	globalOOM     atomic.Uint64
+
+	evictLog atomic.Bool // LogEvictions: evictLocked tells Tx callbacks (evictlog.go)
 
 	crawlMu    sync.Mutex // serialises Crawl passes
 	crawlerOn  atomic.Bool

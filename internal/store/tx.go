@@ -71,7 +71,7 @@ func (tx *Tx) store(flags uint32, exptime uint32, cas uint64, a, b []byte) error
 		return ErrTooLarge
 	}
 	c := &s.classes[s.classFor(footprint(len(tx.key), flags, nbytes, s.casBytes, s.cfg.ItemSizeMax))]
-	h, err := s.alloc(c, tx.sh, tx.cur, tx.now)
+	h, err := s.alloc(c, tx.sh, tx.cur, tx.now, tx)
 	if err != nil {
 		return err
 	}
