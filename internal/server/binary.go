@@ -133,6 +133,7 @@ func (c *conn) binaryPacket(data []byte) (used, need int) {
 		}
 		c.binOK(0, nil, nil, nil)
 		c.close = true
+		c.closeWhy = closeNormal
 	case protocol.OpSASLList:
 		if extlen != 0 || keylen != 0 || bodylen != 0 {
 			return hk, c.binProtocolError()
@@ -217,7 +218,7 @@ func (c *conn) binUpdate(op protocol.Opcode, extras, key, rest []byte, vlen, hk 
 		}
 		c.binError(protocol.StatusTooLarge)
 		if op == protocol.OpSet {
-			if s.store.Begin(&c.tx, key) == store.Hit {
+			if c.begin(key) == store.Hit {
 				c.tx.Delete()
 			}
 			c.tx.End()
@@ -285,7 +286,7 @@ func (c *conn) binGet(op protocol.Opcode, extras, key []byte) {
 		exptime = s.store.RelTime(int64(binary.BigEndian.Uint32(extras)))
 	}
 	tx := &c.tx
-	oc := s.store.Begin(tx, key)
+	oc := c.begin(key)
 	hit := oc == store.Hit
 	if hit {
 		if touch {
@@ -335,7 +336,7 @@ func (c *conn) binDelete(key []byte) {
 		s.detail.recordDelete(key)
 	}
 	tx := &c.tx
-	if s.store.Begin(tx, key) != store.Hit {
+	if c.begin(key) != store.Hit {
 		tx.End()
 		c.binError(protocol.StatusKeyNotFound)
 		c.ctr.deleteMisses.Add(1)
@@ -361,7 +362,7 @@ func (c *conn) binArithmetic(incr bool, extras, key []byte) {
 	initial := binary.BigEndian.Uint64(extras[8:16])
 	exp := binary.BigEndian.Uint32(extras[16:20])
 	tx := &c.tx
-	s.store.Begin(tx, key)
+	c.begin(key)
 	defer tx.End()
 	res, digits := c.addDelta(incr, delta, c.bh.CAS)
 	var val [8]byte
@@ -386,6 +387,9 @@ func (c *conn) binArithmetic(incr bool, extras, key []byte) {
 			c.binError(protocol.StatusKeyNotFound)
 			return
 		}
+		if s.watch.fetchers.Load() > 0 {
+			c.logGet(store.Miss, key) // memcached's do_store_item looks again
+		}
 		digits = protocol.AppendUint(c.num[:0], initial)
 		if s.tooLarge(len(key), 0, len(digits)) {
 			c.binErrorText(protocol.StatusNoMemory, "Out of memory allocating new item")
@@ -394,6 +398,9 @@ func (c *conn) binArithmetic(incr bool, extras, key []byte) {
 		if err := tx.Store(0, s.store.RelTime(int64(exp)), 0, digits, nil); err != nil {
 			c.binErrorText(protocol.StatusNoMemory, "Out of memory allocating new item")
 			return
+		}
+		if s.watch.mutations.Load() > 0 { // memcached stores it with an add
+			c.logStore(cmdAdd, resStored, key, 0, s.store.RelTime(int64(exp)), len(digits))
 		}
 		binary.BigEndian.PutUint64(val[:], initial)
 		c.binOK(tx.CAS(), nil, nil, val[:])

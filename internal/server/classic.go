@@ -110,6 +110,7 @@ func (c *conn) dispatch(line, rest []byte) (used, more int) {
 		c.reply("VERSION " + c.s.cfg.Version)
 	case protocol.CmdQuit:
 		c.close = true
+		c.closeWhy = closeNormal
 	case protocol.CmdLruCrawler:
 		c.lruCrawler()
 	case protocol.CmdWatch:
@@ -201,7 +202,7 @@ func (c *conn) get() {
 				// whole command the way a bad key does.
 				return
 			}
-			oc := s.store.Begin(&c.tx, key)
+			oc := c.begin(key)
 			hit := oc == store.Hit
 			if detail {
 				s.detail.recordGet(key, hit)
@@ -290,7 +291,7 @@ func (c *conn) update(rest []byte) (used, more int) {
 		c.swallowData(n, rest)
 		// memcached will not leave an old value behind a failed set.
 		if sc == cmdSet {
-			if s.store.Begin(&c.tx, key) == store.Hit {
+			if c.begin(key) == store.Hit {
 				c.tx.Delete()
 			}
 			c.tx.End()
@@ -344,7 +345,7 @@ func (c *conn) swallowData(n int, rest []byte) {
 func (c *conn) storeItem(sc storeCmd, key []byte, flags, exptime uint32, data []byte, reqCAS uint64, setStale, keyBinary bool) (res storeResult, cas uint64) {
 	s := c.s
 	tx := &c.tx
-	s.store.Begin(tx, key)
+	c.begin(key)
 	defer tx.End()
 	// What a watcher's item_store line says of the item (watch.go): the
 	// command's unless an append or prepend builds it from the old one.
@@ -455,7 +456,7 @@ func (c *conn) arithmetic() {
 	if !c.textAdmit(key, c.reply) {
 		return
 	}
-	c.s.store.Begin(&c.tx, key)
+	c.begin(key)
 	res, digits := c.addDelta(incr, delta, 0)
 	c.tx.End()
 	switch res {
@@ -542,7 +543,7 @@ func (c *conn) touch() {
 	if !c.textAdmit(key, c.reply) {
 		return
 	}
-	oc := c.s.store.Begin(&c.tx, key)
+	oc := c.begin(key)
 	c.ctr.cmdTouch.Add(1)
 	if oc == store.Hit {
 		c.tx.Touch(exp)
@@ -576,7 +577,7 @@ func (c *conn) delete() {
 	if c.s.detailEnabled.Load() {
 		c.s.detail.recordDelete(key)
 	}
-	if c.s.store.Begin(&c.tx, key) == store.Hit {
+	if c.begin(key) == store.Hit {
 		c.ctr.class[classIdx(c.tx.ClassID())].deleteHits.Add(1)
 		c.tx.Delete()
 		c.tx.End()
@@ -620,6 +621,7 @@ func (c *conn) shutdown() {
 	}
 	if t.N == 2 || (t.N == 3 && string(t.T[1]) == "graceful") {
 		c.close = true
+		c.closeWhy = closeShutdown
 		c.s.requestShutdown()
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"errors"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -102,6 +103,12 @@ type conn struct {
 	swallow int  // bytes of rejected data still to discard
 	noreply bool // the current command asked for no reply
 	close   bool // close once out is written
+	// closeWhy is what a conn_close line gives as the reason (watch.go);
+	// set where the reason is not an error.
+	closeWhy closeReason
+	// logq holds the watch lines the current command made, published
+	// once it is done (watch.go).
+	logq []logLine
 
 	tx store.Tx
 	// producerName is set by a stream OPEN: the connection is handed to
@@ -145,6 +152,7 @@ func (c *conn) setAuthed(v bool) {
 
 func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{s: s, nc: nc, authMark: -1, lfd: -1}
+	c.tx.OnEvict(c.logEviction)
 	if nc != nil {
 		c.raddr = nc.RemoteAddr()
 		c.rbuf = make([]byte, readBufSize)
@@ -224,6 +232,7 @@ func (c *conn) serveLoop() {
 			return
 		}
 		if c.s.closing.Load() {
+			c.closeWhy = closeShutdown
 			return
 		}
 		c.makeRoom(need)
@@ -252,7 +261,14 @@ func (c *conn) serveLoop() {
 				} else {
 					c.s.idleKicks.Add(1)
 				}
+				c.closeWhy = closeIdle
 				return
+			}
+			switch {
+			case c.s.closing.Load():
+				c.closeWhy = closeShutdown
+			case errors.Is(err, io.EOF):
+				c.closeWhy = closeNormal
 			}
 			// A half-closed client still gets answers to what it sent.
 			if n > 0 {
@@ -359,6 +375,9 @@ func (c *conn) processInput() (need int) {
 		}
 		if c.mode == modeBinary {
 			used, more := c.binaryPacket(data)
+			if len(c.logq) > 0 {
+				c.publishLog()
+			}
 			c.leaveVB()
 			if more > 0 {
 				return more
@@ -412,6 +431,9 @@ func (c *conn) processInput() (need int) {
 		c.noreply = false
 		c.lastCmd.Store(c.s.nowUnix())
 		used, more := c.dispatch(line, rest)
+		if len(c.logq) > 0 {
+			c.publishLog()
+		}
 		c.leaveVB()
 		if more > 0 {
 			// A storage command waits for its data; nothing was consumed.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"io"
 	"net"
 	"os"
 	"runtime"
@@ -351,10 +352,12 @@ func (l *loop) sweep(now time.Duration) {
 	l.mu.Unlock()
 	for _, c := range idle {
 		l.s.idleKicks.Add(1) // before the client can see the close
+		c.closeWhy = closeIdle
 		l.close(c)
 	}
 	for _, c := range unauth {
 		l.s.unauthKicks.Add(1)
+		c.closeWhy = closeIdle
 		l.close(c)
 	}
 }
@@ -370,6 +373,9 @@ func (l *loop) serve(c *conn) serveResult {
 		}
 		if err != nil {
 			// EOF or a reset: the replies to what came before are out.
+			if err == io.EOF {
+				c.closeWhy = closeNormal
+			}
 			l.close(c)
 			return served
 		}
@@ -388,6 +394,9 @@ func (l *loop) serve(c *conn) serveResult {
 			return detached
 		}
 		if c.close || c.s.closing.Load() {
+			if !c.close {
+				c.closeWhy = closeShutdown
+			}
 			l.close(c)
 			return served
 		}
@@ -424,6 +433,7 @@ func (l *loop) stop() {
 	l.mu.Unlock()
 	for _, c := range conns {
 		if c != nil {
+			c.closeWhy = closeShutdown
 			l.close(c)
 		}
 	}

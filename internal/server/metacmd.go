@@ -88,7 +88,7 @@ func (c *conn) metaGet() {
 	}
 	c.noreply = f.NoReply
 	tx := &c.tx
-	oc := s.store.Begin(tx, key)
+	oc := c.begin(key)
 	defer tx.End()
 	if !f.Locked && !f.NoUpdate && oc == store.Hit {
 		tx.Bump()
@@ -247,7 +247,7 @@ func (c *conn) metaSet(rest []byte) (used, more int) {
 	if s.tooLarge(len(key), f.ClientFlags, int(vlen)) {
 		c.ctr.storeTooLarge.Add(1)
 		// memcached unlinks the old item in every mode here.
-		if s.store.Begin(&c.tx, key) == store.Hit {
+		if c.begin(key) == store.Hit {
 			c.tx.Delete()
 		}
 		c.tx.End()
@@ -322,7 +322,7 @@ func (c *conn) metaDelete() {
 	}
 	c.out = append(c.out, '\r', '\n')
 	tx := &c.tx
-	s.store.Begin(tx, key)
+	c.begin(key)
 	defer tx.End()
 	if !tx.Found() {
 		c.ctr.deleteMisses.Add(1)
@@ -364,7 +364,7 @@ func (c *conn) metaArithmetic() {
 	c.noreply = f.NoReply
 	incr := !c.req.Decr()
 	tx := &c.tx
-	s.store.Begin(tx, key)
+	c.begin(key)
 	defer tx.End()
 	start := len(c.out)
 	res, digits := c.addDelta(incr, f.Delta, f.CAS)
@@ -381,12 +381,18 @@ func (c *conn) metaArithmetic() {
 		return
 	case deltaNotFound:
 		if f.Vivify {
+			if s.watch.fetchers.Load() > 0 {
+				c.logGet(store.Miss, key) // memcached's do_store_item looks again
+			}
 			digits = protocol.AppendUint(c.num[:0], f.Initial)
 			if tx.Store(0, 0, 0, digits, nil) != nil {
 				c.replyErr("SERVER_ERROR Out of memory allocating new item")
 				return
 			}
 			created = true
+			if s.watch.mutations.Load() > 0 { // memcached stores it with an add
+				c.logStore(cmdAdd, resStored, key, 0, s.relTime(f.VivifyTTL), len(digits))
+			}
 		} else {
 			if incr {
 				c.ctr.incrMisses.Add(1)
@@ -449,7 +455,7 @@ func (c *conn) metaDebug() {
 	key := c.req.Key
 	tx := &c.tx
 	c.ctr.cmdMeta.Add(1)
-	if s.store.Begin(tx, key) != store.Hit {
+	if c.begin(key) != store.Hit {
 		tx.End()
 		c.reply("EN")
 		return

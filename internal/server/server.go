@@ -172,6 +172,7 @@ func New(cfg Config) (*Server, error) {
 		shutdownCh: make(chan struct{}),
 		ready:      make(chan struct{}),
 	}
+	s.watch.store = st
 	// The protocol-visible version leads with the memcached release whose
 	// behaviour we reproduce, so that clients which gate features on the
 	// server version (libmemcached parses major.minor.micro) treat us as
@@ -495,6 +496,9 @@ func (s *Server) acceptLoop(l net.Listener) {
 		}
 		c := s.newConn(nc, l.Addr(), fd)
 		c.ip = ip
+		if s.watch.connevents.Load() > 0 {
+			s.logConn(c, false)
+		}
 		if lp := s.pickLoop(nc); lp != nil && lp.add(c, nc) {
 			continue
 		}
@@ -592,6 +596,9 @@ func (s *Server) admit(nc net.Conn) (ip netip.Addr, refused *atomic.Uint64) {
 func (s *Server) authRequired() bool { return s.cfg.SASL || s.cfg.AuthTokens != nil }
 
 func (s *Server) dropConn(c *conn) {
+	if s.watch.connevents.Load() > 0 {
+		s.logConn(c, true)
+	}
 	s.mu.Lock()
 	delete(s.conns, c.id)
 	if c.ip.IsValid() {

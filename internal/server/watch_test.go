@@ -82,7 +82,7 @@ func TestWatchSlowWatcher(t *testing.T) {
 			t.Fatal("log_watchers still 1 after the watcher closed")
 		}
 	}
-	for _, req := range []string{"watch fetchers\r\n", "watch\r\n"} {
+	for _, req := range []string{"watch deletions\r\n", "watch mutations sysevents\r\n"} {
 		if got := roundTrip(t, addr, req, 1); !strings.HasPrefix(got, "C") {
 			t.Errorf("%q: %q, want CLIENT_ERROR", req, got)
 		}
@@ -105,20 +105,50 @@ func TestWatchersComeAndGo(t *testing.T) {
 			case <-done:
 				return
 			default:
-				w.publish(line)
+				w.publish(watchMutations, line)
 			}
 		}
 	}()
 	for range 1000 {
-		a := &watcher{mutations: true, lines: make(chan []byte, 1)}
-		b := &watcher{mutations: true, lines: make(chan []byte, 1)}
+		a := &watcher{kinds: watchMutations | watchFetchers, lines: make(chan []byte, 1)}
+		b := &watcher{kinds: watchMutations | watchEvictions, lines: make(chan []byte, 1)}
 		w.add(a)
 		w.add(b)
 		w.remove(a)
 		w.remove(b)
 	}
 	close(done)
-	if n := w.count(); n != 0 || w.mutations.Load() != 0 {
-		t.Fatalf("%d watchers, %d for mutations left", n, w.mutations.Load())
+	if n := w.count(); n != 0 || w.mutations.Load() != 0 || w.fetchers.Load() != 0 || w.evictions.Load() != 0 {
+		t.Fatalf("%d watchers, %d for mutations, %d fetchers, %d evictions left", n, w.mutations.Load(), w.fetchers.Load(), w.evictions.Load())
 	}
+}
+
+// The store's eviction log is on exactly while someone watches
+// evictions: the first such watcher turns it on, the last one's leaving
+// turns it off, and watchers of other kinds leave it alone.
+func TestWatchEvictionsSwitchTheStoreLog(t *testing.T) {
+	s, err := New(Config{Port: -1, PortSet: true, Version: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.store.Close()
+	on := func() bool { return s.store.EvictionLogOn() }
+	f := &watcher{kinds: watchFetchers, lines: make(chan []byte, 1)}
+	a := &watcher{kinds: watchEvictions | watchMutations, lines: make(chan []byte, 1)}
+	b := &watcher{kinds: watchEvictions, lines: make(chan []byte, 1)}
+	s.watch.add(f)
+	if on() {
+		t.Fatal("on with a fetchers watcher only")
+	}
+	s.watch.add(a)
+	s.watch.add(b)
+	s.watch.remove(a)
+	if !on() {
+		t.Fatal("off with an evictions watcher left")
+	}
+	s.watch.remove(b)
+	if on() {
+		t.Fatal("on after the last evictions watcher left")
+	}
+	s.watch.remove(f)
 }
