@@ -24,11 +24,11 @@ type State struct {
 
 	// Servers is the map's server list; Map and Forward index it. A
 	// server stays listed while it holds a vbucket.
-	Servers []string `json:"servers"`
-	Map     [][]int  `json:"map"`
+	Servers []string   `json:"servers"`
+	Map     vbmap.Rows `json:"map"` // vbmap.Rows: decoded by hand, fast
 	// Forward is the rebalance's target map (vBucketMapForward), nil when
 	// no rebalance runs.
-	Forward [][]int `json:"forward,omitempty"`
+	Forward vbmap.Rows `json:"forward,omitempty"`
 
 	// Nodes are the members: servers that should hold vbuckets after the
 	// next rebalance. Added nodes join here first; removed ones leave.

@@ -2,6 +2,7 @@ package vbmap
 
 import (
 	"encoding/json"
+	"reflect"
 	"testing"
 )
 
@@ -41,6 +42,41 @@ func FuzzParse(f *testing.F) {
 		}
 		if c2.NumVBuckets() != n || c2.Newer(c) || c.Newer(c2) {
 			t.Fatalf("round trip changed the config")
+		}
+	})
+}
+
+// FuzzParseAgrees: where Parse's hand-written reader takes a config
+// (parseConfig, parseRows), encoding/json reads the same config from it,
+// and where encoding/json refuses one, the reader does too.
+func FuzzParseAgrees(f *testing.F) {
+	seed, _ := json.Marshal(Spread([]string{"127.0.0.1:11210", "127.0.0.1:11211"}, 16))
+	f.Add(seed)
+	f.Add([]byte(`{"rev":3,"revEpoch":1,"vBucketServerMap":{"serverList":["a:1","b:2"],"numReplicas":1,"vBucketMap":[[0,1],[1,0]],"vBucketMapForward":[[1,0],[0,1]]}}`))
+	f.Add([]byte(` { "REV" : 3 , "vbucketservermap" : { "vBucketMap" : [ [ 0 , -1 ] , [ ] ] } , "vBucketServerMap" : {"numReplicas":1}, "x": [1,{"y":"]"}]} `))
+	f.Add([]byte(`{"nodesExt":[{"services":{"kv":11210},"thisNode":true}],"vBucketServerMap":{"vBucketMap":[[0]],"serverList":["a\u0041:1"]},"name":"b\"\\"}`))
+	f.Add([]byte(`{"vBucketServerMap":{"vBucketMap":[[01]]}}`))
+	f.Add([]byte(`{"vBucketServerMap":{"vBucketMap":[[1e0]]}}`))
+	f.Add([]byte(`{"vBucketServerMap":{"vBucketMap":[[1234567890]]}}`))
+	f.Add([]byte(`{"vBucketServerMap":{"vBucketMap":[[1],]}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var slow Config
+		slowErr := parseSlow(data, &slow)
+		if r, ok := parseRows(data); ok {
+			var v [][]int
+			if err := json.Unmarshal(data, &v); err != nil || !reflect.DeepEqual(r, v) {
+				t.Fatalf("parseRows(%q) = %v; encoding/json: %v %v", data, r, v, err)
+			}
+		}
+		var fast Config
+		if !parseConfig(data, &fast) {
+			return
+		}
+		if slowErr != nil {
+			t.Fatalf("the reader took %q, which encoding/json refuses: %v", data, slowErr)
+		}
+		if !reflect.DeepEqual(fast, slow) {
+			t.Fatalf("%q:\nreader        %+v\nencoding/json %+v", data, fast, slow)
 		}
 	})
 }

@@ -105,25 +105,39 @@ var ErrInvalid = errors.New("vbmap: invalid config")
 
 // Parse decodes a config and validates it. Like libvbucket it also accepts
 // a bare vBucketServerMap object (a config without the envelope).
+//
+// It reads a config by hand where it can (rows.go), and with
+// encoding/json where it cannot.
 func Parse(data []byte) (*Config, error) {
-	var probe struct {
-		VBucketServerMap json.RawMessage `json:"vBucketServerMap"`
-	}
-	if err := json.Unmarshal(data, &probe); err != nil {
-		return nil, fmt.Errorf("vbmap: parse config: %w", err)
-	}
 	cfg := new(Config)
-	if probe.VBucketServerMap == nil {
-		if err := json.Unmarshal(data, &cfg.VBucketServerMap); err != nil {
-			return nil, fmt.Errorf("vbmap: parse config: %w", err)
+	if !parseConfig(data, cfg) {
+		*cfg = Config{}
+		if err := parseSlow(data, cfg); err != nil {
+			return nil, err
 		}
-	} else if err := json.Unmarshal(data, cfg); err != nil {
-		return nil, fmt.Errorf("vbmap: parse config: %w", err)
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// parseSlow is Parse's decoding by encoding/json.
+func parseSlow(data []byte, cfg *Config) error {
+	var probe struct {
+		VBucketServerMap json.RawMessage `json:"vBucketServerMap"`
+	}
+	if err := json.Unmarshal(data, &probe); err != nil {
+		return fmt.Errorf("vbmap: parse config: %w", err)
+	}
+	if probe.VBucketServerMap == nil {
+		if err := json.Unmarshal(data, &cfg.VBucketServerMap); err != nil {
+			return fmt.Errorf("vbmap: parse config: %w", err)
+		}
+	} else if err := json.Unmarshal(data, cfg); err != nil {
+		return fmt.Errorf("vbmap: parse config: %w", err)
+	}
+	return nil
 }
 
 // Validate checks the rules libvbucket enforces.
