@@ -169,28 +169,32 @@
 //
 // # Locks
 //
-// Five locks, each documented at its field (manager.go): opMu, commitMu,
-// mu, pubMu, nodeConn.mu. The order, outermost first:
+// Six locks, each documented at its field (manager.go): opMu, commitMu,
+// mu, pubMu, nodeConn.mu (the grants' and the console samples' one
+// connection per node) and connPool.mu (conn's idle connections). The
+// order, outermost first:
 //
 //	opMu → commitMu → mu
-//	opMu → pubMu (let go of while a push runs) → nodeConn.mu
+//	opMu → pubMu (let go of while a push runs) → connPool.mu
 //	opMu → nodeConn.mu → mu (only a grant's: it records the answer)
 //
-// mu and pubMu are leaves: nothing takes another lock while holding one
-// of them (conn takes mu to find the nodeConn and lets go of it before
-// taking the nodeConn's mu; no request run under a nodeConn's mu takes
-// another's, and only a grant, on a grant connection, takes mu under
-// one, so that stopGrants, which waits for that nodeConn, sees every
-// answer). opMu is held across network calls on
-// purpose (etcd in every commit; nodes in AddNode's check and push and in
-// failover's promotions and push; the promotions' goroutines take only
-// nodeConn.mu, through conn, and move.Promote takes no manager lock);
+// mu, pubMu and connPool.mu are leaves: nothing takes another lock while
+// holding one of them (conn takes connPool.mu only to take or give back
+// an idle connection, never across a dial or a request; connIn takes mu
+// to find the nodeConn and lets go of it before taking the nodeConn's
+// mu; no request run under a nodeConn's mu takes another's, and only a
+// grant, on a grant connection, takes mu under one, so that stopGrants,
+// which waits for that nodeConn, sees every answer). opMu is held across
+// network calls on purpose (etcd in every commit; nodes in AddNode's
+// check and push and in failover's promotions and push; the promotions'
+// goroutines take only connPool.mu, through conn, and move.Promote takes
+// no manager lock);
 // nothing those calls wait for takes it:
 // a move takes opMu only around its commits (commitActive, the row's
 // commit) and pushes after letting go, never holds it around move.Move or
 // move.Recover, failover lets go of it before it waits for the
 // rebalance goroutine, and the tell of a failed-over node that AddNode
-// waits for (tellFailedOver) takes only mu and a nodeConn's mu.
+// waits for (tellFailedOver) takes only mu and connPool.mu.
 // commitMu is held across update's etcd
 // transaction, mu never across an etcd call or a node request. The
 // rebalance goroutine's own errMu (runRebalance) is a leaf too.

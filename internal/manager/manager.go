@@ -136,7 +136,7 @@ type Manager struct {
 	// what those wait for (a node's answer, a push, the rebalance
 	// goroutine) never takes it, and failover lets go of it before it
 	// waits for the rebalance to stop. Lock order: opMu, commitMu,
-	// nodeConn.mu, mu (see nodeConn).
+	// nodeConn.mu or connPool.mu, mu (see nodeConn, connPool and doc.go).
 	opMu sync.Mutex
 
 	// commitMu serialises update: its read of the state, the etcd
@@ -157,7 +157,6 @@ type Manager struct {
 	health  map[string]*nodeHealth
 	subs    map[chan struct{}]struct{} // config stream listeners
 	rebDone chan struct{}
-	conns   map[string]*nodeConn
 	// told holds the failed-over nodes this leader has told they are out
 	// (tellFailedOver), or that AddNode takes back; a failover of a node
 	// clears its entry. telling has a channel per tell in flight, closed
@@ -191,6 +190,10 @@ type Manager struct {
 	epoch     uint64
 	leadSince time.Time
 	leases    map[string]*leaseRec
+	// pool holds the control connections of conn: every request to a
+	// node but the grants and the console's samples.
+	pool connPool
+
 	// grantConns are the connections the grants use, one per node, apart
 	// from conns: a move's long request on a node's control connection
 	// must not hold up the grant that keeps the node serving.
@@ -205,8 +208,10 @@ type Manager struct {
 	pubDone int64  // the newest rev pushed to every node
 	pubBusy bool   // a push is running
 
-	prof struct { // time spent per step of moves, for the rebalance's log line
-		takeover, catchup, commit, push atomic.Int64
+	prof struct { // time spent per step of moves, summed over moves, for the rebalance's log line
+		look, build, move, catchup, commit, push atomic.Int64
+		// move.Move's own steps (move.Result's timings)
+		preflight, takeover, publish, delete atomic.Int64
 	}
 
 	// obs are the metrics observed as things happen (metrics.go): safe
@@ -259,7 +264,7 @@ func New(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("manager: %d replicas: want 0 to 3", cfg.Replicas)
 	}
 	m := &Manager{cfg: cfg, cli: cfg.Etcd, health: map[string]*nodeHealth{}, subs: map[chan struct{}]struct{}{},
-		conns: map[string]*nodeConn{}, moving: map[int]bool{}, told: map[string]bool{}, telling: map[string]chan struct{}{},
+		pool: connPool{idle: map[string][]*admin.Conn{}}, moving: map[int]bool{}, told: map[string]bool{}, telling: map[string]chan struct{}{},
 		unpromoted: map[string]*promotion{}, samples: map[string]*nodeSample{}, sampleConns: map[string]*nodeConn{},
 		leases: map[string]*leaseRec{}, grantConns: map[string]*nodeConn{}}
 	m.pubCond = sync.NewCond(&m.pubMu)
@@ -602,14 +607,58 @@ func (m *Manager) inLeadership(fn func(ctx context.Context)) {
 	}
 }
 
-// conn runs fn on a control connection to addr, dialling if needed and
-// dropping the connection after an error that is not a node's answer.
-func (m *Manager) conn(ctx context.Context, addr string, fn func(c *admin.Conn) error) error {
-	return m.connIn(m.conns, ctx, addr, fn)
+// connPool keeps the idle control connections conn may reuse, up to
+// maxIdleConns per node. A request takes one, or dials one if none is
+// idle, so requests to one node from concurrent moves do not wait for
+// each other (nor for each other's dials: a dial logs in with SCRAM).
+type connPool struct {
+	mu   sync.Mutex // protects idle; a leaf, never held across a dial or a request
+	idle map[string][]*admin.Conn
 }
 
-// connIn is conn on one of the pools (conns, grantConns, sampleConns), which m.mu
-// protects.
+// maxIdleConns is how many idle connections per node the pool keeps:
+// about the moves in flight (local's --max-moves).
+const maxIdleConns = 8
+
+// conn runs fn on a control connection to addr, an idle one of the pool
+// or a new one, and gives it back to the pool unless fn's error was not a
+// node's answer (the connection is then closed).
+func (m *Manager) conn(ctx context.Context, addr string, fn func(c *admin.Conn) error) error {
+	p := &m.pool
+	var c *admin.Conn
+	p.mu.Lock()
+	if l := p.idle[addr]; len(l) > 0 {
+		c = l[len(l)-1]
+		p.idle[addr] = l[:len(l)-1]
+	}
+	p.mu.Unlock()
+	if c == nil {
+		var err error
+		if c, err = admin.DialWith(ctx, addr, m.credentials()); err != nil {
+			return err
+		}
+		c.Timeout = 5 * time.Second
+	}
+	err := fn(c)
+	var se *admin.StatusError
+	if err != nil && !errors.As(err, &se) {
+		c.Close()
+		return err
+	}
+	p.mu.Lock()
+	if len(p.idle[addr]) < maxIdleConns {
+		p.idle[addr] = append(p.idle[addr], c)
+		c = nil
+	}
+	p.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+	return err
+}
+
+// connIn is conn on a pool of one connection per node (grantConns,
+// sampleConns), which m.mu protects.
 func (m *Manager) connIn(pool map[string]*nodeConn, ctx context.Context, addr string, fn func(c *admin.Conn) error) error {
 	m.mu.Lock()
 	nc := pool[addr]

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vbcache/vbcache/internal/admin"
@@ -213,10 +214,11 @@ func (m *Manager) runRebalance(ctx context.Context) {
 	m.opMu.Unlock()
 	if uerr == nil {
 		m.publish(ctx, s)
-		m.cfg.Logf("manager: rebalance finished (%d of %d vbuckets moved; error: %v); time in takeovers %v, replica catch-up %v, commits %v, pushes %v",
-			s.Rebalance.Done, s.Rebalance.Total, err, time.Duration(m.prof.takeover.Swap(0)).Round(time.Millisecond),
-			time.Duration(m.prof.catchup.Swap(0)).Round(time.Millisecond), time.Duration(m.prof.commit.Swap(0)).Round(time.Millisecond),
-			time.Duration(m.prof.push.Swap(0)).Round(time.Millisecond))
+		d := func(x *atomic.Int64) time.Duration { return time.Duration(x.Swap(0)).Round(time.Millisecond) }
+		m.cfg.Logf("manager: rebalance finished (%d of %d vbuckets moved; error: %v); time summed over the moves: looks %v, replica builds %v, "+
+			"moves %v (preflight %v, takeover %v, publish %v, delete %v), replica catch-up %v; commits %v, pushes %v",
+			s.Rebalance.Done, s.Rebalance.Total, err, d(&m.prof.look), d(&m.prof.build), d(&m.prof.move), d(&m.prof.preflight), d(&m.prof.takeover),
+			d(&m.prof.publish), d(&m.prof.delete), d(&m.prof.catchup), d(&m.prof.commit), d(&m.prof.push))
 	}
 }
 
@@ -354,7 +356,9 @@ func (m *Manager) moveVBucket(ctx context.Context, vb int) error {
 		if s.Forward == nil || s.Rebalance == nil {
 			return nil
 		}
+		t0 := time.Now()
 		f := m.look(ctx, s, vb, oldDeleted)
+		m.prof.look.Add(int64(time.Since(t0)))
 		plan := planVB(f)
 		st := plan[0]
 		switch st.Kind {
@@ -378,7 +382,10 @@ func (m *Manager) moveVBucket(ctx context.Context, vb int) error {
 			var err error
 			t0 := time.Now()
 			if st.Kind == stepMove {
-				if err := m.buildReplicas(ctx, vb, st.Src, st.Build); err != nil {
+				err := m.buildReplicas(ctx, vb, st.Src, st.Build)
+				m.prof.build.Add(int64(time.Since(t0)))
+				t0 = time.Now()
+				if err != nil {
 					m.dropBuilt(ctx, vb, st.Build)
 					return err
 				}
@@ -396,6 +403,12 @@ func (m *Manager) moveVBucket(ctx context.Context, vb int) error {
 				if res.Takeover > 0 {
 					m.obs.takeoverSecs.Observe(res.Takeover.Seconds())
 				}
+				for _, x := range []struct {
+					sum *atomic.Int64
+					d   time.Duration
+				}{{&m.prof.preflight, res.Preflight}, {&m.prof.takeover, res.Takeover}, {&m.prof.publish, res.Publish}, {&m.prof.delete, res.Delete}} {
+					x.sum.Add(int64(x.d))
+				}
 				if err != nil && (res.Outcome == move.Aborted || res.Outcome == move.NotStarted) {
 					// The vbucket stays on the source: what was built
 					// for the new row is in no row (the next try
@@ -409,7 +422,7 @@ func (m *Manager) moveVBucket(ctx context.Context, vb int) error {
 					m.cfg.Logf("manager: vbucket %d: %s: %s", vb, res.String(), res.Detail)
 				}
 			}
-			m.prof.takeover.Add(int64(time.Since(t0)))
+			m.prof.move.Add(int64(time.Since(t0)))
 			oldDeleted = oldDeleted || res.OldCopyDeleted
 			if err != nil {
 				return fmt.Errorf("vbucket %d: %s: %w", vb, res.String(), err)
@@ -432,7 +445,7 @@ func (m *Manager) look(ctx context.Context, s *State, vb int, oldDeleted bool) v
 	if to == "" || to == cur {
 		return f
 	}
-	opt := move.Options{RequestTimeout: 5 * time.Second, Credentials: m.credentials()}
+	opt := move.Options{RequestTimeout: 5 * time.Second, Credentials: m.credentials(), Conn: m.conn}
 	if cur != "" {
 		f.From = move.Observe(ctx, vb, cur, "", opt)
 	}
@@ -449,6 +462,7 @@ func (m *Manager) moveOptions(ctx context.Context, from string) move.Options {
 		Settle:         moveSettle,
 		RequestTimeout: 5 * time.Second,
 		Credentials:    m.credentials(),
+		Conn:           m.conn,
 		Publish: func(_ context.Context, vb int, to string) (int64, error) {
 			return m.commitActive(ctx, vb, from, to)
 		},

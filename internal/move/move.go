@@ -148,6 +148,14 @@ type Options struct {
 	// Credentials log the move's control connections in (the cluster
 	// administrator's); nil: none, for nodes run with --insecure-cluster.
 	Credentials *admin.Credentials
+	// Conn, if set, runs f on a control connection to addr for the
+	// looks at a node (Observe, the preflight, the recovery's looks),
+	// which only read: the cluster manager's pool, so that a move does
+	// not dial and log in for each look. A look that fails on it for
+	// want of an answer is made again on a fresh connection, whose dial
+	// tells a node that refuses connections (gone) from one that does
+	// not answer. Requests that change a node always dial their own.
+	Conn func(ctx context.Context, addr string, f func(c *admin.Conn) error) error
 
 	// Publish, if set, is step 3 instead of Move's own: it makes the
 	// cluster's map say that vb is active on to, and returns nil once
@@ -561,6 +569,28 @@ func Observe(ctx context.Context, vb int, addr, peer string, opt Options) Observ
 	return o
 }
 
+// withReadConn runs f, which only reads, on Options.Conn's connection to
+// addr, and again on a fresh one (withConn) if that failed for want of a
+// node's answer; without Options.Conn, on a fresh one.
+func (m *mover) withReadConn(ctx context.Context, addr string, f func(c *admin.Conn) error) error {
+	if m.opt.Conn == nil {
+		return m.withConn(ctx, addr, f)
+	}
+	dctx, cancel := context.WithTimeout(ctx, m.opt.RequestTimeout)
+	err := m.opt.Conn(dctx, addr, func(c *admin.Conn) error {
+		saved := c.Timeout
+		c.Timeout = m.opt.RequestTimeout
+		defer func() { c.Timeout = saved }()
+		return f(c)
+	})
+	cancel()
+	var se *admin.StatusError
+	if err == nil || errors.As(err, &se) {
+		return err
+	}
+	return m.withConn(ctx, addr, f)
+}
+
 // mover is one Move's state.
 type mover struct {
 	vb             int
@@ -656,6 +686,7 @@ func (m *mover) finish(res *Result, deleteOld bool) error {
 func (m *mover) withConn(ctx context.Context, addr string, f func(c *admin.Conn) error) error {
 	dctx, cancel := context.WithTimeout(ctx, m.opt.RequestTimeout)
 	defer cancel()
+
 	c, err := admin.DialWith(dctx, addr, m.opt.Credentials)
 	if err != nil {
 		return err

@@ -66,7 +66,7 @@ func (v view) String() string {
 // vbucket counts).
 func (m *mover) observe(ctx context.Context, addr, pid0, peer string) view {
 	var v view
-	err := m.withConn(ctx, addr, func(c *admin.Conn) error {
+	err := m.withReadConn(ctx, addr, func(c *admin.Conn) error {
 		// Streams first, then the state: a producer turns the vbucket
 		// back active before its stream leaves "stats streams", so a
 		// view with no stream open shows the state after the revert.
