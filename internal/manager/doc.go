@@ -169,16 +169,16 @@
 //
 // # Locks
 //
-// Six locks, each documented at its field (manager.go): opMu, commitMu,
-// mu, pubMu, nodeConn.mu (the grants' and the console samples' one
-// connection per node) and connPool.mu (conn's idle connections). The
-// order, outermost first:
+// Seven locks, each documented at its field (manager.go): opMu,
+// commitMu, mu, pubMu, nodeConn.mu (the grants' and the console samples'
+// one connection per node), connPool.mu (conn's idle connections) and
+// batchMu (commitMove's queue). The order, outermost first:
 //
-//	opMu → commitMu → mu
+//	opMu → commitMu → mu (batchMu, a leaf, only queues commits)
 //	opMu → pubMu (let go of while a push runs) → connPool.mu
 //	opMu → nodeConn.mu → mu (only a grant's: it records the answer)
 //
-// mu, pubMu and connPool.mu are leaves: nothing takes another lock while
+// mu, pubMu, connPool.mu and batchMu are leaves: nothing takes another lock while
 // holding one of them (conn takes connPool.mu only to take or give back
 // an idle connection, never across a dial or a request; connIn takes mu
 // to find the nodeConn and lets go of it before taking the nodeConn's
@@ -191,7 +191,9 @@
 // no manager lock);
 // nothing those calls wait for takes it:
 // a move takes opMu only around its commits (commitActive, the row's
-// commit) and pushes after letting go, never holds it around move.Move or
+// commit; commitMove takes it around a batch of moves' commits, and the
+// moves waiting for that batch hold no lock) and pushes after letting
+// go, never holds it around move.Move or
 // move.Recover, failover lets go of it before it waits for the
 // rebalance goroutine, and the tell of a failed-over node that AddNode
 // waits for (tellFailedOver) takes only mu and connPool.mu.

@@ -144,6 +144,13 @@ type Manager struct {
 	// held across the transaction; nothing else takes it.
 	commitMu sync.Mutex
 
+	// Moves' commits are batched (commitMove): batchMu protects batchQ,
+	// the commits waiting, and batchRunning, set while a mover commits
+	// them. A leaf: held only to queue or take the queue.
+	batchMu      sync.Mutex
+	batchQ       []*batchReq
+	batchRunning bool
+
 	// mu protects everything below. Nothing that waits is done under it:
 	// no etcd call (the watch's setState and the election's observer
 	// take it, as does every HTTP request), no node connection, and the
@@ -430,6 +437,21 @@ var ErrNotLeader = errors.New("manager: not the leader")
 // update applies fn to a copy of the state and writes it, if this manager
 // still leads and nobody wrote meanwhile.
 func (m *Manager) update(ctx context.Context, fn func(s *State) error) (*State, error) {
+	s, errs, err := m.updateAll(ctx, []func(s *State) error{fn})
+	if err == nil {
+		err = errs[0]
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// updateAll is update for several changes in one transaction: each fn
+// applies to the state the ones before it made, and one that returns an
+// error changes nothing (its error is in errs). err is the transaction's:
+// then nothing was written. Nothing is written when every fn failed.
+func (m *Manager) updateAll(ctx context.Context, fns []func(s *State) error) (_ *State, errs []error, err error) {
 	t0 := time.Now()
 	defer func() { m.prof.commit.Add(int64(time.Since(t0))) }()
 	m.commitMu.Lock()
@@ -439,26 +461,37 @@ func (m *Manager) update(ctx context.Context, fn func(s *State) error) (*State, 
 	m.mu.Lock()
 	if !m.leading || m.elect == nil {
 		m.mu.Unlock()
-		return nil, ErrNotLeader
+		return nil, nil, ErrNotLeader
 	}
 	elect, s, rev := m.elect, m.st.clone(), m.stRev
 	m.mu.Unlock()
-	if err := fn(s); err != nil {
-		return nil, err
+	errs = make([]error, len(fns))
+	changed := false
+	for i, fn := range fns {
+		t := s
+		if len(fns) > 1 {
+			t = s.clone() // a failing fn may have changed its copy
+		}
+		if errs[i] = fn(t); errs[i] == nil {
+			s, changed = t, true
+		}
+	}
+	if !changed {
+		return nil, errs, nil
 	}
 	data, err := json.Marshal(s)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	tr, err := m.cli.Txn(ctx).If(
 		clientv3.Compare(clientv3.CreateRevision(elect.Key()), "=", elect.Rev()),
 		clientv3.Compare(clientv3.ModRevision(m.stateKey()), "=", rev),
 	).Then(clientv3.OpPut(m.stateKey(), string(data))).Commit()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if !tr.Succeeded {
-		return nil, ErrNotLeader
+		return nil, nil, ErrNotLeader
 	}
 	m.mu.Lock()
 	// The watch may have brought this write already, or a later one.
@@ -472,7 +505,66 @@ func (m *Manager) update(ctx context.Context, fn func(s *State) error) (*State, 
 		}
 	}
 	m.mu.Unlock()
-	return s.clone(), nil
+	return s.clone(), errs, nil
+}
+
+// A batchReq is a move's commit waiting in commitMove's queue.
+type batchReq struct {
+	fn   func(s *State) error
+	s    *State
+	err  error
+	done chan struct{} // closed once s and err are set
+}
+
+// commitMove commits fn, a move's change to the map, under opMu, as
+// update does, with the changes other moves asked for meanwhile: the
+// first to ask commits the queue, again until it is empty, in one etcd
+// transaction each time, and the others wait for their answers. With
+// moves in flight this turns one transaction (and one push) per commit
+// into one per batch. The state returned may hold the batch's other
+// changes too.
+func (m *Manager) commitMove(ctx context.Context, fn func(s *State) error) (*State, error) {
+	r := &batchReq{fn: fn, done: make(chan struct{})}
+	m.batchMu.Lock()
+	m.batchQ = append(m.batchQ, r)
+	commits := !m.batchRunning
+	m.batchRunning = true
+	m.batchMu.Unlock()
+	if !commits {
+		<-r.done // bounded by the committer's transaction
+		return r.s, r.err
+	}
+	for {
+		m.batchMu.Lock()
+		q := m.batchQ
+		m.batchQ = nil
+		if len(q) == 0 {
+			m.batchRunning = false
+			m.batchMu.Unlock()
+			break
+		}
+		m.batchMu.Unlock()
+		fns := make([]func(s *State) error, len(q))
+		for i, x := range q {
+			fns[i] = x.fn
+		}
+		m.opMu.Lock()
+		s, errs, err := m.updateAll(ctx, fns)
+		m.opMu.Unlock()
+		for i, x := range q {
+			x.s, x.err = s, err
+			if err == nil {
+				x.err = errs[i]
+			}
+			if x.err != nil {
+				x.s = nil
+			} else if i > 0 {
+				x.s = s.clone() // each its own copy, as update gives
+			}
+			close(x.done)
+		}
+	}
+	return r.s, r.err
 }
 
 // campaign waits to lead, then leads until the session or ctx ends.

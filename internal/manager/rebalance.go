@@ -516,8 +516,7 @@ func (m *Manager) commitActive(ctx context.Context, vb int, from, to string, bui
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	m.opMu.Lock()
-	ns, err := m.update(ctx, func(s *State) error {
+	ns, err := m.commitMove(ctx, func(s *State) error {
 		row := s.Map[vb]
 		if cur := s.server(row[0]); cur != from && cur != to {
 			return fmt.Errorf("vbucket %d: the map's active is %q, not %q (the move's source) or %q", vb, cur, from, to)
@@ -547,7 +546,6 @@ func (m *Manager) commitActive(ctx context.Context, vb int, from, to string, bui
 		}
 		return nil
 	})
-	m.opMu.Unlock()
 	if err != nil {
 		return 0, err
 	}
@@ -579,8 +577,7 @@ func (m *Manager) finishVB(ctx context.Context, vb int, plan []step, bytes uint6
 				return err
 			}
 		case stepCommitRow:
-			m.opMu.Lock()
-			ns, err := m.update(ctx, func(s *State) error {
+			ns, err := m.commitMove(ctx, func(s *State) error {
 				s.Map[vb] = append([]int(nil), s.Forward[vb]...)
 				s.Rev++
 				if s.Rebalance != nil {
@@ -590,7 +587,6 @@ func (m *Manager) finishVB(ctx context.Context, vb int, plan []step, bytes uint6
 				}
 				return nil
 			})
-			m.opMu.Unlock()
 			if err != nil {
 				return err
 			}

@@ -2,6 +2,10 @@ package manager
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -100,5 +104,119 @@ func TestUpdateDoesNotHoldMuAcrossEtcd(t *testing.T) {
 	}
 	if waited {
 		<-read
+	}
+}
+
+// TestCommitMoveBatches: moves' commits that arrive while one is in
+// etcd wait for it and then go together, in one transaction; a change
+// that fails is left out of its batch alone, with its error.
+func TestCommitMoveBatches(t *testing.T) {
+	client := startTestEtcdServer(t)
+	var hold atomic.Bool
+	var txns atomic.Int32
+	var enter sync.Once
+	entered, release := make(chan struct{}), make(chan struct{})
+	block := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if hold.Load() && method == "/etcdserverpb.KV/Txn" {
+			txns.Add(1)
+			enter.Do(func() { close(entered); <-release })
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 5 * time.Second,
+		Logger: zap.NewNop(), DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(block)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	m, err := New(Config{Etcd: cli, Advertise: "http://127.0.0.1:1", NumVBuckets: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { // owned by the test: ends with ctx
+		defer close(ran)
+		m.Run(ctx)
+	}()
+	defer func() { cancel(); <-ran }()
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if leading, _ := m.Leader(); leading {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the manager did not lead within 20 s")
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition, not waiting for time to pass
+	}
+
+	hold.Store(true)
+	before := m.State().Rev
+	add := func(name string, fail bool) func(s *State) error {
+		return func(s *State) error {
+			s.Nodes = append(s.Nodes, name) // changed even when it fails: the batch must drop it
+			s.Rev++
+			if fail {
+				return errors.New("refused " + name)
+			}
+			return nil
+		}
+	}
+	type answer struct {
+		name string
+		s    *State
+		err  error
+	}
+	answers := make(chan answer, 11)
+	go func() {
+		s, err := m.commitMove(ctx, add("first", false))
+		answers <- answer{"first", s, err}
+	}()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first commit's transaction did not start")
+	}
+	for i := range 10 {
+		name := fmt.Sprintf("n%d", i)
+		go func() {
+			s, err := m.commitMove(ctx, add(name, i == 3))
+			answers <- answer{name, s, err}
+		}()
+	}
+	// All ten queued behind the first (its committer takes the queue
+	// only after its transaction).
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		m.batchMu.Lock()
+		n := len(m.batchQ)
+		m.batchMu.Unlock()
+		if n == 10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d commits queued, want 10", n)
+		}
+		time.Sleep(time.Millisecond) // polling a condition
+	}
+	close(release)
+	for range 11 {
+		a := <-answers
+		switch {
+		case a.name == "n3":
+			if a.err == nil || !strings.Contains(a.err.Error(), "refused n3") {
+				t.Errorf("the failing change: %v, want its own error", a.err)
+			}
+		case a.err != nil:
+			t.Errorf("%s: %v", a.name, a.err)
+		case !slices.Contains(a.s.Nodes, a.name):
+			t.Errorf("%s's answer does not hold its change: %v", a.name, a.s.Nodes)
+		}
+	}
+	s := m.State()
+	if s.Rev != before+10 || len(s.Nodes) != 10 || slices.Contains(s.Nodes, "n3") {
+		t.Errorf("after the batch: rev %d (want %d), nodes %v (want first and n0..n9 but n3)", s.Rev, before+10, s.Nodes)
+	}
+	if n := txns.Load(); n != 2 {
+		t.Errorf("%d transactions for 11 commits, want 2 (the first, then one batch)", n)
 	}
 }
