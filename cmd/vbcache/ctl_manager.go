@@ -247,7 +247,21 @@ func rebalanceLine(r *mgrclient.Rebalance) string {
 	case r.Err != "":
 		return fmt.Sprintf("last rebalance failed after %d of %d vbuckets: %s", r.Done, r.Total, r.Err)
 	}
-	return fmt.Sprintf("last rebalance: %d of %d vbuckets moved in %v", r.Done, r.Total, r.Finished.Sub(r.Started).Round(time.Millisecond))
+	return fmt.Sprintf("last rebalance: %d of %d vbuckets moved in %v; %s", r.Done, r.Total, r.Finished.Sub(r.Started).Round(time.Millisecond), rebalanceRates(r))
+}
+
+// rebalanceRates is "actives 152.6 MB (38.2 MB/s), replicas 160.1 MB
+// (40.0 MB/s), all 312.7 MB (78.2 MB/s)": the data a finished rebalance
+// streamed, over its whole time (the manager's clock, start to finish).
+func rebalanceRates(r *mgrclient.Rebalance) string {
+	secs := r.Finished.Sub(r.Started).Seconds()
+	rate := func(b uint64) string {
+		if secs <= 0 {
+			return mb(b)
+		}
+		return fmt.Sprintf("%s (%.1f MB/s)", mb(b), float64(b)/1e6/secs)
+	}
+	return fmt.Sprintf("actives %s, replicas %s, all %s", rate(r.Bytes), rate(r.ReplicaBytes), rate(r.Bytes+r.ReplicaBytes))
 }
 
 func mb(b uint64) string { return fmt.Sprintf("%.1f MB", float64(b)/1e6) }
@@ -290,6 +304,7 @@ func ctlRebalance(args []string, stdout, stderr io.Writer) int {
 				return 1
 			}
 			fmt.Fprintf(stdout, "rebalance done: %d vbuckets moved in %v\n", r.Done, time.Since(start).Round(time.Millisecond))
+			fmt.Fprintln(stdout, rebalanceRates(r))
 			return 0
 		}
 		time.Sleep(200 * time.Millisecond)

@@ -347,7 +347,7 @@ const moveSettle = 30 * time.Second
 // predecessor left half done.
 func (m *Manager) moveVBucket(ctx context.Context, vb int) error {
 	oldDeleted := false
-	var bytes uint64
+	var bytes, replBytes uint64
 	for range maxVBSteps {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -382,6 +382,9 @@ func (m *Manager) moveVBucket(ctx context.Context, vb int) error {
 			var err error
 			t0 := time.Now()
 			if st.Kind == stepMove {
+				if len(st.Build) > 0 {
+					replBytes += m.vbBytes(ctx, st.Src, vb) * uint64(len(st.Build))
+				}
 				err := m.buildReplicas(ctx, vb, st.Src, st.Build)
 				m.prof.build.Add(int64(time.Since(t0)))
 				t0 = time.Now()
@@ -429,7 +432,7 @@ func (m *Manager) moveVBucket(ctx context.Context, vb int) error {
 			}
 			continue
 		}
-		return m.finishVB(ctx, vb, plan, bytes)
+		return m.finishVB(ctx, vb, plan, bytes, replBytes)
 	}
 	return fmt.Errorf("vbucket %d: not moved after %d steps", vb, maxVBSteps)
 }
@@ -556,7 +559,10 @@ func (m *Manager) commitActive(ctx context.Context, vb int, from, to string, bui
 
 // finishVB runs the rest of a move whose new active is committed: plan's
 // steps (planVB), in order.
-func (m *Manager) finishVB(ctx context.Context, vb int, plan []step, bytes uint64) error {
+//
+// bytes and replBytes are what the move streamed before (the active's
+// bytes, the replicas built first); the catch-ups add theirs.
+func (m *Manager) finishVB(ctx context.Context, vb int, plan []step, bytes, replBytes uint64) error {
 	for _, st := range plan {
 		switch st.Kind {
 		case stepDeleteOld:
@@ -570,6 +576,7 @@ func (m *Manager) finishVB(ctx context.Context, vb int, plan []step, bytes uint6
 				return fmt.Errorf("replica %s of vbucket %d: %w", st.Node, vb, err)
 			}
 		case stepCatchUp:
+			replBytes += m.vbBytes(ctx, st.Src, vb)
 			t0 := time.Now()
 			err := m.waitCaughtUp(ctx, vb, st.Src, st.Node)
 			m.prof.catchup.Add(int64(time.Since(t0)))
@@ -583,6 +590,7 @@ func (m *Manager) finishVB(ctx context.Context, vb int, plan []step, bytes uint6
 				if s.Rebalance != nil {
 					s.Rebalance.Done++
 					s.Rebalance.Bytes += bytes
+					s.Rebalance.ReplicaBytes += replBytes
 					delete(s.Rebalance.Moving, vb)
 				}
 				return nil

@@ -76,7 +76,10 @@ type Rebalance struct {
 	Target   []string  `json:"target"`
 	Total    int       `json:"total"` // vbuckets whose row changes
 	Done     int       `json:"done"`
-	Bytes    uint64    `json:"bytes"` // bytes of the vbuckets moved so far
+	Bytes    uint64    `json:"bytes"` // bytes of the vbuckets moved so far (their actives')
+	// ReplicaBytes are the bytes of the replicas built so far (a
+	// vbucket's bytes once per replica streamed to a new node).
+	ReplicaBytes uint64 `json:"replicaBytes,omitempty"`
 	Started  time.Time `json:"started"`
 	Finished time.Time `json:"finished,omitzero"`
 	Err      string    `json:"error,omitempty"`
