@@ -71,18 +71,18 @@ type LeaseStatus struct {
 // (manager.State), so that a new leader resumes it, and shows it in
 // Status.
 type Rebalance struct {
-	Running  bool      `json:"running"`
-	Stopping bool      `json:"stopping,omitempty"`
-	Target   []string  `json:"target"`
-	Total    int       `json:"total"` // vbuckets whose row changes
-	Done     int       `json:"done"`
-	Bytes    uint64    `json:"bytes"` // bytes of the vbuckets moved so far (their actives')
+	Running  bool     `json:"running"`
+	Stopping bool     `json:"stopping,omitempty"`
+	Target   []string `json:"target"`
+	Total    int      `json:"total"` // vbuckets whose row changes
+	Done     int      `json:"done"`
+	Bytes    uint64   `json:"bytes"` // bytes of the vbuckets moved so far (their actives')
 	// ReplicaBytes are the bytes of the replicas built so far (a
 	// vbucket's bytes once per replica streamed to a new node).
-	ReplicaBytes uint64 `json:"replicaBytes,omitempty"`
-	Started  time.Time `json:"started"`
-	Finished time.Time `json:"finished,omitzero"`
-	Err      string    `json:"error,omitempty"`
+	ReplicaBytes uint64    `json:"replicaBytes,omitempty"`
+	Started      time.Time `json:"started"`
+	Finished     time.Time `json:"finished,omitzero"`
+	Err          string    `json:"error,omitempty"`
 	// Moving holds the vbuckets whose new active is committed but whose
 	// move is not finished (replicas, deleting the old copy), each with
 	// its old active: a new leader finishes them, though their row may
