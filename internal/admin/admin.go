@@ -17,6 +17,7 @@ package admin
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -84,6 +85,44 @@ func NewConn(nc net.Conn, addr string) *Conn {
 
 // Close closes the connection.
 func (c *Conn) Close() error { return c.nc.Close() }
+
+// Idle reports whether the connection, between requests, is still open
+// with nothing unread: a pool checks it before it reuses a connection, so
+// that one the node closed meanwhile (it restarted, or dropped idle
+// connections) costs a dial rather than a failed request. It peeks at the
+// socket without blocking (recv with MSG_PEEK|MSG_DONTWAIT): an end of
+// stream, an error or bytes nobody asked for all mean the connection is
+// not fit to use. A connection whose socket it cannot reach (not TCP or
+// TLS over TCP) counts as idle.
+func (c *Conn) Idle() bool {
+	if c.r.Buffered() > 0 {
+		return false
+	}
+	nc := c.nc
+	if tc, ok := nc.(*tls.Conn); ok {
+		nc = tc.NetConn()
+	}
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	// A deadline in the past would make the read fail before it peeks.
+	if err := nc.SetReadDeadline(time.Time{}); err != nil {
+		return false
+	}
+	idle := false
+	var b [1]byte
+	err = rc.Read(func(fd uintptr) bool {
+		_, _, e := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		idle = e == syscall.EAGAIN || e == syscall.EWOULDBLOCK
+		return true // never wait: this is a look, not a read
+	})
+	return err == nil && idle
+}
 
 // Do sends one request and returns the response's value (extras and key
 // stripped), or a *StatusError for a non-OK status.

@@ -703,6 +703,16 @@ func (m *Manager) inLeadership(fn func(ctx context.Context)) {
 // maxIdleConns per node. A request takes one, or dials one if none is
 // idle, so requests to one node from concurrent moves do not wait for
 // each other (nor for each other's dials: a dial logs in with SCRAM).
+//
+// A node that restarts leaves every idle connection to it closed at its
+// end, and a leader that lost and regained the leadership may hold some
+// from long ago: conn looks at a connection before it reuses it
+// (admin.Conn.Idle, a non-blocking peek) and closes the ones the node
+// closed, and a request that fails on the wire closes every idle
+// connection to that node with it. Without that, each of up to
+// maxIdleConns requests after a node's restart failed in turn, config
+// pushes among them: a failover then found the node without the new map
+// (test/faults, TestSchedule, kill-node).
 type connPool struct {
 	mu   sync.Mutex // protects idle; a leaf, never held across a dial or a request
 	idle map[string][]*admin.Conn
@@ -717,13 +727,7 @@ const maxIdleConns = 8
 // node's answer (the connection is then closed).
 func (m *Manager) conn(ctx context.Context, addr string, fn func(c *admin.Conn) error) error {
 	p := &m.pool
-	var c *admin.Conn
-	p.mu.Lock()
-	if l := p.idle[addr]; len(l) > 0 {
-		c = l[len(l)-1]
-		p.idle[addr] = l[:len(l)-1]
-	}
-	p.mu.Unlock()
+	c := p.take(addr)
 	if c == nil {
 		var err error
 		if c, err = admin.DialWith(ctx, addr, m.credentials()); err != nil {
@@ -735,6 +739,7 @@ func (m *Manager) conn(ctx context.Context, addr string, fn func(c *admin.Conn) 
 	var se *admin.StatusError
 	if err != nil && !errors.As(err, &se) {
 		c.Close()
+		p.drop(addr)
 		return err
 	}
 	p.mu.Lock()
@@ -749,6 +754,35 @@ func (m *Manager) conn(ctx context.Context, addr string, fn func(c *admin.Conn) 
 	return err
 }
 
+// take returns an idle connection to addr that the node has not closed,
+// or nil; it closes the ones it finds closed.
+func (p *connPool) take(addr string) *admin.Conn {
+	for {
+		var c *admin.Conn
+		p.mu.Lock()
+		if l := p.idle[addr]; len(l) > 0 {
+			c = l[len(l)-1]
+			p.idle[addr] = l[:len(l)-1]
+		}
+		p.mu.Unlock()
+		if c == nil || c.Idle() {
+			return c
+		}
+		c.Close()
+	}
+}
+
+// drop closes every idle connection to addr.
+func (p *connPool) drop(addr string) {
+	p.mu.Lock()
+	l := p.idle[addr]
+	delete(p.idle, addr)
+	p.mu.Unlock()
+	for _, c := range l {
+		c.Close()
+	}
+}
+
 // connIn is conn on a pool of one connection per node (grantConns,
 // sampleConns), which m.mu protects.
 func (m *Manager) connIn(pool map[string]*nodeConn, ctx context.Context, addr string, fn func(c *admin.Conn) error) error {
@@ -761,6 +795,10 @@ func (m *Manager) connIn(pool map[string]*nodeConn, ctx context.Context, addr st
 	m.mu.Unlock()
 	nc.mu.Lock()
 	defer nc.mu.Unlock()
+	if nc.c != nil && !nc.c.Idle() {
+		nc.c.Close() // the node closed it (it restarted): dial again
+		nc.c = nil
+	}
 	if nc.c == nil {
 		c, err := admin.DialWith(ctx, addr, m.credentials())
 		if err != nil {
