@@ -227,6 +227,11 @@ func (c *conn) binUpdate(op protocol.Opcode, extras, key, rest []byte, vlen, hk 
 		return hk + min(max(vlen, 0), len(rest)), 0
 	}
 	if len(rest) < vlen {
+		if !c.roomFor(rest, vlen) {
+			return hk + c.refuseNoMemory(op == protocol.OpSet, key, vlen, rest, func() {
+				c.binError(protocol.StatusNoMemory)
+			}), 0
+		}
 		return 0, hk + vlen
 	}
 	if s.detailEnabled.Load() {

@@ -299,6 +299,11 @@ func (c *conn) update(rest []byte) (used, more int) {
 		return min(n, len(rest)), 0
 	}
 	if len(rest) < n {
+		if !c.roomFor(rest, n) {
+			return c.refuseNoMemory(sc == cmdSet, key, n, rest, func() {
+				c.reply("SERVER_ERROR out of memory storing object")
+			}), 0
+		}
 		return 0, n
 	}
 	if s.detailEnabled.Load() {
@@ -330,6 +335,24 @@ func (c *conn) update(rest []byte) (used, more int) {
 		c.reply("SERVER_ERROR out of memory storing object")
 	}
 	return n, 0
+}
+
+// refuseNoMemory refuses a storage command whose n bytes of data at rest
+// have no buffer (input.go): reply answers, a set (del) also deletes the
+// old value, as memcached does when it cannot allocate the new item, and
+// the data is swallowed. It returns the bytes of rest consumed.
+func (c *conn) refuseNoMemory(del bool, key []byte, n int, rest []byte, reply func()) int {
+	c.s.inputNoMemory.Add(1)
+	c.ctr.storeNoMemory.Add(1) // memcached counts a failed item alloc so
+	reply()
+	if del {
+		if c.begin(key) == store.Hit {
+			c.tx.Delete()
+		}
+		c.tx.End()
+	}
+	c.swallowData(n, rest)
+	return min(n, len(rest))
 }
 
 // swallowData discards n bytes of rejected data: what is buffered now and

@@ -128,9 +128,14 @@ func (cl *cluster) configJSON() []byte {
 	return nil
 }
 
-// maxClusterConfig bounds a SET_CLUSTER_CONFIG body. A terse config with
-// 65536 vbuckets and three replicas is about 1.5 MiB.
-const maxClusterConfig = 16 << 20
+// maxClusterConfig bounds a SET_CLUSTER_CONFIG body for a node of n
+// vbuckets: room for a map and a forward map of up to four copies of each
+// vbucket (under 32 bytes a vbucket each) and for the server list, and not
+// much more, as memcached bounds a request by what it can be. A config of
+// four nodes with 1024 vbuckets, one replica and a forward map is 12 KiB
+// (the bound 128 KiB); with 65536 vbuckets and three replicas 1.3 MiB
+// (the bound 4.1 MiB). The body is input memory under -m (input.go).
+func maxClusterConfig(n int) int { return 64<<10 + 64*n }
 
 // admission is the outcome of the vbucket check.
 type admission uint8
@@ -472,7 +477,7 @@ func (c *conn) binCluster(op protocol.Opcode, extras, key, rest []byte, vlen, hk
 		c.binOK(0, nil, nil, nil)
 		return skip()
 	case op == protocol.OpSetClusterConfig:
-		if vlen < 0 || vlen > maxClusterConfig {
+		if vlen < 0 || vlen > maxClusterConfig(cl.vbs.Len()) {
 			c.binError(protocol.StatusTooLarge)
 			return skip()
 		}

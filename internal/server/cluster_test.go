@@ -733,3 +733,23 @@ func TestClusterDelVBucketDropsItems(t *testing.T) {
 		}
 	}
 }
+
+// A SET_CLUSTER_CONFIG body is bounded by what a config of the node's
+// vbuckets can be (maxClusterConfig): one past it is refused as too large
+// without being buffered, and the connection stays in step.
+func TestClusterConfigBodyBound(t *testing.T) {
+	_, addr := startCluster(t, nil)
+	c := dialBin(t, addr)
+	limit := maxClusterConfig(testVBuckets)
+	if h, _ := c.do(protocol.OpSetClusterConfig, 0, revExtras(1, 1), []byte("default"), make([]byte, limit+1)); h.Status != protocol.StatusTooLarge {
+		t.Fatalf("a config of %d bytes: %#x, want too large", limit+1, h.Status)
+	}
+	if h, body := c.do(protocol.OpSetClusterConfig, 0, revExtras(1, 2), []byte("default"), testConfigJSON(t, 1, 2)); h.Status != protocol.StatusOK {
+		t.Fatalf("then a real config: %#x %q", h.Status, body)
+	}
+	// A config as large as a real one can be for 65536 vbuckets and three
+	// replicas fits that node's bound.
+	if n := maxClusterConfig(65536); n < 3<<20/2+64<<10 {
+		t.Fatalf("bound for 65536 vbuckets %d: below a 1.5 MiB config", n)
+	}
+}

@@ -78,7 +78,20 @@ type conn struct {
 
 	rbuf []byte // input; unread bytes are rbuf[r:w]
 	r, w int
-	out  []byte // replies not yet written
+	// base is the connection's fixed read buffer (readBufSize; nil for
+	// UDP). A request that must be buffered whole and does not fit in it
+	// (a value still arriving) gets a bigger rbuf whose memory is counted
+	// (room, in: input.go): loan, store memory lent under -m, or, when
+	// it is larger than any loan, heap bytes counted in Server.heapIn.
+	// next and nextLoan/nextHeap are a bigger buffer got for the request
+	// waiting, installed by makeRoom.
+	base     []byte
+	loan     store.Loan
+	heap     int
+	next     []byte
+	nextLoan store.Loan
+	nextHeap int
+	out      []byte // replies not yet written
 	// mark is the length of out at the last point where memcached would
 	// already have written its replies; a failed multi-get drops what
 	// came after it (memcached's conn_release_items culls unsent replies).
@@ -155,7 +168,8 @@ func newConn(s *Server, nc net.Conn) *conn {
 	c.tx.OnEvict(c.logEviction)
 	if nc != nil {
 		c.raddr = nc.RemoteAddr()
-		c.rbuf = make([]byte, readBufSize)
+		c.base = make([]byte, readBufSize)
+		c.rbuf = c.base
 	}
 	c.lastCmd.Store(s.nowUnix())
 	return c
@@ -280,25 +294,24 @@ func (c *conn) serveLoop() {
 	}
 }
 
-// makeRoom compacts the input buffer, and grows it when the next line or
-// value needs more than it holds (need, from processInput).
+// makeRoom compacts the input buffer, and moves it to a bigger one when
+// the next line or value needs more than it holds (need, from
+// processInput): the one room got, or one got now. A buffer no longer
+// needed goes back (input.go).
 func (c *conn) makeRoom(need int) {
 	if c.r == c.w {
 		c.r, c.w = 0, 0
-		if cap(c.rbuf) > 4*readBufSize {
-			c.rbuf = make([]byte, readBufSize)
+		if need <= len(c.base) && (c.loan.Lent() || c.heap > 0) {
+			c.shrinkInput()
 		}
 	}
 	if need > len(c.rbuf)-c.r {
-		if c.r > 0 {
-			c.w = copy(c.rbuf, c.rbuf[c.r:c.w])
-			c.r = 0
-		}
 		if need > len(c.rbuf) {
-			nb := make([]byte, max(need, 2*len(c.rbuf)))
-			copy(nb, c.rbuf[:c.w])
-			c.rbuf = nb
+			c.growInput(need)
+			return
 		}
+		c.w = copy(c.rbuf, c.rbuf[c.r:c.w])
+		c.r = 0
 	} else if c.w == len(c.rbuf) && c.r > 0 {
 		c.w = copy(c.rbuf, c.rbuf[c.r:c.w])
 		c.r = 0
@@ -418,7 +431,7 @@ func (c *conn) processInput() (need int) {
 					c.out = c.out[:c.mark]
 					return 0
 				}
-				if len(data) >= maxGetLine {
+				if len(data) >= maxGetLine || !c.room(len(data)+readBufSize) {
 					c.close = true
 					return 0
 				}

@@ -254,6 +254,11 @@ func (c *conn) metaSet(rest []byte) (used, more int) {
 		return fail("SERVER_ERROR object too large for cache")
 	}
 	if len(rest) < n {
+		if !c.roomFor(rest, n) {
+			// memcached unlinks the old item in every mode here too.
+			c.refuseNoMemory(true, key, 0, nil, func() {})
+			return fail("SERVER_ERROR out of memory storing object")
+		}
 		return 0, n
 	}
 	c.noreply = f.NoReply

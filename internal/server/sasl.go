@@ -38,6 +38,12 @@ func (c *conn) saslAuth(op protocol.Opcode, mech, rest []byte, vlen, hk int) (us
 		return hk + min(max(vlen, 0), len(rest)), 0
 	}
 	if len(rest) < vlen {
+		if !c.roomFor(rest, vlen) {
+			c.s.inputNoMemory.Add(1)
+			c.binError(protocol.StatusNoMemory)
+			c.swallowData(vlen, rest)
+			return hk + len(rest), 0
+		}
 		return 0, hk + vlen
 	}
 	c.saslStep(op, mech, rest[:vlen])
@@ -136,7 +142,7 @@ func (c *conn) asciiAuth(data []byte) (used, need int) {
 	}
 	n := int(size) + 2
 	if len(data)-(nl+1) < n {
-		if n > maxGetLine {
+		if n > maxGetLine || !c.room(nl+1+n) {
 			c.close = true
 			return 0, 0
 		}

@@ -117,6 +117,12 @@ type Server struct {
 	// certificate from another CA or out of date among them).
 	tlsHandshakeErrors atomic.Uint64
 
+	// heapIn is the bytes of input buffers too large for a store loan
+	// (input.go), at most maxHeapInput; inputNoMemory counts the
+	// requests refused or connections closed for want of input memory.
+	heapIn        atomic.Int64
+	inputNoMemory atomic.Uint64
+
 	idleKicks     atomic.Uint64
 	unauthKicks   atomic.Uint64 // connections closed by -o unauth_timeout
 	limitMaxbytes atomic.Int64  // -m, changed by cache_memlimit
@@ -596,6 +602,7 @@ func (s *Server) admit(nc net.Conn) (ip netip.Addr, refused *atomic.Uint64) {
 func (s *Server) authRequired() bool { return s.cfg.SASL || s.cfg.AuthTokens != nil }
 
 func (s *Server) dropConn(c *conn) {
+	c.freeInput()
 	if s.watch.connevents.Load() > 0 {
 		s.logConn(c, true)
 	}

@@ -73,8 +73,11 @@ const (
 	stStale   = 1 << 4
 	stToken   = 1 << 5
 	stBinary  = 1 << 6 // key was base64 in a meta command
-	segShift  = 8
-	segMask   = 3 << segShift
+	// stBorrowed marks a chunk lent by Store.Borrow: it is on no list
+	// and its page is not drained (borrow.go).
+	stBorrowed = 1 << 7
+	segShift   = 8
+	segMask    = 3 << segShift
 )
 
 // LRU segments.

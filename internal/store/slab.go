@@ -311,12 +311,22 @@ func (s *Store) reassign(src, dst int) error {
 // list meanwhile).
 func (s *Store) drainPageLocked(v *slabClass, p uint32, held *shard, keep uint32) bool {
 	sl := s.slot(p)
-	sl.draining = true
 	base := p << s.chunkBits
 	// Only chunks below used were ever handed out; the rest hold garbage.
 	used := v.perPage
 	if p == v.endPage {
 		used = v.endNext
+	}
+	// A lent chunk (Borrow) comes back only when its borrower is done:
+	// the page stays. No chunk of p can be lent from here on, v.mu being
+	// held until the draining flag keeps p's chunks off the free list.
+	for i := uint32(0); i < used; i++ {
+		if s.hdr(base|i).state.Load()&stBorrowed != 0 {
+			return false
+		}
+	}
+	sl.draining = true
+	if p == v.endPage {
 		v.endPage, v.endNext = 0, 0
 	}
 	for i := uint32(0); i < used; i++ {

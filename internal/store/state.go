@@ -53,6 +53,7 @@ type storeState struct {
 	pageMu    sync.Mutex // protects limit, malloced, nextPage, arena, freeSlots and slot allocation
 	limit     int64      // page budget in bytes (MaxBytes, or SetMemLimit's value)
 	malloced  int64      // bytes of pages currently held by classes
+	lent      int64      // bytes of chunks lent by Borrow (pageMu)
 	nextPage  uint32     // next never-used page number
 	arena     pageArena  // the standard-size pages' memory (arena.go)
 	freeSlots []uint32   // page numbers whose buffers were released

@@ -2,7 +2,9 @@
 // load four times larger than the limit: resident memory stays bounded,
 // items are evicted, and whatever is still served is exactly what was
 // stored. The same load runs against memcached for comparison; both RSS
-// figures are logged.
+// figures are logged. halfsent_test.go holds values back instead: many
+// connections each one byte short of a large SET, whose buffers must be
+// within -m too.
 package memlimit
 
 import (
