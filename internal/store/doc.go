@@ -25,6 +25,12 @@
 // order from the class's end page (memcached's free_chunks_end), so moving
 // a page between classes costs nothing.
 //
+// A chunk can also be lent (Borrow, borrow.go): the server reads a large
+// value still arriving into one, so that its buffer counts against the
+// budget as the item will; a lent chunk is on no list, is never evicted,
+// and keeps its page from being drained until it is returned. Loans may
+// take at most half of the budget.
+//
 // An item is addressed by a uint32 handle, page<<chunkBits | chunk, where
 // chunkBits fits the most chunks a page can hold and page 0 is never used,
 // so handle 0 means "none". Page numbers index a fixed directory of
