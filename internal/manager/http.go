@@ -277,8 +277,8 @@ func (m *Manager) serveStream(w http.ResponseWriter, r *http.Request) {
 		s := m.State()
 		if s.Rev != last && len(s.Servers) > 0 { // no config without a node
 			last = s.Rev
-			b, _ := json.Marshal(s.Config(m.services()))
-			if _, err := w.Write(append(b, "\n\n\n\n"...)); err != nil {
+			b := m.configJSON(s)
+			if _, err := w.Write(append(b[:len(b):len(b)], "\n\n\n\n"...)); err != nil {
 				return
 			}
 			fl.Flush()

@@ -2,7 +2,6 @@ package manager
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -448,16 +447,13 @@ func (m *Manager) tellFailedOver(ctx context.Context, s *State, addr string) {
 		m.mu.Unlock()
 		close(done)
 	}()
-	data, err := json.Marshal(s.Config(m.services()))
-	if err != nil {
-		return
-	}
+	data := m.configJSON(s)
 	if m.turnDead(ctx, addr, s.NumVBuckets) != nil {
 		return // not reachable: the next probe tries again
 	}
 	tctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	err = m.conn(tctx, addr, func(c *admin.Conn) error {
+	err := m.conn(tctx, addr, func(c *admin.Conn) error {
 		c.Timeout = time.Second
 		defer func() { c.Timeout = 5 * time.Second }()
 		if err := c.SetClusterConfig(data, s.RevEpoch, s.Rev); err != nil && !admin.IsStatus(err, protocol.StatusKeyExists) {

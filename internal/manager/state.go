@@ -173,17 +173,9 @@ func (s *State) Config(sv Services) *vbmap.Config {
 			ServerList: append([]string{}, s.Servers...),
 		},
 	}
-	rows := make([][]int, len(s.Map))
-	for i, r := range s.Map {
-		rows[i] = append([]int(nil), r...)
-	}
-	cfg.VBucketServerMap.VBucketMap = rows
+	cfg.VBucketServerMap.VBucketMap = cloneRows(s.Map)
 	if s.Forward != nil {
-		fw := make([][]int, len(s.Forward))
-		for i, r := range s.Forward {
-			fw[i] = append([]int(nil), r...)
-		}
-		cfg.VBucketServerMap.VBucketMapForward = fw
+		cfg.VBucketServerMap.VBucketMapForward = cloneRows(s.Forward)
 	}
 	for _, a := range s.Servers {
 		host, port := splitHostPort(a)
