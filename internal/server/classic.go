@@ -228,6 +228,24 @@ func (c *conn) get() {
 				c.out = append(c.out, '\r', '\n')
 				cls := classIdx(c.tx.ClassID())
 				c.tx.End()
+				if len(c.out) > flushAt {
+					if !touch && (c.nc != nil || c.lp != nil) {
+						// Written now, not held (input.go): a get
+						// mutates nothing, so it leaves its vbucket
+						// before it may block on the client.
+						c.leaveVB()
+						if c.flush() != nil {
+							c.close = true
+							return
+						}
+					} else if !c.outRoom() {
+						// memcached drops its stacked responses too.
+						c.dropOut(c.mark)
+						c.s.outputNoMemory.Add(1)
+						c.replyErr("SERVER_ERROR out of memory writing get response")
+						return
+					}
+				}
 				if touch {
 					c.ctr.cmdTouch.Add(1)
 					c.ctr.class[cls].touchHits.Add(1)

@@ -92,6 +92,9 @@ type conn struct {
 	nextLoan store.Loan
 	nextHeap int
 	out      []byte // replies not yet written
+	// outCounted is what out has grown past flushAt, counted in
+	// Server.outHeap (input.go).
+	outCounted int64
 	// mark is the length of out at the last point where memcached would
 	// already have written its replies; a failed multi-get drops what
 	// came after it (memcached's conn_release_items culls unsent replies).
@@ -345,11 +348,7 @@ func (c *conn) flush() error {
 // resetOut empties the reply buffer once it is written (dropping it when a
 // big reply grew it); nothing unsent is left for mark and authMark.
 func (c *conn) resetOut() {
-	if cap(c.out) > 4<<20 {
-		c.out = nil
-	} else {
-		c.out = c.out[:0]
-	}
+	c.dropOut(0)
 	c.mark = 0
 	c.authMark = -1
 }

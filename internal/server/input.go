@@ -129,3 +129,62 @@ func (c *conn) freeInput() {
 	c.dropNext()
 	c.releaseInput()
 }
+
+// Output. Replies are copied into the connection's output buffer (out),
+// which is written once a batch of commands is served or it reaches
+// flushAt between commands. One classic multi-get is one command, though,
+// and memcached's answer to it points at the items while ours copies them:
+// "get k k k …" naming a 1 MB item a thousand times would ask for a
+// gigabyte. So a get or gets writes its replies whenever they pass flushAt,
+// in the middle of the command (every key is checked against the vbucket
+// table as it is reached, so nothing needs holding back; a key that fails
+// after a write is answered with its error after the values already sent,
+// which a client reads as the command's failure). gat and gats, which
+// change items (synchronous replication holds their replies), and UDP
+// replies are held whole instead: what their output buffer grows past
+// flushAt is counted in Server.outHeap, at most maxOutput over all
+// connections, and a command that would pass it is refused with
+// memcached's own answer for a get it cannot build, "SERVER_ERROR out of
+// memory writing get response", its replies dropped (as memcached drops
+// its stacked responses). The count ends when the buffer is written; a
+// buffer more than twice flushAt is then given up, so a connection keeps
+// at most that much between commands.
+
+// maxOutput bounds the output buffers past flushAt of all connections:
+// an eighth of -m, and at least 64 MiB.
+func (s *Server) maxOutput() int64 {
+	return max(64<<20, s.limitMaxbytes.Load()/8)
+}
+
+// outRoom counts the growth of c.out past flushAt against maxOutput and
+// reports whether it is within it.
+func (c *conn) outRoom() bool {
+	grown := int64(cap(c.out) - flushAt)
+	if grown <= c.outCounted {
+		return true
+	}
+	d := grown - c.outCounted
+	if c.s.outHeap.Add(d) > c.s.maxOutput() {
+		c.s.outHeap.Add(-d)
+		return false
+	}
+	c.outCounted = grown
+	return true
+}
+
+// dropOut ends the count of c.out's growth (what it holds is written or
+// dropped) and keeps its first n bytes; a buffer grown past twice flushAt
+// is given up, so that what a connection keeps between commands is at
+// most that.
+func (c *conn) dropOut(n int) {
+	c.s.outHeap.Add(-c.outCounted)
+	c.outCounted = 0
+	switch {
+	case cap(c.out) <= 2*flushAt:
+		c.out = c.out[:n]
+	case n == 0:
+		c.out = nil
+	default:
+		c.out = append(make([]byte, 0, max(n, flushAt)), c.out[:n]...)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -183,4 +184,60 @@ func TestLargestValueBufferedOnHeap(t *testing.T) {
 	if _, err := io.ReadFull(r, got); err != nil || !bytes.Equal(got[:n], val) {
 		t.Fatalf("get: the value differs (%v)", err)
 	}
+}
+
+// A multi-get naming a large item again and again, past what the node
+// would hold for output, is written as it is built and answered whole;
+// gat, which is held whole, is refused with memcached's answer once its
+// output would pass maxOutput, and the connection and the budget are whole
+// after both.
+func TestMultiGetOutputBounded(t *testing.T) {
+	s, addr := startServer(t, nil)
+	c := dialText(t, addr)
+	const size = 500 << 10
+	val := bytes.Repeat([]byte("g"), size)
+	c.expect(fmt.Sprintf("set big 0 0 %d\r\n%s\r\n", size, val), "STORED\r\n")
+	n := int(s.maxOutput()/size) + 10 // more than the budget holds
+	readValues := func(n int) {
+		t.Helper()
+		buf := make([]byte, size+2)
+		for i := 0; i < n; i++ {
+			if l, _ := c.r.ReadString('\n'); l != fmt.Sprintf("VALUE big 0 %d\r\n", size) {
+				t.Fatalf("value %d: %.60q", i, l)
+			}
+			if _, err := io.ReadFull(c.r, buf); err != nil || !bytes.Equal(buf[:size], val) {
+				t.Fatalf("value %d: %v", i, err)
+			}
+		}
+		if l, _ := c.r.ReadString('\n'); l != "END\r\n" {
+			t.Fatalf("end: %q", l)
+		}
+	}
+	c.nc.SetDeadline(time.Now().Add(time.Minute))
+	fmt.Fprintf(c.nc, "get%s\r\n", strings.Repeat(" big", n))
+	readValues(n)
+	if got := s.outHeap.Load(); got != 0 {
+		t.Fatalf("a get counted %d bytes of held output", got)
+	}
+
+	c.expect("gat 0"+strings.Repeat(" big", n)+"\r\n", "SERVER_ERROR out of memory writing get response\r\n")
+	fmt.Fprintf(c.nc, "stats\r\n")
+	for found := false; ; {
+		l, err := c.r.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		found = found || l == "STAT response_obj_oom 1\r\n"
+		if l == "END\r\n" {
+			if !found {
+				t.Fatal("stats: no response_obj_oom 1")
+			}
+			break
+		}
+	}
+	waitFor(t, "the output budget back to 0", func() bool { return s.outHeap.Load() == 0 })
+	// A gat within the budget is answered whole.
+	fmt.Fprintf(c.nc, "gat 0 big big big\r\n")
+	readValues(3)
+	waitFor(t, "the output budget back to 0", func() bool { return s.outHeap.Load() == 0 })
 }

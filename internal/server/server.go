@@ -122,6 +122,11 @@ type Server struct {
 	// requests refused or connections closed for want of input memory.
 	heapIn        atomic.Int64
 	inputNoMemory atomic.Uint64
+	// outHeap is the bytes output buffers have grown past flushAt
+	// (input.go), at most maxOutput; outputNoMemory counts the gets
+	// refused for it.
+	outHeap        atomic.Int64
+	outputNoMemory atomic.Uint64
 
 	idleKicks     atomic.Uint64
 	unauthKicks   atomic.Uint64 // connections closed by -o unauth_timeout
@@ -603,6 +608,8 @@ func (s *Server) authRequired() bool { return s.cfg.SASL || s.cfg.AuthTokens != 
 
 func (s *Server) dropConn(c *conn) {
 	c.freeInput()
+	s.outHeap.Add(-c.outCounted)
+	c.outCounted = 0
 	if s.watch.connevents.Load() > 0 {
 		s.logConn(c, true)
 	}

@@ -193,13 +193,13 @@ func (c *conn) generalStats() {
 		c.statUint("control_refused", s.cl.controlRefused.Load())
 	}
 	c.statUint("connection_structures", s.connStructures.Load())
-	c.statUint("response_obj_oom", 0)
+	c.statUint("response_obj_oom", s.outputNoMemory.Load()) // replies refused for output memory (input.go)
 	c.statUint("response_obj_count", curr)
 	c.statUint("response_obj_bytes", curr*readBufSize)
 	c.statUint("read_buf_count", curr)
 	c.statUint("read_buf_bytes", curr*readBufSize)
 	c.statUint("read_buf_bytes_free", 0)
-	c.statUint("read_buf_oom", 0)
+	c.statUint("read_buf_oom", s.inputNoMemory.Load()) // requests refused for input memory
 	c.statUint("reserved_fds", reservedFDs)
 	c.statUint("cmd_get", tot.cmdGet)
 	c.statUint("cmd_set", tot.cmdSet)
