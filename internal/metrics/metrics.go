@@ -8,13 +8,24 @@
 // fails Prometheus's metric lint (promtool check metrics), the lint wins:
 // the uptime and the last eviction's age are gauges, and the three
 // per-slab LRU move counters end in _total (the exporter's lack it).
+//
+// A scrape reads a node's stats again and again, and a node with items in
+// many slab classes has hundreds of series; so what can be kept between
+// scrapes is kept. Lines keeps the names of a stats reply's lines and
+// parses their values in place; a Set keeps each series' label pairs,
+// made the first time the series is sent (as client_golang's own metric
+// vectors keep theirs), and forgets a series not sent for a while. What a
+// scrape still allocates is what the registry needs per metric to gather
+// and encode it (BenchmarkScrape in internal/server measures it).
 package metrics
 
 import (
+	"bytes"
 	"strconv"
-	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // A Stat maps one stat onto one metric.
@@ -116,51 +127,93 @@ var Slabs = []Stat{
 // miss statuses (<op>_hits, <op>_misses).
 var commandOps = []string{"get", "delete", "incr", "decr", "cas", "touch"}
 
-// A Set holds the descriptions of the memcached_ metrics and of the
-// tables a process adds (Add), and sends metrics for them.
-type Set struct {
-	descs map[string]*prometheus.Desc // by full name
-
-	up, version, commands, slabCommands *prometheus.Desc
+// Stats is what a collector read from a stats reply: a stat's value by
+// name, ok=false for a stat the reply did not have or that is not a number.
+type Stats interface {
+	Get(name string) (float64, bool)
 }
 
-// NewSet returns a Set of the memcached_ metrics.
-func NewSet() *Set {
-	s := &Set{descs: map[string]*prometheus.Desc{}}
-	s.Add("memcached", General)
-	s.Add("memcached", Settings)
-	s.Add("memcached", Items, "slab")
-	s.Add("memcached", Slabs, "slab")
-	s.up = prometheus.NewDesc("memcached_up", "Could the memcached server be reached.", nil, nil)
-	s.version = prometheus.NewDesc("memcached_version", "The version of this memcached server.", []string{"version"}, nil)
-	s.commands = prometheus.NewDesc("memcached_commands_total", "Total number of all requests broken down by command (get, set, etc.) and status.", []string{"command", "status"}, nil)
-	s.slabCommands = prometheus.NewDesc("memcached_slab_commands_total", "Total number of all requests broken down by command (get, set, etc.) and status per slab.", []string{"slab", "command", "status"}, nil)
-	s.descs["memcached_up"], s.descs["memcached_version"] = s.up, s.version
-	s.descs["memcached_commands_total"], s.descs["memcached_slab_commands_total"] = s.commands, s.slabCommands
-	return s
+// Map is Stats over stat lines already split into name → text.
+type Map map[string]string
+
+// Get parses the named stat's text with Value.
+func (m Map) Get(name string) (float64, bool) {
+	v, ok := m[name]
+	if !ok {
+		return 0, false
+	}
+	return Value(v)
 }
 
-// Add describes the metrics of list under namespace ns, each with the
-// labels given (and "lru" for a Stat with Labels).
-func (s *Set) Add(ns string, list []Stat, labels ...string) {
-	for _, st := range list {
-		name := prometheus.BuildFQName(ns, "", st.Name)
-		if _, ok := s.descs[name]; ok {
+// Lines is Stats parsed from a stats reply ("STAT <name> <value>\r\n"
+// lines), for a collector that parses the same command's reply at every
+// scrape: the names are kept from one Parse to the next, so parsing
+// allocates only for a name not seen before. Only the last Parse's lines
+// are present. A Lines is not safe for concurrent use.
+type Lines struct {
+	index map[string]int // name → its slot in vals and names
+	names []string
+	vals  []lineValue
+	gen   uint32          // Parse's count; a slot whose gen differs is absent
+	key   []byte          // scratch for names built by Set.Classes
+	seen  map[string]bool // scratch: the classes Set.Classes found
+}
+
+type lineValue struct {
+	v   float64
+	ok  bool // the value is a number (Value)
+	gen uint32
+}
+
+// Parse reads reply's STAT lines, replacing what an earlier Parse read.
+func (l *Lines) Parse(reply []byte) {
+	if l.index == nil {
+		l.index = map[string]int{}
+	}
+	l.gen++
+	for len(reply) > 0 {
+		line := reply
+		if i := bytes.IndexByte(reply, '\n'); i >= 0 {
+			line, reply = reply[:i], reply[i+1:]
+		} else {
+			reply = nil
+		}
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		rest, ok := bytes.CutPrefix(line, []byte("STAT "))
+		if !ok {
 			continue
 		}
-		ls := labels
-		if st.Labels != nil {
-			ls = append(append([]string(nil), labels...), "lru")
+		name, value, ok := bytes.Cut(rest, []byte(" "))
+		if !ok {
+			continue
 		}
-		s.descs[name] = prometheus.NewDesc(name, st.Help, ls, nil)
+		i, ok := l.index[string(name)]
+		if !ok {
+			i = len(l.names)
+			l.names = append(l.names, string(name))
+			l.vals = append(l.vals, lineValue{})
+			l.index[l.names[i]] = i
+		}
+		v, isNum := value2(value)
+		l.vals[i] = lineValue{v: v, ok: isNum, gen: l.gen}
 	}
 }
 
-// Describe sends every description of the Set.
-func (s *Set) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range s.descs {
-		ch <- d
+// Get returns the value of the named line of the last Parse.
+func (l *Lines) Get(name string) (float64, bool) {
+	i, ok := l.index[name]
+	if !ok || l.vals[i].gen != l.gen {
+		return 0, false
 	}
+	return l.vals[i].v, l.vals[i].ok
+}
+
+func (l *Lines) getBytes(name []byte) (float64, bool) {
+	i, ok := l.index[string(name)]
+	if !ok || l.vals[i].gen != l.gen {
+		return 0, false
+	}
+	return l.vals[i].v, l.vals[i].ok
 }
 
 // Value parses a stat as a number: an integer, a float, a "sec.usec"
@@ -176,85 +229,288 @@ func Value(v string) (float64, bool) {
 	return f, err == nil
 }
 
-// Table sends the metric of each Stat of list (added under ns) whose stat
-// stats has, with the label values given first.
-func (s *Set) Table(ch chan<- prometheus.Metric, ns string, list []Stat, stats map[string]string, labels ...string) {
+// value2 is Value of a line's bytes (strconv does not keep its argument,
+// so the conversion does not allocate).
+func value2(v []byte) (float64, bool) {
+	switch string(v) {
+	case "yes":
+		return 1, true
+	case "no":
+		return 0, true
+	}
+	f, err := strconv.ParseFloat(string(v), 64)
+	return f, err == nil
+}
+
+// A Set holds the descriptions of the memcached_ metrics and of the
+// tables a process adds (Add), and sends metrics for them.
+type Set struct {
+	descs  map[string]*prometheus.Desc  // by full name; written by NewSet and Add only
+	byStat map[statKey]*prometheus.Desc // the same, by namespace and Stat.Name
+
+	up, version, commands, slabCommands *prometheus.Desc
+
+	mu      sync.Mutex // protects series and scrapes
+	series  map[seriesKey]*series
+	scrapes uint64 // Begin's count
+}
+
+type statKey struct{ ns, name string }
+
+// seriesKey names a series: its description and up to three label values
+// (the most any metric here has).
+type seriesKey struct {
+	desc       *prometheus.Desc
+	l0, l1, l2 string
+}
+
+// series is one labelled series of a Set. Its label pairs are read, never
+// written, by the registries that gather it, concurrently if need be.
+type series struct {
+	desc   *prometheus.Desc
+	labels []*dto.LabelPair
+	seen   uint64 // the scrape that last sent it (Set.mu)
+}
+
+// forgetAfter is how many scrapes a series may go unsent before a Set
+// forgets its label pairs (a peer or server gone, a class emptied).
+const forgetAfter = 16
+
+// sample is a series' value at one scrape.
+type sample struct {
+	s *series
+	t prometheus.ValueType
+	v float64
+}
+
+func (m *sample) Desc() *prometheus.Desc { return m.s.desc }
+
+func (m *sample) Write(out *dto.Metric) error {
+	out.Label = m.s.labels
+	switch m.t {
+	case prometheus.CounterValue:
+		out.Counter = &dto.Counter{Value: &m.v}
+	default:
+		out.Gauge = &dto.Gauge{Value: &m.v}
+	}
+	return nil
+}
+
+// NewSet returns a Set of the memcached_ metrics.
+func NewSet() *Set {
+	s := &Set{descs: map[string]*prometheus.Desc{}, byStat: map[statKey]*prometheus.Desc{}, series: map[seriesKey]*series{}}
+	s.Add("memcached", General)
+	s.Add("memcached", Settings)
+	s.Add("memcached", Items, "slab")
+	s.Add("memcached", Slabs, "slab")
+	s.up = prometheus.NewDesc("memcached_up", "Could the memcached server be reached.", nil, nil)
+	s.version = prometheus.NewDesc("memcached_version", "The version of this memcached server.", []string{"version"}, nil)
+	s.commands = prometheus.NewDesc("memcached_commands_total", "Total number of all requests broken down by command (get, set, etc.) and status.", []string{"command", "status"}, nil)
+	s.slabCommands = prometheus.NewDesc("memcached_slab_commands_total", "Total number of all requests broken down by command (get, set, etc.) and status per slab.", []string{"slab", "command", "status"}, nil)
+	s.descs["memcached_up"], s.descs["memcached_version"] = s.up, s.version
+	s.descs["memcached_commands_total"], s.descs["memcached_slab_commands_total"] = s.commands, s.slabCommands
+	return s
+}
+
+// Add describes the metrics of list under namespace ns, each with the
+// labels given (and "lru" for a Stat with Labels). Add is for setting up:
+// call it before the Set's first scrape.
+func (s *Set) Add(ns string, list []Stat, labels ...string) {
 	for _, st := range list {
-		v, ok := stats[st.Stat]
-		if !ok {
+		name := prometheus.BuildFQName(ns, "", st.Name)
+		if d, ok := s.descs[name]; ok {
+			s.byStat[statKey{ns, st.Name}] = d
 			continue
 		}
-		f, ok := Value(v)
-		if !ok {
-			continue
+		ls := labels
+		if st.Labels != nil {
+			ls = append(append([]string(nil), labels...), "lru")
 		}
-		t := prometheus.CounterValue
-		if st.Gauge {
-			t = prometheus.GaugeValue
-		}
-		ch <- prometheus.MustNewConstMetric(s.descs[prometheus.BuildFQName(ns, "", st.Name)], t, f, append(labels, st.Labels...)...)
+		s.descs[name] = prometheus.NewDesc(name, st.Help, ls, nil)
+		s.byStat[statKey{ns, st.Name}] = s.descs[name]
 	}
 }
 
-// General sends memcached_up, memcached_version, the General table and
-// memcached_commands_total from a "stats" reply (name → value).
-func (s *Set) General(ch chan<- prometheus.Metric, stats map[string]string) {
-	ch <- prometheus.MustNewConstMetric(s.up, prometheus.GaugeValue, 1)
-	ch <- prometheus.MustNewConstMetric(s.version, prometheus.GaugeValue, 1, stats["version"])
-	s.Table(ch, "memcached", General, stats)
-	num := func(name string) float64 { f, _ := Value(stats[name]); return f }
-	for _, op := range commandOps {
-		ch <- prometheus.MustNewConstMetric(s.commands, prometheus.CounterValue, num(op+"_hits"), op, "hit")
-		ch <- prometheus.MustNewConstMetric(s.commands, prometheus.CounterValue, num(op+"_misses"), op, "miss")
+// Describe sends every description of the Set.
+func (s *Set) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range s.descs {
+		ch <- d
 	}
-	ch <- prometheus.MustNewConstMetric(s.commands, prometheus.CounterValue, num("cas_badval"), "cas", "badval")
-	ch <- prometheus.MustNewConstMetric(s.commands, prometheus.CounterValue, num("cmd_flush"), "flush", "hit")
+}
+
+// Begin starts a scrape: a collector calls it first in Collect. Every
+// forgetAfter scrapes the series not sent in that many are forgotten.
+func (s *Set) Begin() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.scrapes++
+	if s.scrapes%forgetAfter != 0 {
+		return
+	}
+	for k, sr := range s.series {
+		if s.scrapes-sr.seen > forgetAfter {
+			delete(s.series, k)
+		}
+	}
+}
+
+// Send sends one metric of desc (which has up to three variable labels,
+// given in order) with value v, as a counter or a gauge.
+func (s *Set) Send(ch chan<- prometheus.Metric, desc *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
+	k := seriesKey{desc: desc}
+	switch len(labels) {
+	case 3:
+		k.l2 = labels[2]
+		fallthrough
+	case 2:
+		k.l1 = labels[1]
+		fallthrough
+	case 1:
+		k.l0 = labels[0]
+	case 0:
+	default:
+		ch <- prometheus.MustNewConstMetric(desc, t, v, labels...)
+		return
+	}
+	s.mu.Lock()
+	sr := s.series[k]
+	if sr == nil {
+		// The first scrape that sends it checks the labels against the
+		// description (as prometheus.NewConstMetric does) and makes them.
+		if _, err := prometheus.NewConstMetric(desc, t, v, labels...); err != nil {
+			s.mu.Unlock()
+			ch <- prometheus.NewInvalidMetric(desc, err)
+			return
+		}
+		// The key's strings may be parts of longer ones (a stats
+		// reply's names); copy them so the map keeps only themselves.
+		k.l0, k.l1, k.l2 = clone(k.l0), clone(k.l1), clone(k.l2)
+		sr = &series{desc: desc, labels: prometheus.MakeLabelPairs(desc, labels)}
+		s.series[k] = sr
+	}
+	sr.seen = s.scrapes
+	s.mu.Unlock()
+	ch <- &sample{s: sr, t: t, v: v}
+}
+
+func clone(s string) string {
+	if s == "" {
+		return ""
+	}
+	return string(append([]byte(nil), s...))
+}
+
+// Table sends the metric of each Stat of list (added under ns) that stats
+// has, with the label values given first.
+func (s *Set) Table(ch chan<- prometheus.Metric, ns string, list []Stat, stats Stats, labels ...string) {
+	var all [4]string
+	for _, st := range list {
+		v, ok := stats.Get(st.Stat)
+		if !ok {
+			continue
+		}
+		s.sendStat(ch, ns, st, v, append(append(all[:0], labels...), st.Labels...))
+	}
+}
+
+func (s *Set) sendStat(ch chan<- prometheus.Metric, ns string, st Stat, v float64, labels []string) {
+	t := prometheus.CounterValue
+	if st.Gauge {
+		t = prometheus.GaugeValue
+	}
+	s.Send(ch, s.desc(ns, st), t, v, labels...)
+}
+
+// desc returns the description Add made of st under ns.
+func (s *Set) desc(ns string, st Stat) *prometheus.Desc {
+	return s.byStat[statKey{ns, st.Name}]
+}
+
+// General sends memcached_up, memcached_version, the General table and
+// memcached_commands_total from a "stats" reply.
+func (s *Set) General(ch chan<- prometheus.Metric, stats Stats, version string) {
+	s.Send(ch, s.up, prometheus.GaugeValue, 1)
+	s.Send(ch, s.version, prometheus.GaugeValue, 1, version)
+	s.Table(ch, "memcached", General, stats)
+	num := func(name string) float64 { f, _ := stats.Get(name); return f }
+	for _, op := range commandOps {
+		s.Send(ch, s.commands, prometheus.CounterValue, num(op+"_hits"), op, "hit")
+		s.Send(ch, s.commands, prometheus.CounterValue, num(op+"_misses"), op, "miss")
+	}
+	s.Send(ch, s.commands, prometheus.CounterValue, num("cas_badval"), "cas", "badval")
+	s.Send(ch, s.commands, prometheus.CounterValue, num("cmd_flush"), "flush", "hit")
 	// cmd_set counts the cas commands too, as memcached's does.
-	ch <- prometheus.MustNewConstMetric(s.commands, prometheus.CounterValue,
+	s.Send(ch, s.commands, prometheus.CounterValue,
 		num("cmd_set")-num("cas_hits")-num("cas_misses")-num("cas_badval"), "set", "hit")
 }
 
 // Settings sends the LRU crawler's settings from a "stats settings" reply
 // when the crawler is on, as the exporter does.
-func (s *Set) Settings(ch chan<- prometheus.Metric, settings map[string]string) {
-	if settings["lru_crawler"] == "yes" {
+func (s *Set) Settings(ch chan<- prometheus.Metric, settings Stats) {
+	if on, _ := settings.Get("lru_crawler"); on == 1 {
 		s.Table(ch, "memcached", Settings, settings)
 	}
 }
 
 // Classes sends the per slab class metrics from "stats items" (lines
 // "items:<class>:<stat>") and "stats slabs" ("<class>:<stat>") replies.
-func (s *Set) Classes(ch chan<- prometheus.Metric, items, slabs map[string]string) {
-	for class, st := range byClass(items, "items:") {
-		s.Table(ch, "memcached", Items, st, class)
-	}
-	for class, st := range byClass(slabs, "") {
-		s.Table(ch, "memcached", Slabs, st, class)
-		f := func(name string) float64 { v, _ := Value(st[name]); return v }
+func (s *Set) Classes(ch chan<- prometheus.Metric, items, slabs *Lines) {
+	s.classTable(ch, items, "items:", Items, nil)
+	s.classTable(ch, slabs, "", Slabs, func(class string, get func(string) float64) {
 		for _, op := range commandOps {
-			ch <- prometheus.MustNewConstMetric(s.slabCommands, prometheus.CounterValue, f(op+"_hits"), class, op, "hit")
+			s.Send(ch, s.slabCommands, prometheus.CounterValue, get(op+"_hits"), class, op, "hit")
 		}
-		ch <- prometheus.MustNewConstMetric(s.slabCommands, prometheus.CounterValue, f("cas_badval"), class, "cas", "badval")
-		ch <- prometheus.MustNewConstMetric(s.slabCommands, prometheus.CounterValue, f("cmd_set")-f("cas_hits")-f("cas_badval"), class, "set", "hit")
+		s.Send(ch, s.slabCommands, prometheus.CounterValue, get("cas_badval"), class, "cas", "badval")
+		s.Send(ch, s.slabCommands, prometheus.CounterValue, get("cmd_set")-get("cas_hits")-get("cas_badval"), class, "set", "hit")
+	})
+}
+
+// classTable sends list for every class that has a line
+// "<prefix><class>:<stat>" in l, then calls more for it (if not nil) with
+// a getter of that class's stats.
+func (s *Set) classTable(ch chan<- prometheus.Metric, l *Lines, prefix string, list []Stat, more func(class string, get func(string) float64)) {
+	stat := func(class, name string) (float64, bool) {
+		l.key = append(append(append(append(l.key[:0], prefix...), class...), ':'), name...)
+		return l.getBytes(l.key)
+	}
+	get := func(class string) func(string) float64 {
+		return func(name string) float64 { v, _ := stat(class, name); return v }
+	}
+	if l.seen == nil {
+		l.seen = map[string]bool{}
+	}
+	clear(l.seen)
+	for i, name := range l.names {
+		if l.vals[i].gen != l.gen || len(name) <= len(prefix) || name[:len(prefix)] != prefix {
+			continue
+		}
+		rest := name[len(prefix):]
+		j := indexByte(rest, ':')
+		if j <= 0 {
+			continue
+		}
+		class := rest[:j]
+		if l.seen[class] {
+			continue
+		}
+		l.seen[class] = true
+		var all [2]string
+		for _, st := range list {
+			if v, ok := stat(class, st.Stat); ok {
+				s.sendStat(ch, "memcached", st, v, append(append(all[:0], class), st.Labels...))
+			}
+		}
+		if more != nil {
+			more(class, get(class))
+		}
 	}
 }
 
-// byClass groups "<prefix><class>:<stat>" lines by class.
-func byClass(lines map[string]string, prefix string) map[string]map[string]string {
-	classes := map[string]map[string]string{}
-	for k, v := range lines {
-		rest, ok := strings.CutPrefix(k, prefix)
-		if !ok {
-			continue
+func indexByte(s string, c byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return i
 		}
-		class, stat, ok := strings.Cut(rest, ":")
-		if !ok {
-			continue
-		}
-		if classes[class] == nil {
-			classes[class] = map[string]string{}
-		}
-		classes[class][stat] = v
 	}
-	return classes
+	return -1
 }

@@ -74,10 +74,11 @@ func (c *proxyCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		servers[addr][stat] = kv[1]
 	}
-	c.set.General(ch, general)
-	c.set.Table(ch, "vbcache", proxyMetrics, general)
+	c.set.Begin()
+	c.set.General(ch, metrics.Map(general), general["version"])
+	c.set.Table(ch, "vbcache", proxyMetrics, metrics.Map(general))
 	for addr, st := range servers {
-		c.set.Table(ch, "vbcache", serverMetrics, st, addr)
+		c.set.Table(ch, "vbcache", serverMetrics, metrics.Map(st), addr)
 		s := c.p.st.get(addr)
 		// The sum and the buckets are read one after the other while
 		// requests go on: the count is the buckets' own total, so that

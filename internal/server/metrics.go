@@ -1,8 +1,8 @@
 package server
 
 import (
-	"bytes"
 	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -36,6 +36,12 @@ type nodeMetrics struct {
 	s   *Server
 	set *metrics.Set
 
+	// mu serializes scrapes: it protects the parsed replies below and
+	// the scratch connection's buffer, which every scrape reuses.
+	mu                              sync.Mutex
+	general, settings, items, slabs metrics.Lines
+	scratch                         []byte
+
 	vbuckets, notMyVBucket *prometheus.Desc
 	// streams (stats streams), summed per peer: per-vbucket series would
 	// be thousands
@@ -67,29 +73,29 @@ func (m *nodeMetrics) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// statLines runs gen on a scratch connection of the node and returns the
-// "STAT name value" lines it wrote, name → value.
-func (s *Server) statLines(gen func(c *conn)) map[string]string {
-	c := &conn{s: s}
+// statLines runs gen on a scratch connection of the node and parses the
+// "STAT name value" lines it wrote into l. The caller holds m.mu.
+func (m *nodeMetrics) statLines(l *metrics.Lines, gen func(c *conn)) {
+	c := &conn{s: m.s, out: m.scratch[:0]}
 	gen(c)
-	out := make(map[string]string)
-	for _, line := range bytes.Split(c.out, []byte("\r\n")) {
-		f := strings.SplitN(string(line), " ", 3)
-		if len(f) == 3 && f[0] == "STAT" {
-			out[f[1]] = f[2]
-		}
-	}
-	return out
+	l.Parse(c.out)
+	m.scratch = c.out
 }
 
 // Collect reads the node's stats and sends them as metrics.
 func (m *nodeMetrics) Collect(ch chan<- prometheus.Metric) {
 	s := m.s
-	g := s.statLines((*conn).generalStats)
-	m.set.General(ch, g)
-	m.set.Table(ch, "vbcache", ownMetrics, g)
-	m.set.Settings(ch, s.statLines((*conn).settingsStats))
-	m.set.Classes(ch, s.statLines((*conn).itemStats), s.statLines((*conn).slabStats))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.set.Begin()
+	m.statLines(&m.general, (*conn).generalStats)
+	m.set.General(ch, &m.general, s.cfg.Version)
+	m.set.Table(ch, "vbcache", ownMetrics, &m.general)
+	m.statLines(&m.settings, (*conn).settingsStats)
+	m.set.Settings(ch, &m.settings)
+	m.statLines(&m.items, (*conn).itemStats)
+	m.statLines(&m.slabs, (*conn).slabStats)
+	m.set.Classes(ch, &m.items, &m.slabs)
 	if cl := s.cl; cl != nil {
 		var states [5]float64 // by vbucket.State, 0 (never set) counted as dead
 		var refused uint64
@@ -104,9 +110,9 @@ func (m *nodeMetrics) Collect(ch chan<- prometheus.Metric) {
 			refused += cl.refused[vb].Load()
 		}
 		for _, st := range []vbucket.State{vbucket.Active, vbucket.Replica, vbucket.Pending, vbucket.Dead} {
-			ch <- prometheus.MustNewConstMetric(m.vbuckets, prometheus.GaugeValue, states[st], st.String())
+			m.set.Send(ch, m.vbuckets, prometheus.GaugeValue, states[st], st.String())
 		}
-		ch <- prometheus.MustNewConstMetric(m.notMyVBucket, prometheus.CounterValue, float64(refused))
+		m.set.Send(ch, m.notMyVBucket, prometheus.CounterValue, float64(refused))
 		m.collectStreams(ch, cl)
 	}
 }
@@ -156,18 +162,18 @@ func (m *nodeMetrics) collectStreams(ch chan<- prometheus.Metric, cl *cluster) {
 		}
 	})
 	for k, n := range count {
-		ch <- prometheus.MustNewConstMetric(m.streams, prometheus.GaugeValue, n, k.role, k.peer, k.kind)
+		m.set.Send(ch, m.streams, prometheus.GaugeValue, n, k.role, k.peer, k.kind)
 	}
 	for peer, v := range behind {
-		ch <- prometheus.MustNewConstMetric(m.seqnosBehind, prometheus.GaugeValue, v, peer)
-		ch <- prometheus.MustNewConstMetric(m.bytesBehind, prometheus.GaugeValue, bytes[peer], peer)
+		m.set.Send(ch, m.seqnosBehind, prometheus.GaugeValue, v, peer)
+		m.set.Send(ch, m.bytesBehind, prometheus.GaugeValue, bytes[peer], peer)
 	}
 	for peer, v := range unacked {
-		ch <- prometheus.MustNewConstMetric(m.unacked, prometheus.GaugeValue, v, peer)
+		m.set.Send(ch, m.unacked, prometheus.GaugeValue, v, peer)
 	}
 	for src, v := range consumer {
-		ch <- prometheus.MustNewConstMetric(m.consumerBehind, prometheus.GaugeValue, v, src)
+		m.set.Send(ch, m.consumerBehind, prometheus.GaugeValue, v, src)
 	}
-	ch <- prometheus.MustNewConstMetric(m.takeovers, prometheus.CounterValue, takeovers)
-	ch <- prometheus.MustNewConstMetric(m.logBytes, prometheus.GaugeValue, logBytes)
+	m.set.Send(ch, m.takeovers, prometheus.CounterValue, takeovers)
+	m.set.Send(ch, m.logBytes, prometheus.GaugeValue, logBytes)
 }
