@@ -61,9 +61,10 @@ import (
 // negative exptime) shows ttl=0, where memcached shows an unsigned
 // underflow. Evictions made to apply a replication stream (cluster
 // mode) are not logged: only a client connection's store.Tx has the
-// callback. Not streamed: deletions (memcached 1.6.20's; 1.6.18 answers
-// ERROR), sysevents, rawcmds and the proxy's kinds; asking for them is
-// answered with CLIENT_ERROR.
+// callback. The other kinds 1.6.18 takes, sysevents, rawcmds and the
+// proxy's three, are taken as it takes them, and log nothing here, as
+// they log nothing in a memcached without its proxy or extstore;
+// deletions (memcached 1.6.20's) is an ERROR, as in 1.6.18.
 //
 // How a line travels. The request path builds a line only while someone
 // watches its kind: it pays one atomic load per kind it could log
@@ -379,9 +380,10 @@ func (c *conn) watch() {
 			w.kinds |= watchEvictions
 		case "connevents":
 			w.kinds |= watchConnEvents
-		case "sysevents", "rawcmds", "deletions", "proxyreqs", "proxyevents", "proxyuser":
-			c.reply("CLIENT_ERROR watch " + string(t.T[i]) + " is not supported by vbcache yet: watch fetchers, mutations, evictions, connevents")
-			return
+		case "sysevents", "rawcmds", "proxyreqs", "proxyevents", "proxyuser":
+			// memcached 1.6.18 takes these and, outside its proxy and
+			// extstore (which a node does not have), logs nothing of them.
+		// (memcached 1.6.18 has no "deletions": ERROR, as below.)
 		default:
 			c.reply("ERROR")
 			return

@@ -459,3 +459,66 @@ func TestWatchEvictions(t *testing.T) {
 	}
 	t.Logf("memcached and vbcache, the first two:\n%s", strings.Join(want, "\n"))
 }
+
+// TestWatchKinds: every kind memcached 1.6.18's watch takes is taken, and
+// one it does not know (deletions came in 1.6.20) is an ERROR, as there. A
+// watcher of kinds that log nothing without memcached's proxy or extstore
+// (sysevents, rawcmds, the proxy's) gets no line for a set, a get and a
+// delete on another connection; a watcher of mutations opened after it
+// shows that those commands did run.
+func TestWatchKinds(t *testing.T) {
+	requireServers(t)
+	first := func(addr, args string) string {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(c, "watch"+args+"\r\n")
+		l, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			t.Fatalf("watch%s: %v", args, err)
+		}
+		return l
+	}
+	kinds := []string{"", " fetchers", " mutations", " evictions", " connevents", " sysevents", " rawcmds",
+		" proxyreqs", " proxyevents", " proxyuser", " deletions", " bogus", " mutations deletions"}
+	answers := map[nodeproc.Kind][]string{}
+	for _, kind := range []nodeproc.Kind{nodeproc.Memcached, nodeproc.Vbcache} {
+		n := nodeproc.Start(t, kind, vbcacheBin)
+		for _, k := range kinds {
+			answers[kind] = append(answers[kind], first(n.Addr, k))
+		}
+		qc, err := net.Dial("tcp", n.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer qc.Close()
+		qc.SetDeadline(time.Now().Add(5 * time.Second))
+		io.WriteString(qc, "watch sysevents rawcmds proxyreqs proxyevents proxyuser\r\n")
+		quiet := bufio.NewReader(qc)
+		if l, err := quiet.ReadString('\n'); err != nil || l != "OK\r\n" {
+			t.Fatalf("%s: quiet watch: %q %v", kind, l, err)
+		}
+		sendAll(t, n.Addr, []byte("set q 0 0 1\r\nx\r\nget q\r\ndelete q\r\nquit\r\n"))
+		m := watchOn(t, kind, n.Addr, " mutations")
+		sendAll(t, n.Addr, []byte("set done 0 0 1\r\nx\r\nquit\r\n"))
+		readWatchUntil(t, kind, m, "key=done")
+		// Everything sent before "done" has been served, so a line for
+		// the quiet watcher would have been written by now: a short read
+		// must find nothing.
+		qc.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		if l, err := quiet.ReadString('\n'); err == nil || l != "" {
+			t.Errorf("%s: the quiet watcher got %q (%v)", kind, l, err)
+		}
+	}
+	for i, k := range kinds {
+		if a, b := answers[nodeproc.Memcached][i], answers[nodeproc.Vbcache][i]; a != b {
+			t.Errorf("watch%s: memcached %q, vbcache %q", k, a, b)
+		}
+	}
+	if got := answers[nodeproc.Vbcache][10]; got != "ERROR\r\n" {
+		t.Errorf("watch deletions: %q, want ERROR as memcached 1.6.18", got)
+	}
+}
