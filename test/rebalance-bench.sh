@@ -5,7 +5,7 @@
 # and during (5 s) it; CPU ticks of each vbcache process over the rebalance in /tmp/mb-TAG/cpu[01].txt.
 # Uses the default ports (11211-11219) and 11230-11231.
 BIN=$1; TAG=$2; D=/tmp/mb-$TAG; rm -rf $D; mkdir -p $D
-$BIN local --nodes 3 --replicas 1 -m 1024 --data-dir $D/data > $D/local.log 2>&1 &
+$BIN local $LOCALARGS --nodes 3 --replicas 1 -m 1024 --data-dir $D/data > $D/local.log 2>&1 &
 LP=$!
 for i in $(seq 1 120); do
   grep -q "admin.pwdb" $D/local.log 2>/dev/null && (echo version | timeout 1 bash -c 'exec 3<>/dev/tcp/127.0.0.1/11211; cat >&3; timeout 0.5 head -1 <&3' | grep -q VERSION) && break

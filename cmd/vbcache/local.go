@@ -47,6 +47,7 @@ func runLocal(args []string, stdout, stderr io.Writer) int {
 	keep := fs.Bool("keep", false, "keep the data directory when stopping")
 	syncRep := fs.Bool("sync-replication", false, "nodes answer a write once its replicas have it (a failover then loses no acknowledged write)")
 	failoverAfter := fs.Duration("failover-after", 10*time.Second, "the manager fails over a node that stops answering for this long (0: only by hand), as vbcache manager's flag")
+	maxMoves := fs.Int("max-moves", 8, "vbucket moves at once during a rebalance, as vbcache manager's flag")
 	useTLS := fs.Bool("tls", false, "every link on TLS: a CA and certificates made in the data directory's security/ (as ctl init-security), nodes with -Z, the manager's API on HTTPS, the proxy on TLS to clients and to nodes")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: vbcache local [flags]\n\nStarts a whole cluster on this machine: an embedded etcd, a manager and\nN cache nodes, populated and rebalanced; Ctrl-C stops it.\n\nFlags:\n")
@@ -66,11 +67,15 @@ func runLocal(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "vbcache local: --failover-after must not be negative")
 		return 2
 	}
+	if *maxMoves < 1 {
+		fmt.Fprintln(stderr, "vbcache local: --max-moves must be at least 1")
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	logger := log.New(stderr, "", log.LstdFlags)
 	if err := local(ctx, localConfig{nodes: *nodes, replicas: *replicas, base: *base, vbuckets: *vbuckets,
-		memory: *memory, dataDir: *dataDir, keep: *keep, syncReplication: *syncRep, failoverAfter: *failoverAfter, tls: *useTLS}, stdout, logger); err != nil {
+		memory: *memory, dataDir: *dataDir, keep: *keep, syncReplication: *syncRep, failoverAfter: *failoverAfter, maxMoves: *maxMoves, tls: *useTLS}, stdout, logger); err != nil {
 		fmt.Fprintf(stderr, "vbcache local: %v\n", err)
 		return 1
 	}
@@ -83,6 +88,7 @@ type localConfig struct {
 	keep, syncReplication                   bool
 	tls                                     bool          // --tls
 	failoverAfter                           time.Duration // the manager's --failover-after
+	maxMoves                                int           // the manager's --max-moves
 }
 
 func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Logger) error {
@@ -218,7 +224,7 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
 	}()
 	mf := managerFlags{listen: net.JoinHostPort("127.0.0.1", strconv.Itoa(c.base+1)), dataDir: filepath.Join(dir, "etcd"), etcdName: "vbcache",
 		etcdClient: "http://127.0.0.1:" + strconv.Itoa(etcdClient), etcdPeer: "http://127.0.0.1:" + strconv.Itoa(etcdPeer),
-		vbuckets: c.vbuckets, replicas: c.replicas, failoverAfter: c.failoverAfter, maxMoves: 8, prefix: "/vbcache/default",
+		vbuckets: c.vbuckets, replicas: c.replicas, failoverAfter: c.failoverAfter, maxMoves: c.maxMoves, prefix: "/vbcache/default",
 		clusterAuth: authFile, metricsListen: "127.0.0.1:" + metricsPort(0)}
 	proxyMetrics := &lateCollector{}
 	mf.metrics = []prometheus.Collector{proxyMetrics}
