@@ -20,6 +20,8 @@ func TestBenchArgsRoundTrip(t *testing.T) {
 			Pattern: bench.Sequential, MultiGet: 1, Requests: 1000, Seed: 3, Timeout: time.Second},
 		{Servers: []string{"h:3"}, Protocol: bench.Meta, DataSizeMin: 10, DataSizeMax: 20, Pattern: bench.Gaussian,
 			KeyStddev: 12.5, MultiGet: 10, Duration: 1500 * time.Millisecond, Rate: 5000},
+		{Servers: []string{"h:4"}, Pattern: bench.Zipf, ZipfAlpha: 0.8, KeyMax: 1_999_999},
+		{Servers: []string{"h:5"}, Pattern: bench.Scan, ZipfAlpha: 1.2, ScanLength: 500, ScanEvery: 2000},
 	} {
 		got, _, code := parseBenchFlags(c.Args(), io.Discard, io.Discard)
 		if code != -1 {
@@ -51,6 +53,9 @@ func TestBenchArgsRoundTrip(t *testing.T) {
 		if want.Timeout == 0 {
 			want.Timeout = def.Timeout
 		}
+		if want.ZipfAlpha == 0 {
+			want.ZipfAlpha = def.ZipfAlpha
+		}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("args %s\n got %+v\nwant %+v", strings.Join(c.Args(), " "), got, want)
 		}
@@ -63,6 +68,8 @@ func TestBenchFlagErrors(t *testing.T) {
 		{"-s", "x:1", "--protocol", "udp"},
 		{"-s", "x:1", "--ratio", "1"},
 		{"-s", "x:1", "--data-size-range", "5"},
+		{"-s", "x:1", "--key-pattern", "zipf", "--zipf-alpha", "-0.5"},
+		{"-s", "x:1", "--key-pattern", "scan", "--scan-length", "9", "--scan-every", "9"},
 		{"-s", "x:1", "extra"},
 	} {
 		if _, _, code := parseBenchFlags(args, io.Discard, io.Discard); code != 2 {

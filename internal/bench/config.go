@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -67,6 +68,20 @@ const (
 	// to the number of keys and no gets, every key is written exactly once
 	// (this is how the harnesses preload).
 	Sequential
+	// Zipf picks key KeyMin+k-1 with probability proportional to k^-α
+	// (ZipfAlpha), k = 1..KeyMax-KeyMin+1: KeyMin is the most popular
+	// key. Any α > 0 (zipf.go).
+	Zipf
+	// Scan is Zipf traffic with periodic sequential scans, the pattern
+	// that flushes a plain LRU: each connection repeats a cycle of
+	// ScanEvery requests, the first ScanEvery-ScanLength drawn from the
+	// Zipf distribution and the last ScanLength the next ScanLength
+	// consecutive keys of a scan that continues, cycle after cycle, where
+	// the last one stopped (wrapping at KeyMax). Connection i of n starts
+	// its scan at the key (n+i)/2n of the way through the range (in the
+	// upper half, away from the popular low keys; a lone connection at the
+	// middle) and its cycle i/n of the way through.
+	Scan
 )
 
 // String returns the name ParsePattern accepts.
@@ -78,12 +93,16 @@ func (p Pattern) String() string {
 		return "gaussian"
 	case Sequential:
 		return "sequential"
+	case Zipf:
+		return "zipf"
+	case Scan:
+		return "scan"
 	}
 	return "pattern(" + strconv.Itoa(int(p)) + ")"
 }
 
-// ParsePattern parses "uniform", "gaussian" or "sequential", or memtier's
-// one-letter names R, G and S.
+// ParsePattern parses "uniform", "gaussian", "sequential", "zipf" or
+// "scan", or memtier's one-letter names R, G and S.
 func ParsePattern(s string) (Pattern, error) {
 	switch strings.ToLower(s) {
 	case "uniform", "random", "r":
@@ -92,8 +111,12 @@ func ParsePattern(s string) (Pattern, error) {
 		return Gaussian, nil
 	case "sequential", "s":
 		return Sequential, nil
+	case "zipf":
+		return Zipf, nil
+	case "scan":
+		return Scan, nil
 	}
-	return 0, fmt.Errorf("bench: unknown key pattern %q (want uniform, gaussian or sequential)", s)
+	return 0, fmt.Errorf("bench: unknown key pattern %q (want uniform, gaussian, sequential, zipf or scan)", s)
 }
 
 // Ratio is the mix of sets and gets, memtier's "set:get".
@@ -125,6 +148,8 @@ const (
 	DefaultDuration = 10 * time.Second
 	DefaultTimeout  = 5 * time.Second
 	DefaultPrefix   = "key:"
+	// DefaultZipfAlpha is the exponent of the zipf and scan patterns.
+	DefaultZipfAlpha = 1.0
 )
 
 // DefaultRatio is 1 set for every 9 gets.
@@ -166,11 +191,23 @@ type Config struct {
 	// KeyWidth zero-pads the key index to this many digits. Zero means the
 	// number of digits of KeyMax, so all keys have the same length.
 	KeyWidth int
-	// Pattern picks keys: uniform (default), gaussian or sequential.
+	// Pattern picks keys: uniform (default), gaussian, sequential, zipf
+	// or scan.
 	Pattern Pattern
 	// KeyStddev is the gaussian pattern's standard deviation in keys. Zero
 	// means (KeyMax-KeyMin)/6.
 	KeyStddev float64
+	// ZipfAlpha is the exponent α of the zipf and scan patterns (any
+	// α > 0; 0.8, 1.0 and 1.2 are the usual ones). Zero means
+	// DefaultZipfAlpha (1.0).
+	ZipfAlpha float64
+	// ScanLength is the number of consecutive keys each scan of the scan
+	// pattern reads. Zero means a quarter of the key range.
+	ScanLength uint64
+	// ScanEvery is the scan pattern's cycle in requests per connection: a
+	// scan of ScanLength ends every ScanEvery requests. Zero means
+	// 4×ScanLength, so that scans are a quarter of the requests.
+	ScanEvery uint64
 	// MultiGet is the number of keys per get request. Zero means 1.
 	MultiGet int
 	// Duration bounds the run in time when Requests is zero. Zero means
@@ -231,6 +268,15 @@ func (c Config) withDefaults() Config {
 	if c.KeyStddev == 0 {
 		c.KeyStddev = float64(c.KeyMax-c.KeyMin) / 6
 	}
+	if c.ZipfAlpha == 0 {
+		c.ZipfAlpha = DefaultZipfAlpha
+	}
+	if c.ScanLength == 0 {
+		c.ScanLength = (c.KeyMax-c.KeyMin)/4 + 1
+	}
+	if c.ScanEvery == 0 {
+		c.ScanEvery = 4 * min(c.ScanLength, math.MaxUint64/4)
+	}
 	if c.MultiGet == 0 {
 		c.MultiGet = 1
 	}
@@ -259,8 +305,12 @@ func (c *Config) Validate() error {
 		return bad("threads, clients, pipeline and multi-get must not be negative")
 	case d.Protocol > Binary:
 		return bad("unknown protocol %d", d.Protocol)
-	case d.Pattern > Sequential:
+	case d.Pattern > Scan:
 		return bad("unknown key pattern %d", d.Pattern)
+	case !(d.ZipfAlpha > 0) || math.IsInf(d.ZipfAlpha, 0):
+		return bad("zipf exponent %g must be a positive number", d.ZipfAlpha)
+	case d.Pattern == Scan && d.ScanLength >= d.ScanEvery:
+		return bad("a scan of %d keys every %d requests leaves no Zipf requests", d.ScanLength, d.ScanEvery)
 	case d.Ratio.Set < 0 || d.Ratio.Get < 0:
 		return bad("ratio %s has a negative part", d.Ratio)
 	case d.KeyMin > d.KeyMax:
@@ -284,6 +334,19 @@ func (c *Config) Validate() error {
 		return bad("a %d-key text get would exceed memcached's 2048-byte line", d.MultiGet)
 	}
 	return nil
+}
+
+// patternDesc names the key pattern with its parameters, for a Result:
+// "zipf α=0.8", "scan α=1 500000 every 2000000".
+func (c *Config) patternDesc() string {
+	alpha := " α=" + strconv.FormatFloat(c.ZipfAlpha, 'g', -1, 64)
+	switch c.Pattern {
+	case Zipf:
+		return c.Pattern.String() + alpha
+	case Scan:
+		return c.Pattern.String() + alpha + " " + strconv.FormatUint(c.ScanLength, 10) + " every " + strconv.FormatUint(c.ScanEvery, 10)
+	}
+	return c.Pattern.String()
 }
 
 // connections returns the number of connections per server.
@@ -336,6 +399,15 @@ func (c *Config) Args() []string {
 	}
 	if c.KeyStddev != 0 {
 		add("key-stddev", strconv.FormatFloat(c.KeyStddev, 'g', -1, 64))
+	}
+	if c.ZipfAlpha != 0 {
+		add("zipf-alpha", strconv.FormatFloat(c.ZipfAlpha, 'g', -1, 64))
+	}
+	if c.ScanLength != 0 {
+		add("scan-length", strconv.FormatUint(c.ScanLength, 10))
+	}
+	if c.ScanEvery != 0 {
+		add("scan-every", strconv.FormatUint(c.ScanEvery, 10))
 	}
 	if c.MultiGet != 0 {
 		add("multi-get", strconv.Itoa(c.MultiGet))

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math/bits"
 	"math/rand/v2"
 )
 
@@ -50,6 +51,13 @@ func (ks *keyspace) valueSize(i uint64) int {
 	return ks.sizeMin + int(mix64(i)%uint64(ks.sizeMax-ks.sizeMin+1))
 }
 
+// mulDiv is a*b/c without overflow (b < c).
+func mulDiv(a, b, c uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	q, _ := bits.Div64(hi, lo, c)
+	return q
+}
+
 // mix64 is splitmix64's finaliser: a cheap, well-spread hash of i.
 func mix64(i uint64) uint64 {
 	i += 0x9e3779b97f4a7c15
@@ -69,9 +77,16 @@ type picker struct {
 	stddev  float64
 	next    uint64 // sequential: next index
 	lo, hi  uint64 // sequential: this connection's slice [lo, hi)
-	setN    int    // ratio
-	cycle   int    // set+get
-	pos     int    // position in the ratio cycle
+	zipf    zipf   // zipf and scan: the ranks' distribution
+	// scan: the cycle of scanEvery requests ends with scanLen keys of the
+	// scan; scanPos is the position in it, scanNext the offset (from min)
+	// of the scan's next key.
+	scanEvery, scanLen uint64
+	scanPos, scanNext  uint64
+	scanned            bool // the last key came from a scan
+	setN               int  // ratio
+	cycle              int  // set+get
+	pos                int  // position in the ratio cycle
 }
 
 // newPicker returns the picker of connection conn out of nconns.
@@ -95,6 +110,17 @@ func newPicker(c *Config, conn, nconns int) *picker {
 		p.lo, p.hi = uint64(conn)%p.span, uint64(conn)%p.span+1
 	}
 	p.next = p.lo
+	if c.Pattern == Zipf || c.Pattern == Scan {
+		p.zipf = newZipf(c.ZipfAlpha, p.span)
+	}
+	if c.Pattern == Scan {
+		// Connection k of n: its scan starts (n+k)/2n of the way
+		// through the range (in the upper, less popular half), its
+		// cycle k/n of the way through.
+		p.scanEvery, p.scanLen = c.ScanEvery, c.ScanLength
+		p.scanPos = mulDiv(c.ScanEvery, uint64(conn), n)
+		p.scanNext = p.span/2 + mulDiv(p.span/2, uint64(conn), n)
+	}
 	// Start each connection at a different point of the ratio cycle, so a
 	// 1:9 mix does not send every connection's set at once.
 	p.pos = conn % p.cycle
@@ -104,6 +130,24 @@ func newPicker(c *Config, conn, nconns int) *picker {
 // key returns the next key index.
 func (p *picker) key() uint64 {
 	switch p.pattern {
+	case Zipf:
+		return p.min + p.zipf.rank(p.rng) - 1
+	case Scan:
+		inScan := p.scanPos >= p.scanEvery-p.scanLen
+		p.scanPos++
+		if p.scanPos == p.scanEvery {
+			p.scanPos = 0
+		}
+		p.scanned = inScan
+		if !inScan {
+			return p.min + p.zipf.rank(p.rng) - 1
+		}
+		k := p.scanNext
+		p.scanNext++
+		if p.scanNext == p.span {
+			p.scanNext = 0
+		}
+		return p.min + k
 	case Sequential:
 		k := p.next
 		p.next++

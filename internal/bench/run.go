@@ -139,7 +139,7 @@ func collect(c *Config, conns []*conn, elapsed time.Duration) *Result {
 		Pipeline:    c.Pipeline,
 		Ratio:       c.Ratio.String(),
 		MultiGet:    c.MultiGet,
-		Pattern:     c.Pattern.String(),
+		Pattern:     c.patternDesc(),
 		KeyMin:      c.KeyMin,
 		KeyMax:      c.KeyMax,
 		Rate:        c.Rate,
