@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,14 +17,17 @@ import (
 )
 
 // runBench is "vbcache bench": flags into a bench.Config, then one call into
-// package bench. "vbcache bench compare" and "vbcache bench proxies", the
-// two harnesses, take the shape of runHarness.
+// package bench. "vbcache bench compare", "vbcache bench proxies" and
+// "vbcache bench hitratio", the harnesses, take the shape of runHarness.
 func runBench(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "compare" {
 		return runBenchCompare(args[1:], stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "proxies" {
 		return runBenchProxies(args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "hitratio" {
+		return runBenchHitRatio(args[1:], stdout, stderr)
 	}
 	cfg, asJSON, code := parseBenchFlags(args, stdout, stderr)
 	if code >= 0 {
@@ -59,7 +63,8 @@ func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 func parseBenchFlags(args []string, stdout, stderr io.Writer) (cfg bench.Config, asJSON bool, code int) {
 	fs := newFlagSet("vbcache bench", stderr, "Usage: vbcache bench -s host:port [flags]\n"+
 		"       vbcache bench compare [flags]   (vbcache against memcached; see vbcache bench compare -h)\n"+
-		"       vbcache bench proxies [flags]   (vbcache proxy against twemproxy; see vbcache bench proxies -h)\n\n"+
+		"       vbcache bench proxies [flags]   (vbcache proxy against twemproxy; see vbcache bench proxies -h)\n"+
+		"       vbcache bench hitratio [flags]  (hit ratios at equal -m, vbcache against memcached; see vbcache bench hitratio -h)\n\n"+
 		"A load generator for memcached's text, meta and binary protocols.\n\nFlags:\n")
 	var (
 		servers   stringList
@@ -144,8 +149,14 @@ func isTerminal(f *os.File) bool {
 }
 
 // runBenchCompare is "vbcache bench compare": flags into a
-// bench.CompareConfig, then runHarness.
+// bench.CompareConfig, then runHarness. "vbcache bench compare --hit-ratio
+// …" is "vbcache bench hitratio …".
 func runBenchCompare(args []string, stdout, stderr io.Writer) int {
+	for i, a := range args {
+		if a == "--hit-ratio" || a == "-hit-ratio" {
+			return runBenchHitRatio(append(slices.Clip(args[:i]), args[i+1:]...), stdout, stderr)
+		}
+	}
 	var cfg bench.CompareConfig
 	fs := newFlagSet("vbcache bench compare", stderr, "Usage: vbcache bench compare [flags]\n\n"+
 		"Runs vbcache and memcached side by side (each pinned to --server-cpu, the load on --load-cpu,\n"+
@@ -173,6 +184,56 @@ func runBenchCompare(args []string, stdout, stderr io.Writer) int {
 		return cfg.Validate()
 	}, func(ctx context.Context) (harnessReport, error) {
 		res, err := bench.Compare(ctx, cfg)
+		return res, err
+	})
+}
+
+// runBenchHitRatio is "vbcache bench hitratio" (also "vbcache bench compare
+// --hit-ratio"): flags into a bench.HitRatioConfig, then runHarness.
+func runBenchHitRatio(args []string, stdout, stderr io.Writer) int {
+	var cfg bench.HitRatioConfig
+	fs := newFlagSet("vbcache bench hitratio", stderr, "Usage: vbcache bench hitratio [flags]\n"+
+		"       vbcache bench compare --hit-ratio [flags]   (the same)\n\n"+
+		"Starts a fresh memcached and a fresh vbcache node with the same -m and flags for each workload\n"+
+		"(Zipf α 0.8, 1.0, 1.2, and Zipf with periodic scans), sends both the same gets (same seed) as a\n"+
+		"cache-aside client would, a set after every miss, and reports each server's hit ratio over the\n"+
+		"counted gets after a warm-up, with curr_items and evictions. Requests, not time, bound every phase.\n\nFlags:\n")
+	workloads := fs.String("workloads", "", "comma-separated workloads (default all: "+strings.Join(bench.HitWorkloadNames(), ",")+")")
+	sizeRange := fs.String("data-size-range", "", "value sizes spread over `min-max` bytes (by key) instead of --data-size")
+	fs.IntVar(&cfg.MemoryMB, "m", bench.DefaultHitMemoryMB, "both servers' -m (MiB)")
+	fs.Uint64Var(&cfg.Keys, "keys", bench.DefaultHitKeys, "number of keys (key:000000 up); Zipf rank 1 is the first")
+	fs.Uint64Var(&cfg.Warmup, "warmup", bench.DefaultHitWarmup, "gets (and their sets) before counting starts")
+	fs.Uint64Var(&cfg.Requests, "requests", bench.DefaultHitRequests, "counted gets per server and workload")
+	fs.IntVar(&cfg.DataSize, "data-size", bench.DefaultDataSize, "value size in bytes")
+	fs.Uint64Var(&cfg.ScanLength, "scan-length", 0, "scan-mixed: consecutive keys per scan (0: a quarter of --keys)")
+	fs.Uint64Var(&cfg.ScanEvery, "scan-every", 0, "scan-mixed: a scan ends every this many gets (0: 4 × --scan-length)")
+	fs.IntVar(&cfg.Batch, "batch", bench.DefaultHitBatch, "gets pipelined together (their misses' sets follow the batch)")
+	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the Zipf draws")
+	fs.StringVar(&cfg.Vbcache, "vbcache", "", "vbcache binary for the server (default: this binary)")
+	fs.StringVar(&cfg.Memcached, "memcached", "", "memcached binary (default: memcached in PATH)")
+	fs.StringVar(&cfg.ServerCPU, "server-cpu", "0", "CPU list the servers are pinned to (taskset -c)")
+	fs.StringVar(&cfg.LoadCPU, "load-cpu", "1", "CPU list of this process, which drives the servers (taskset -c)")
+	fs.BoolVar(&cfg.NoRealTime, "no-rt", false, "do not use real-time scheduling (chrt -f) for the servers even when permitted")
+	fs.IntVar(&cfg.RTPriority, "rt-priority", 50, "SCHED_FIFO priority for chrt -f")
+	fs.StringVar(&cfg.OutDir, "out", "", "write results.md and results.json into this directory (e.g. docs/bench-hitratio)")
+	return runHarness(fs, args, stdout, func() error {
+		if *workloads != "" {
+			cfg.Workloads = strings.Split(*workloads, ",")
+		}
+		if *sizeRange != "" {
+			lo, hi, ok := strings.Cut(*sizeRange, "-")
+			a, err1 := strconv.Atoi(lo)
+			b, err2 := strconv.Atoi(hi)
+			if !ok || err1 != nil || err2 != nil {
+				return fmt.Errorf("bad --data-size-range %q (want min-max)", *sizeRange)
+			}
+			cfg.DataSizeMin, cfg.DataSizeMax = a, b
+		}
+		cfg.Log = stderr
+		cfg.Command = strings.TrimSpace("vbcache bench hitratio " + strings.Join(args, " "))
+		return cfg.Validate()
+	}, func(ctx context.Context) (harnessReport, error) {
+		res, err := bench.HitRatio(ctx, cfg)
 		return res, err
 	})
 }

@@ -88,7 +88,7 @@ func TestBenchFlagErrors(t *testing.T) {
 // exits 0 with the usage on stdout, a bad flag, a stray argument or an
 // unusable config exits 2 before anything runs.
 func TestBenchHarnessFlags(t *testing.T) {
-	for _, sub := range []string{"compare", "proxies"} {
+	for _, sub := range []string{"compare", "proxies", "hitratio"} {
 		var out strings.Builder
 		if code := run([]string{"bench", sub, "-h"}, &out, io.Discard); code != 0 {
 			t.Errorf("bench %s -h: exit %d", sub, code)
@@ -104,6 +104,27 @@ func TestBenchHarnessFlags(t *testing.T) {
 			if errOut.Len() == 0 {
 				t.Errorf("bench %s %v: nothing on stderr", sub, args)
 			}
+		}
+	}
+}
+
+// TestBenchCompareHitRatio: "bench compare --hit-ratio" is "bench
+// hitratio", its flags included.
+func TestBenchCompareHitRatio(t *testing.T) {
+	var out strings.Builder
+	if code := run([]string{"bench", "compare", "--hit-ratio", "-h"}, &out, io.Discard); code != 0 {
+		t.Errorf("bench compare --hit-ratio -h: exit %d", code)
+	}
+	if want := "Usage: vbcache bench hitratio [flags]"; !strings.HasPrefix(out.String(), want) {
+		t.Errorf("bench compare --hit-ratio -h printed %q, want it to start with %q", out.String(), want)
+	}
+	for _, args := range [][]string{{"-m", "-1"}, {"--keys", "1"}, {"--workloads", "zipf-0.8,nope"}, {"--data-size-range", "9"}} {
+		var errOut strings.Builder
+		if code := run(append([]string{"bench", "compare", "--hit-ratio"}, args...), io.Discard, &errOut); code != 2 {
+			t.Errorf("bench compare --hit-ratio %v: exit %d, want 2", args, code)
+		}
+		if errOut.Len() == 0 {
+			t.Errorf("bench compare --hit-ratio %v: nothing on stderr", args)
 		}
 	}
 }

@@ -44,7 +44,7 @@ var commands []command
 func init() {
 	commands = []command{
 		{"server", "run a cache node (takes memcached's flags; see vbcache server -h)", runServer},
-		{"bench", "load generator for the memcached protocols; \"bench compare\" compares vbcache with memcached", runBench},
+		{"bench", "load generator for the memcached protocols; \"bench compare\" compares vbcache with memcached, \"bench hitratio\" their hit ratios", runBench},
 		{"locate", "print the server of each key under a distribution (ketama, modulo, vbucket, …)", runLocate},
 		{"rehash", "the add-a-server experiment: which keys stay, per distribution, next to the theory", runRehash},
 		{"manager", "run the cluster manager: the map in etcd, rebalance, failover, the HTTP API", runManagerCmd},

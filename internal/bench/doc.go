@@ -1,7 +1,8 @@
 // Package bench is vbcache's load generator, in the spirit of
-// memtier_benchmark, and the two harnesses that measure vbcache against
-// what it replaces on one machine: a vbcache node against memcached
-// (compare) and vbcache proxy against twemproxy (proxies).
+// memtier_benchmark, and the harnesses that measure vbcache against what it
+// replaces on one machine: a vbcache node against memcached (compare, and
+// hitratio for their hit ratios at equal -m) and vbcache proxy against
+// twemproxy (proxies).
 //
 // # Generator
 //
@@ -9,6 +10,13 @@
 // drives them until Duration has passed or Requests requests have been
 // answered. Every connection belongs to one goroutine that Run starts and
 // waits for; nothing outlives the call.
+//
+// Keys are picked from [KeyMin, KeyMax] by Pattern: uniform, gaussian,
+// sequential (each connection its own slice), zipf (KeyMin+k-1 with
+// probability ∝ k^-α, any α > 0, drawn exactly by rejection-inversion:
+// zipf.go) or scan (zipf with a sequential scan ending every ScanEvery
+// requests of a connection). Each connection draws from its own generator
+// seeded with Seed plus its index, so a run's choices are repeatable.
 //
 // Before the load starts, each connection sends one get and reads its
 // reply, outside the figures, so that no request's latency includes a
@@ -78,6 +86,16 @@
 // over the rounds. CompareConfig and ProxiesConfig embed the settings both
 // share (Harness); compare.go and proxies.go say what each starts, which
 // targets it measures and what its report says.
+//
+// The hit-ratio harness (hitratio.go) uses the runner only to start and
+// stop the servers: it measures counts, not time, so it has no rounds and
+// charges no CPU. For each workload it starts memcached and vbcache fresh
+// with the same -m, and drives each in turn from this process with the
+// cache-aside driver (cacheaside.go): one connection, gets pipelined in
+// batches, a set after every miss, a warm-up and then a counted phase,
+// each a number of gets. The gets are a function of the seed alone, the
+// same for both servers (a digest of them proves it), so the two hit
+// ratios answer the same requests.
 //
 // The processes under test belong to the runner, which stops them when a
 // harness is done with them; a goroutine per child (env.go) waits for its

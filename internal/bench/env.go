@@ -8,6 +8,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -48,6 +49,8 @@ type realEnv struct {
 	rtRefused  string
 	prio       int // SCHED_FIFO priority of the processes under test
 	loadPrio   int // and of the load
+	threads    int // worker threads of every server (-t, GOMAXPROCS); 0 is 1
+	memMB      int // -m of every server; 0 is 1024
 
 	// With TLS (CompareConfig.TLS): the servers' -o value naming their
 	// certificate, and the CA file the load verifies them with.
@@ -71,12 +74,15 @@ type realConfig struct {
 	loadCPU            string   // the CPU list of the load, and of the harness itself
 	realTime           bool     // use chrt -f when permitted
 	prio, loadPrio     int      // SCHED_FIFO priorities of the processes and of the load
+	threads            int      // worker threads of every server (-t, and GOMAXPROCS for vbcache); 0 means 1
+	memMB              int      // -m of every server; 0 means 1024
 	log                io.Writer
 }
 
 func newRealEnv(ctx context.Context, rc realConfig) (*realEnv, error) {
 	re := &realEnv{log: rc.log, vbcache: rc.vbcache, memcached: rc.memcached, loadCPU: rc.loadCPU,
-		rtAsked: rc.realTime, prio: rc.prio, loadPrio: rc.loadPrio, procs: map[int]*child{}}
+		rtAsked: rc.realTime, prio: rc.prio, loadPrio: rc.loadPrio, threads: rc.threads, memMB: rc.memMB,
+		procs: map[int]*child{}}
 	var err error
 	if re.vbcache == "" {
 		if re.vbcache, err = os.Executable(); err != nil {
@@ -122,17 +128,19 @@ func newRealEnv(ctx context.Context, rc realConfig) (*realEnv, error) {
 // env is re as the runner sees it.
 func (re *realEnv) env() *env {
 	return &env{
-		start:   re.start,
-		stop:    re.stop,
-		load:    re.load,
-		cpu:     func(p *serverProc) (time.Duration, error) { return procCPU(p.Pid) },
-		rss:     func(p *serverProc) (int64, error) { return procRSS(p.Pid) },
-		items:   currItems,
-		quiesce: waitHashStable,
-		cores:   func() (coreTimes, error) { return readCoreTimes(re.cpus) },
-		now:     time.Now,
-		settle:  func(ctx context.Context) { sleepCtx(ctx, time.Second) },
-		cleanup: re.cleanup,
+		start:      re.start,
+		stop:       re.stop,
+		load:       re.load,
+		cpu:        func(p *serverProc) (time.Duration, error) { return procCPU(p.Pid) },
+		rss:        func(p *serverProc) (int64, error) { return procRSS(p.Pid) },
+		items:      currItems,
+		stats:      serverStats,
+		cacheAside: cacheAside,
+		quiesce:    waitHashStable,
+		cores:      func() (coreTimes, error) { return readCoreTimes(re.cpus) },
+		now:        time.Now,
+		settle:     func(ctx context.Context) { sleepCtx(ctx, time.Second) },
+		cleanup:    re.cleanup,
 	}
 }
 
@@ -225,6 +233,28 @@ func newCompareEnv(ctx context.Context, c *CompareConfig) (*env, Info, error) {
 	return re.env(), in, nil
 }
 
+// newHitRatioEnv sets up the real environment of a hit-ratio run (the
+// servers on ServerCPU with -m MemoryMB, the harness and its driver on
+// LoadCPU) and describes it.
+func newHitRatioEnv(ctx context.Context, c *HitRatioConfig) (*env, HitRatioInfo, error) {
+	re, err := newRealEnv(ctx, realConfig{vbcache: c.Vbcache, memcached: c.Memcached, cpus: []string{c.ServerCPU, c.LoadCPU},
+		loadCPU: c.LoadCPU, realTime: !c.NoRealTime, prio: c.RTPriority, loadPrio: c.RTPriority, memMB: c.MemoryMB, log: c.Log})
+	if err != nil {
+		return nil, HitRatioInfo{}, err
+	}
+	note := re.rtNote(func(string, string, bool) string {
+		return fmt.Sprintf("chrt -f %d for the servers", c.RTPriority)
+	})
+	in := HitRatioInfo{machine: re.machine(), RTNote: note, ServerCPU: c.ServerCPU, LoadCPU: c.LoadCPU,
+		LoadAvg: loadAvg(), ServerCmds: map[string]string{}}
+	for _, k := range kinds {
+		argv, env := re.serverArgv(k, "-p", "PORT", "-l", "127.0.0.1")
+		in.ServerCmds[k] = commandLine(env, append(re.prefix(c.ServerCPU, re.prio), argv...))
+	}
+	fmt.Fprintf(c.Log, "real-time scheduling: %s\nload average at start: %s\n", note, in.LoadAvg)
+	return re.env(), in, nil
+}
+
 func sleepCtx(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -250,9 +280,12 @@ func commandLine(env, argv []string) string {
 	return strings.Join(append(slices.Clone(env), argv...), " ")
 }
 
-// serverFlags are the flags of every server under test: one worker thread,
-// 1 GiB of memory, no UDP, 4096 connections.
-var serverFlags = []string{"-t", "1", "-m", "1024", "-U", "0", "-c", "4096"}
+// serverFlags are the flags of every server under test: threads worker
+// threads (0: one), memMB MiB of memory (0: 1 GiB), no UDP, 4096
+// connections.
+func serverFlags(threads, memMB int) []string {
+	return []string{"-t", strconv.Itoa(max(threads, 1)), "-m", strconv.Itoa(cmp.Or(memMB, 1024)), "-U", "0", "-c", "4096"}
+}
 
 // serverArgv is the command line of a server of kind (KindMemcached or
 // KindVbcache) listening as listen says, and what it adds to the
@@ -261,10 +294,13 @@ func (re *realEnv) serverArgv(kind string, listen ...string) (argv, env []string
 	if re.tlsOpt != "" {
 		listen = append(slices.Clip(listen), "-Z", "-o", re.tlsOpt)
 	}
+	flags := serverFlags(re.threads, re.memMB)
 	if kind == KindVbcache || kind == KindVbcacheMetrics {
-		return append(append([]string{re.vbcache, "server"}, serverFlags...), listen...), []string{"GOMAXPROCS=1"}
+		// The node runs an event loop per thread that Go can run at
+		// once (internal/server, loopsWanted): -t and GOMAXPROCS alike.
+		return append(append([]string{re.vbcache, "server"}, flags...), listen...), []string{"GOMAXPROCS=" + strconv.Itoa(max(re.threads, 1))}
 	}
-	argv = append(append([]string{re.memcached}, serverFlags...), listen...)
+	argv = append(append([]string{re.memcached}, flags...), listen...)
 	if os.Geteuid() == 0 {
 		argv = append(argv, "-u", "root")
 	}
@@ -544,6 +580,42 @@ func parseCPUList(s string) ([]int, error) {
 		}
 	}
 	return out, nil
+}
+
+// onlineCPUs returns the CPUs the kernel has online
+// (/sys/devices/system/cpu/online), or 0..NumCPU-1 when it cannot say.
+func onlineCPUs() []int {
+	if b, err := os.ReadFile("/sys/devices/system/cpu/online"); err == nil {
+		if cpus, err := parseCPUList(strings.TrimSpace(string(b))); err == nil && len(cpus) > 0 {
+			return cpus
+		}
+	}
+	cpus := make([]int, runtime.NumCPU())
+	for i := range cpus {
+		cpus[i] = i
+	}
+	return cpus
+}
+
+// formatCPUList writes cpus (ascending) as a taskset CPU list, runs of
+// consecutive CPUs as ranges: "0", "0-3", "4-7,12".
+func formatCPUList(cpus []int) string {
+	var b strings.Builder
+	for i := 0; i < len(cpus); {
+		j := i
+		for j+1 < len(cpus) && cpus[j+1] == cpus[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(cpus[i]))
+		if j > i {
+			b.WriteString("-" + strconv.Itoa(cpus[j]))
+		}
+		i = j + 1
+	}
+	return b.String()
 }
 
 func readCoreTimes(cpus []int) (coreTimes, error) {

@@ -74,17 +74,21 @@ type coreTimes struct {
 type env struct {
 	// start starts s and waits until it accepts connections: one
 	// serverProc per port.
-	start   func(ctx context.Context, s procSpec) ([]*serverProc, error)
-	stop    func(p *serverProc) error
-	load    func(ctx context.Context, cfg Config) (res *Result, loadCPU time.Duration, err error)
-	cpu     func(p *serverProc) (time.Duration, error) // utime+stime so far
-	rss     func(p *serverProc) (int64, error)         // bytes
-	items   func(ctx context.Context, p *serverProc) (uint64, error)
-	cores   func() (coreTimes, error)
-	now     func() time.Time
-	settle  func(ctx context.Context)                // let a fresh server reach steady state
-	quiesce func(ctx context.Context, p *serverProc) // wait for a loaded server's background work (hash expansion)
-	cleanup func()
+	start func(ctx context.Context, s procSpec) ([]*serverProc, error)
+	stop  func(p *serverProc) error
+	load  func(ctx context.Context, cfg Config) (res *Result, loadCPU time.Duration, err error)
+	cpu   func(p *serverProc) (time.Duration, error) // utime+stime so far
+	rss   func(p *serverProc) (int64, error)         // bytes
+	items func(ctx context.Context, p *serverProc) (uint64, error)
+	cores func() (coreTimes, error)
+	now   func() time.Time
+	stats func(ctx context.Context, p *serverProc) (map[string]string, error) // "stats", name to value
+	// cacheAside drives the server at addr with the cache-aside plan
+	// (cacheaside.go) and returns what it counted.
+	cacheAside func(ctx context.Context, addr string, plan asidePlan) (hitCounts, error)
+	settle     func(ctx context.Context)                // let a fresh server reach steady state
+	quiesce    func(ctx context.Context, p *serverProc) // wait for a loaded server's background work (hash expansion)
+	cleanup    func()
 }
 
 // DefaultRounds is the number of rounds per workload of either harness.
