@@ -160,7 +160,8 @@ func runBenchCompare(args []string, stdout, stderr io.Writer) int {
 	var cfg bench.CompareConfig
 	fs := newFlagSet("vbcache bench compare", stderr, "Usage: vbcache bench compare [flags]\n\n"+
 		"Runs vbcache and memcached side by side (each pinned to --server-cpu, the load on --load-cpu,\n"+
-		"rounds interleaved A B A B) and reports medians per workload.\n\nFlags:\n")
+		"rounds interleaved A B A B) and reports medians per workload. --threads N compares them with N\n"+
+		"worker threads each, the load on the remaining CPUs. --hit-ratio runs \"vbcache bench hitratio\".\n\nFlags:\n")
 	workloads := fs.String("workloads", "", "comma-separated workloads to run (default all: "+strings.Join(bench.WorkloadNames(), ",")+")")
 	fs.BoolVar(&cfg.NoRealTime, "no-rt", false, "do not use real-time scheduling (chrt -f) even when permitted")
 	fs.StringVar(&cfg.Vbcache, "vbcache", "", "vbcache binary for the server and the load (default: this binary)")
@@ -171,8 +172,10 @@ func runBenchCompare(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.MemoryItems, "memory-items", 0, "items stored for the memory test (0: 1,000,000; -1: skip)")
 	fs.BoolVar(&cfg.TLS, "tls", false, "TLS on both sides: both servers with -Z and a certificate from a CA made for the run, the load over TLS (the memory test is skipped)")
 	fs.BoolVar(&cfg.Metrics, "metrics", false, "add a third server: vbcache with --metrics-listen, scraped once a second through every run (what serving Prometheus metrics costs, against vbcache without)")
-	fs.StringVar(&cfg.ServerCPU, "server-cpu", "0", "CPU list the servers are pinned to (taskset -c)")
-	fs.StringVar(&cfg.LoadCPU, "load-cpu", "1", "CPU list the load generator is pinned to (taskset -c)")
+	fs.IntVar(&cfg.Threads, "threads", 0, "scaling run: memcached -t N and vbcache -t N (GOMAXPROCS=N), both pinned to the first N CPUs, "+
+		"the load on all the others with a thread and 50 connections per CPU; needs N+1 CPUs (0: one server thread on --server-cpu, the load on --load-cpu)")
+	fs.StringVar(&cfg.ServerCPU, "server-cpu", "", "CPU list the servers are pinned to (taskset -c; default 0, or with --threads N the first N CPUs)")
+	fs.StringVar(&cfg.LoadCPU, "load-cpu", "", "CPU list the load generator is pinned to (taskset -c; default 1, or with --threads N the CPUs after the servers')")
 	fs.IntVar(&cfg.RTPriority, "rt-priority", 50, "SCHED_FIFO priority for chrt -f")
 	fs.StringVar(&cfg.OutDir, "out", "", "write results.md, results.svg and results.json into this directory (e.g. docs/bench)")
 	return runHarness(fs, args, stdout, func() error {

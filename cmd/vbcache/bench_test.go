@@ -128,3 +128,26 @@ func TestBenchCompareHitRatio(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchCompareThreadsFlags: --threads chooses the CPUs itself, so it
+// refuses --server-cpu and --load-cpu beside it, and a machine with fewer
+// than N+1 CPUs, before anything runs.
+func TestBenchCompareThreadsFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--threads", "1", "--server-cpu", "0"}, "leave out --server-cpu and --load-cpu"},
+		{[]string{"--threads", "1", "--load-cpu", "1"}, "leave out --server-cpu and --load-cpu"},
+		{[]string{"--threads", "100000"}, "--threads 100000 needs 100001 CPUs"},
+		{[]string{"--threads", "-2"}, "must not be negative"},
+	} {
+		var errOut strings.Builder
+		if code := run(append([]string{"bench", "compare"}, tc.args...), io.Discard, &errOut); code != 2 {
+			t.Errorf("bench compare %v: exit %d, want 2", tc.args, code)
+		}
+		if !strings.Contains(errOut.String(), tc.says) {
+			t.Errorf("bench compare %v said %q, want %q", tc.args, errOut.String(), tc.says)
+		}
+	}
+}

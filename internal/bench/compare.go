@@ -12,6 +12,12 @@ package bench
 // Each run is charged to the one server it loads: its CPU time is the
 // server's, and the cores' other CPU is whatever neither it nor the load
 // used.
+//
+// With Threads N (the scaling comparison) both servers run N worker
+// threads (memcached -t N; vbcache -t N and GOMAXPROCS=N, its event loops)
+// pinned to the first N CPUs, and the load runs on every other CPU with a
+// thread per CPU and Clients connections per thread; the runs and the
+// report are otherwise the same.
 
 import (
 	"cmp"
@@ -71,12 +77,56 @@ type CompareConfig struct {
 	// Metrics adds a third server, vbcache serving its Prometheus
 	// metrics and scraped every second (KindVbcacheMetrics).
 	Metrics bool
+	// Threads, when not zero, is the scaling comparison's N: memcached
+	// runs with -t N and vbcache with -t N and GOMAXPROCS=N, both pinned
+	// to the first N of CPUs, and the load to all the others, with a
+	// thread (and Clients connections) per CPU (placeThreads). It chooses
+	// ServerCPU and LoadCPU, which must then be left empty, and needs N+1
+	// CPUs at least. Zero is one server thread on ServerCPU and a
+	// one-thread load on LoadCPU; on a 2-CPU machine that is what
+	// Threads 1 gives too.
+	Threads int
+	// CPUs are the CPUs Threads places the processes on, ascending; nil
+	// means the machine's online CPUs.
+	CPUs []int
+
+	// place is where Threads put the processes (withDefaults); zero
+	// without Threads, or when they do not fit (Validate says so).
+	place threadPlacement
+}
+
+// threadPlacement is where a scaling comparison runs: the servers on
+// serverCPU, the load on loadCPU with loadThreads threads.
+type threadPlacement struct {
+	serverCPU, loadCPU string
+	loadThreads        int
+}
+
+// placeThreads puts n server threads on the first n of cpus (ascending)
+// and the load on the rest, a thread per CPU. It refuses when fewer than
+// n+1 CPUs are there: the load needs one of its own.
+func placeThreads(cpus []int, n int) (threadPlacement, error) {
+	if n < 1 || len(cpus) < n+1 {
+		return threadPlacement{}, fmt.Errorf("%w: --threads %d needs %d CPUs (%d for the servers, at least 1 for the load), "+
+			"and there are %d (%s)", ErrInvalidConfig, n, n+1, n, len(cpus), formatCPUList(cpus))
+	}
+	return threadPlacement{serverCPU: formatCPUList(cpus[:n]), loadCPU: formatCPUList(cpus[n:]), loadThreads: len(cpus) - n}, nil
 }
 
 func (c CompareConfig) withDefaults() CompareConfig {
 	d := DefaultRunDuration
 	if c.Quick {
 		d = time.Second
+	}
+	if c.Threads > 0 && c.ServerCPU == "" && c.LoadCPU == "" {
+		cpus := c.CPUs
+		if cpus == nil {
+			cpus = onlineCPUs()
+		}
+		if p, err := placeThreads(cpus, c.Threads); err == nil {
+			c.place = p
+			c.ServerCPU, c.LoadCPU = p.serverCPU, p.loadCPU
+		}
 	}
 	c.Harness = c.Harness.withDefaults(d, workloadList())
 	if c.MemoryItems == 0 {
@@ -95,6 +145,20 @@ func (c CompareConfig) withDefaults() CompareConfig {
 // Validate reports an unusable configuration.
 func (c *CompareConfig) Validate() error {
 	d := c.withDefaults()
+	switch {
+	case c.Threads < 0:
+		return fmt.Errorf("%w: threads must not be negative", ErrInvalidConfig)
+	case c.Threads > 0 && (c.ServerCPU != "" || c.LoadCPU != ""):
+		return fmt.Errorf("%w: --threads chooses the CPUs of the servers and of the load; leave out --server-cpu and --load-cpu", ErrInvalidConfig)
+	case c.Threads > 0:
+		cpus := c.CPUs
+		if cpus == nil {
+			cpus = onlineCPUs()
+		}
+		if _, err := placeThreads(cpus, c.Threads); err != nil {
+			return err
+		}
+	}
 	return d.validate(workloadList())
 }
 
@@ -157,7 +221,8 @@ func (res *CompareResult) runWorkload(ctx context.Context, c *CompareConfig, r *
 		if err != nil {
 			return err
 		}
-		p.targets = append(p.targets, &target{name: k, servers: []string{ps[0].Addr}, charge: [][]*serverProc{ps}})
+		p.targets = append(p.targets, &target{name: k, servers: []string{ps[0].Addr}, threads: c.place.loadThreads,
+			charge: [][]*serverProc{ps}})
 		if w.Preload {
 			pr, err := r.preload(ctx, w, ps[0].Addr)
 			if err != nil {
@@ -293,13 +358,18 @@ func memoryConfig(n int) Config {
 // Info describes the machine and how the runs were isolated.
 type Info struct {
 	machine
-	RealTime   bool              `json:"real_time"`
-	RTNote     string            `json:"real_time_note"`
-	ServerCPU  string            `json:"server_cpu"`
-	LoadCPU    string            `json:"load_cpu"`
-	LoadAvg    string            `json:"loadavg_at_start"`
-	ServerCmds map[string]string `json:"server_commands"`
-	LoadCmd    string            `json:"load_command_example"`
+	RealTime  bool   `json:"real_time"`
+	RTNote    string `json:"real_time_note"`
+	ServerCPU string `json:"server_cpu"`
+	LoadCPU   string `json:"load_cpu"`
+	// ServerThreads and LoadThreads are a scaling comparison's
+	// (CompareConfig.Threads): each server's threads, the load's
+	// threads. Zero in other runs: one each.
+	ServerThreads int               `json:"server_threads,omitempty"`
+	LoadThreads   int               `json:"load_threads,omitempty"`
+	LoadAvg       string            `json:"loadavg_at_start"`
+	ServerCmds    map[string]string `json:"server_commands"`
+	LoadCmd       string            `json:"load_command_example"`
 }
 
 // Sample is one run: one workload, one round, one server.
@@ -319,10 +389,11 @@ type Sample struct {
 	ServerCPUSec float64 `json:"server_cpu_s"`
 	LoadCPUSec   float64 `json:"load_cpu_s"`
 	OpsPerCPUSec float64 `json:"ops_per_server_cpu_s"`
-	// OtherCPU is the share of the two cores' capacity during the run that
-	// neither the server nor the load generator used (other processes,
-	// interrupts), in percent. Steal is the hypervisor's steal time, in
-	// percent of the same capacity.
+	// OtherCPU is the share of the measured cores' capacity (the
+	// servers' and the load's) during the run that neither the server nor
+	// the load generator used (other processes, interrupts), in percent.
+	// Steal is the hypervisor's steal time, in percent of the same
+	// capacity.
 	OtherCPU float64 `json:"other_cpu_pct"`
 	Steal    float64 `json:"steal_pct"`
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -208,5 +209,146 @@ func TestProcParsers(t *testing.T) {
 	}
 	if _, err := parseCPUList("x"); err == nil {
 		t.Error("bad cpu list accepted")
+	}
+}
+
+// TestPlaceThreads: the scaling comparison's CPU sets, for machines larger
+// than this one.
+func TestPlaceThreads(t *testing.T) {
+	seq := func(n int) []int {
+		s := make([]int, n)
+		for i := range s {
+			s[i] = i
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		cpus             []int
+		n                int
+		server, load     string
+		loadThreads      int
+		refusedWithWords string
+	}{
+		{cpus: seq(16), n: 4, server: "0-3", load: "4-15", loadThreads: 12},
+		{cpus: seq(2), n: 1, server: "0", load: "1", loadThreads: 1}, // this machine: today's placement
+		{cpus: seq(64), n: 32, server: "0-31", load: "32-63", loadThreads: 32},
+		{cpus: []int{0, 2, 3, 5, 6, 7}, n: 2, server: "0,2", load: "3,5-7", loadThreads: 4},
+		{cpus: seq(2), n: 2, refusedWithWords: "--threads 2 needs 3 CPUs (2 for the servers, at least 1 for the load), and there are 2 (0-1)"},
+		{cpus: seq(4), n: 4, refusedWithWords: "needs 5 CPUs"},
+		{cpus: seq(4), n: 0, refusedWithWords: "needs 1 CPUs"},
+	} {
+		p, err := placeThreads(tc.cpus, tc.n)
+		if tc.refusedWithWords != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.refusedWithWords) {
+				t.Errorf("%d threads on %v: %v, want an error saying %q", tc.n, tc.cpus, err, tc.refusedWithWords)
+			}
+			continue
+		}
+		if err != nil || p.serverCPU != tc.server || p.loadCPU != tc.load || p.loadThreads != tc.loadThreads {
+			t.Errorf("%d threads on %v: %+v %v, want servers %s, load %s with %d threads", tc.n, tc.cpus, p, err, tc.server, tc.load, tc.loadThreads)
+		}
+	}
+}
+
+// TestCompareThreads runs the scaling comparison on a pretend 16-CPU
+// machine: both servers start with 4 threads on CPUs 0-3 and every load
+// runs 12 threads on CPUs 4-15; Validate refuses what cannot run.
+func TestCompareThreads(t *testing.T) {
+	cpus := make([]int, 16)
+	for i := range cpus {
+		cpus[i] = i
+	}
+	f := &fakeWorld{now: time.Unix(0, 0), addrs: map[string]*fakeServer{}}
+	e := f.env()
+	var specs []string
+	start := e.start
+	e.start = func(ctx context.Context, s procSpec) ([]*serverProc, error) {
+		specs = append(specs, s.kind+"@"+s.cpus)
+		return start(ctx, s)
+	}
+	var loads []string
+	load := e.load
+	e.load = func(ctx context.Context, c Config) (*Result, time.Duration, error) {
+		if c.Duration > 0 { // a measured run, not a preload
+			loads = append(loads, fmt.Sprintf("%d×%d", c.Threads, c.Clients))
+		}
+		return load(ctx, c)
+	}
+	c := CompareConfig{Harness: Harness{Rounds: 1, Duration: time.Second, Workloads: []string{"a"}}, MemoryItems: -1, Threads: 4, CPUs: cpus}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	c = c.withDefaults()
+	if c.ServerCPU != "0-3" || c.LoadCPU != "4-15" {
+		t.Fatalf("servers on %q, load on %q", c.ServerCPU, c.LoadCPU)
+	}
+	res, err := compare(context.Background(), &c, e, Info{ServerCPU: c.ServerCPU, LoadCPU: c.LoadCPU, ServerThreads: 4, LoadThreads: 12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md strings.Builder
+	if err := res.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	if want := "Scaling run (--threads 4): servers on CPU 0-3 with 4 threads each (memcached -t 4, vbcache -t 4 and GOMAXPROCS=4), " +
+		"load on CPU 4-15 with 12 threads"; !strings.Contains(md.String(), want) {
+		t.Errorf("the report's header does not say %q:\n%s", want, md.String())
+	}
+	if got := strings.Join(specs, " "); got != "memcached@0-3 vbcache@0-3" {
+		t.Errorf("servers started %s", got)
+	}
+	if got := strings.Join(loads, " "); got != "12×50 12×50" {
+		t.Errorf("load threads×clients per run: %s, want 12×50 for each server", got)
+	}
+
+	re := &realEnv{vbcache: "vbcache", memcached: "memcached", threads: 4}
+	for _, k := range kinds {
+		argv, env := re.serverArgv(k, "-p", "1")
+		if !strings.Contains(strings.Join(argv, " "), "-t 4 ") {
+			t.Errorf("%s: %q has no -t 4", k, argv)
+		}
+		if k == KindVbcache && !slices.Contains(env, "GOMAXPROCS=4") {
+			t.Errorf("vbcache's environment %q has no GOMAXPROCS=4", env)
+		}
+	}
+
+	for _, bad := range []CompareConfig{
+		{Threads: 2, CPUs: []int{0, 1}},
+		{Threads: 2, CPUs: cpus, ServerCPU: "0-1"},
+		{Threads: 2, CPUs: cpus, Harness: Harness{LoadCPU: "2"}},
+		{Threads: -1},
+	} {
+		if err := bad.Validate(); err == nil {
+			t.Errorf("threads %d on %d CPUs (servers %q, load %q): accepted", bad.Threads, len(bad.CPUs), bad.ServerCPU, bad.LoadCPU)
+		}
+	}
+	// One thread on a 2-CPU machine is today's comparison.
+	one := CompareConfig{Threads: 1, CPUs: []int{0, 1}}.withDefaults()
+	today := CompareConfig{}.withDefaults()
+	if one.ServerCPU != today.ServerCPU || one.LoadCPU != today.LoadCPU || one.place.loadThreads != workloadList()[0].Load.Threads {
+		t.Errorf("--threads 1 on 2 CPUs: servers %s load %s with %d threads; today: %s, %s, %d",
+			one.ServerCPU, one.LoadCPU, one.place.loadThreads, today.ServerCPU, today.LoadCPU, workloadList()[0].Load.Threads)
+	}
+}
+
+// TestOtherCPUOverTheMeasuredCores: other CPU is a share of as many cores
+// as the run measures, not of two.
+func TestOtherCPUOverTheMeasuredCores(t *testing.T) {
+	for _, tc := range []struct {
+		ncores int
+		want   float64
+	}{{0, 5}, {2, 5}, {4, 2.5}} {
+		f := &fakeWorld{now: time.Unix(0, 0), addrs: map[string]*fakeServer{}}
+		e := f.env()
+		e.ncores = tc.ncores
+		c := CompareConfig{Harness: Harness{Rounds: 1, Duration: time.Second, Workloads: []string{"a"}}, MemoryItems: -1}.withDefaults()
+		res, err := compare(context.Background(), &c, e, Info{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The fake's other processes use a tenth of one core.
+		if got := res.Samples[0].OtherCPU; math.Abs(got-tc.want) > 0.01 {
+			t.Errorf("%d cores: other CPU %.3f%%, want %.1f%%", tc.ncores, got, tc.want)
+		}
 	}
 }

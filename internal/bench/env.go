@@ -138,6 +138,7 @@ func (re *realEnv) env() *env {
 		cacheAside: cacheAside,
 		quiesce:    waitHashStable,
 		cores:      func() (coreTimes, error) { return readCoreTimes(re.cpus) },
+		ncores:     len(re.cpus),
 		now:        time.Now,
 		settle:     func(ctx context.Context) { sleepCtx(ctx, time.Second) },
 		cleanup:    re.cleanup,
@@ -203,7 +204,9 @@ func loadAvg() string {
 // newCompareEnv sets up the real environment of a comparison (the servers
 // on ServerCPU, the load on LoadCPU, both at RTPriority) and describes it.
 func newCompareEnv(ctx context.Context, c *CompareConfig) (*env, Info, error) {
-	re, err := newRealEnv(ctx, c.realConfig([]string{c.ServerCPU, c.LoadCPU}, c.RTPriority))
+	rc := c.realConfig([]string{c.ServerCPU, c.LoadCPU}, c.RTPriority)
+	rc.threads = c.Threads
+	re, err := newRealEnv(ctx, rc)
 	if err != nil {
 		return nil, Info{}, err
 	}
@@ -222,12 +225,12 @@ func newCompareEnv(ctx context.Context, c *CompareConfig) (*env, Info, error) {
 		return n
 	})
 	in := Info{machine: re.machine(), RealTime: re.rt, RTNote: note, ServerCPU: c.ServerCPU, LoadCPU: c.LoadCPU,
-		LoadAvg: loadAvg(), ServerCmds: map[string]string{}}
+		ServerThreads: c.Threads, LoadThreads: c.place.loadThreads, LoadAvg: loadAvg(), ServerCmds: map[string]string{}}
 	for _, k := range kindsOf(c.Metrics) {
 		argv, env := re.serverArgv(k, "-p", "PORT", "-l", "127.0.0.1")
 		in.ServerCmds[k] = commandLine(env, append(re.prefix(c.ServerCPU, re.prio), argv...))
 	}
-	in.LoadCmd = strings.Join(re.loadArgv(Config{Servers: []string{"127.0.0.1:PORT"}, Threads: 1, Clients: 50,
+	in.LoadCmd = strings.Join(re.loadArgv(Config{Servers: []string{"127.0.0.1:PORT"}, Threads: max(c.place.loadThreads, 1), Clients: 50,
 		Ratio: Ratio{1, 9}, DataSize: 100, KeyMax: 99_999, Duration: c.Duration, Seed: 1}), " ")
 	fmt.Fprintf(c.Log, "real-time scheduling: %s\nload average at start: %s\n", note, in.LoadAvg)
 	return re.env(), in, nil

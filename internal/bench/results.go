@@ -58,7 +58,13 @@ func (r *CompareResult) WriteMarkdown(w io.Writer) error {
 	in := r.Info
 	fmt.Fprintf(&b, "# vbcache vs memcached\n\n")
 	fmt.Fprintf(&b, "Run %s on %s (%s, kernel %s), %s; %s. ", in.Date, in.Host, in.CPU, in.Kernel, in.Memcached, in.GoVersion)
-	fmt.Fprintf(&b, "Servers on CPU %s, load on CPU %s; real-time scheduling: %s. ", in.ServerCPU, in.LoadCPU, in.RTNote)
+	if in.ServerThreads > 0 {
+		fmt.Fprintf(&b, "Scaling run (--threads %d): servers on CPU %s with %d threads each (memcached -t %d, vbcache -t %d and GOMAXPROCS=%d), "+
+			"load on CPU %s with %d threads; real-time scheduling: %s. ", in.ServerThreads, in.ServerCPU, in.ServerThreads,
+			in.ServerThreads, in.ServerThreads, in.ServerThreads, in.LoadCPU, in.LoadThreads, in.RTNote)
+	} else {
+		fmt.Fprintf(&b, "Servers on CPU %s, load on CPU %s; real-time scheduling: %s. ", in.ServerCPU, in.LoadCPU, in.RTNote)
+	}
 	order := strings.Join(r.servers(), ", ")
 	fmt.Fprintf(&b, "%d rounds of %s per server and workload, interleaved %s, %s…; figures are medians over the rounds. ", r.Rounds, r.RunDuration, order, order)
 	writeProvenance(&b, in.LoadAvg, r.ElapsedSec, r.Command)
@@ -86,7 +92,7 @@ func (r *CompareResult) WriteMarkdown(w io.Writer) error {
 		}
 	}
 	b.WriteString("\n*spread*: (max − min) / median of ops per server CPU-second over the rounds. ")
-	b.WriteString("*other CPU*: share of the two cores' time, during a run, used by neither the server nor the load generator (other processes, interrupts); the noise figure.\n\n")
+	b.WriteString("*other CPU*: share of the measured cores' time (the servers' and the load's), during a run, used by neither the server nor the load generator (other processes, interrupts); the noise figure.\n\n")
 
 	if len(r.Memory) > 0 {
 		b.WriteString("## Memory\n\n| server | items | idle RSS | loaded RSS | bytes per item |\n|---|--:|--:|--:|--:|\n")
@@ -188,7 +194,7 @@ func (r *CompareResult) pairedRange(wl string) (lo, hi float64, n int) {
 }
 
 // noiseNote says how noisy the run was, from the spread of the rounds and
-// the other processes' use of the two cores.
+// the other processes' use of the measured cores.
 func (r *CompareResult) noiseNote() string {
 	var worstSpread float64
 	for _, s := range r.Summaries {
@@ -206,7 +212,7 @@ func (r *CompareResult) noiseNote() string {
 		level = "somewhat noisy"
 	}
 	return fmt.Sprintf("The run was %s. Largest spread of ops per server CPU-second across rounds: %.1f%%. "+
-		"Other CPU on the two cores: mean %.1f%%, worst run %.1f%%. Worst steal time: %.1f%%.\n",
+		"Other CPU on the measured cores: mean %.1f%%, worst run %.1f%%. Worst steal time: %.1f%%.\n",
 		level, worstSpread, n.meanOther, n.worstOther, n.steal)
 }
 

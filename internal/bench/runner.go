@@ -80,9 +80,11 @@ type env struct {
 	cpu   func(p *serverProc) (time.Duration, error) // utime+stime so far
 	rss   func(p *serverProc) (int64, error)         // bytes
 	items func(ctx context.Context, p *serverProc) (uint64, error)
-	cores func() (coreTimes, error)
-	now   func() time.Time
-	stats func(ctx context.Context, p *serverProc) (map[string]string, error) // "stats", name to value
+	cores func() (coreTimes, error) // of the measured cores
+	// ncores is how many cores cores measures; 0 means 2.
+	ncores int
+	now    func() time.Time
+	stats  func(ctx context.Context, p *serverProc) (map[string]string, error) // "stats", name to value
 	// cacheAside drives the server at addr with the cache-aside plan
 	// (cacheaside.go) and returns what it counted.
 	cacheAside func(ctx context.Context, addr string, plan asidePlan) (hitCounts, error)
@@ -272,9 +274,10 @@ type measurement struct {
 	// load generator's.
 	charged []time.Duration
 	loadCPU time.Duration
-	// other is the share of the two cores' capacity during the run that
-	// neither the charged processes nor the load used, in percent; steal
-	// is the hypervisor's steal time, in percent of the same capacity.
+	// other is the share of the measured cores' capacity during the run
+	// that neither the charged processes nor the load used, in percent;
+	// steal is the hypervisor's steal time, in percent of the same
+	// capacity.
 	other, steal float64
 }
 
@@ -299,7 +302,7 @@ func (r *runner) measure(ctx context.Context, cfg Config, charge ...[]*serverPro
 	for i := range before.cpu {
 		m.charged = append(m.charged, after.cpu[i]-before.cpu[i])
 	}
-	if capacity := 2 * wall.Seconds(); capacity > 0 {
+	if capacity := float64(cmp.Or(r.e.ncores, 2)) * wall.Seconds(); capacity > 0 {
 		other := (after.cores.Busy - before.cores.Busy).Seconds()
 		for _, d := range m.charged {
 			other -= d.Seconds()
@@ -346,7 +349,8 @@ func (r *runner) usage(groups [][]*serverProc) (usage, error) {
 type target struct {
 	name    string          // the samples' server (compare) or path (proxies)
 	servers []string        // where the load goes
-	clients int             // connections per server; 0 keeps the workload's
+	clients int             // connections per thread per server; 0 keeps the workload's
+	threads int             // the load's threads; 0 keeps the workload's
 	charge  [][]*serverProc // the groups of processes a run's CPU is read from
 }
 
@@ -358,6 +362,9 @@ func (t *target) load(w Workload, d time.Duration, rate float64, round int) Conf
 	lc.Servers = t.servers
 	if t.clients > 0 {
 		lc.Clients = t.clients
+	}
+	if t.threads > 0 {
+		lc.Threads = t.threads
 	}
 	lc.Duration = d
 	lc.Rate = rate
