@@ -88,6 +88,13 @@ func newRealEnv(ctx context.Context, rc realConfig) (*realEnv, error) {
 		if re.vbcache, err = os.Executable(); err != nil {
 			return nil, fmt.Errorf("bench: finding the vbcache binary: %w", err)
 		}
+		// A test binary started as "vbcache server …" runs its tests
+		// again instead, and one that reaches a harness starts the
+		// next: a chain of orphaned processes.
+		if strings.HasSuffix(filepath.Base(re.vbcache), ".test") {
+			return nil, fmt.Errorf("%w: this executable (%s) is a test binary, not vbcache: name the vbcache binary (Vbcache, --vbcache)",
+				ErrInvalidConfig, re.vbcache)
+		}
 	}
 	if re.memcached == "" {
 		re.memcached = "memcached"

@@ -334,3 +334,13 @@ func TestHitRatioAgainstMemcached(t *testing.T) {
 	}
 	t.Logf("\n%s", log.String())
 }
+
+// TestNoTestBinaryAsVbcache: a harness left to use "this executable" as
+// vbcache refuses when that is a test binary (this one), before it starts
+// anything: such a binary, started as a server, would run its tests again.
+func TestNoTestBinaryAsVbcache(t *testing.T) {
+	_, err := newRealEnv(context.Background(), realConfig{loadCPU: "0"})
+	if err == nil || !strings.Contains(err.Error(), "is a test binary") {
+		t.Errorf("newRealEnv with this test binary as vbcache: %v", err)
+	}
+}
