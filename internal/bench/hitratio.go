@@ -377,14 +377,16 @@ func (r *HitRatioResult) WriteMarkdown(w io.Writer) error {
 		if m != nil && v != nil {
 			zipfPart := ""
 			if m.ZipfRequests > 0 {
-				zipfPart = ratio(v.ZipfHitRatio, m.ZipfHitRatio)
+				zipfPart = ratio3(v.ZipfHitRatio, m.ZipfHitRatio)
 			}
-			fmt.Fprintf(&b, "| %s | *vbcache / memcached* | | | **%s** | %s | | %s | | |\n", wl.Name,
-				ratio(v.HitRatio, m.HitRatio), zipfPart, ratio(float64(v.CurrItems), float64(m.CurrItems)))
+			fmt.Fprintf(&b, "| %s | *vbcache / memcached* | | | **%s** | %s | | %s | %s | |\n", wl.Name,
+				ratio3(v.HitRatio, m.HitRatio), zipfPart, ratio3(float64(v.CurrItems), float64(m.CurrItems)),
+				ratio3(float64(v.Evictions), float64(m.Evictions)))
 		}
 	}
 	b.WriteString("\n*hit ratio*: hits / counted gets. *Zipf part*: the same over the gets drawn from the Zipf " +
-		"distribution, leaving out the scans'. *curr_items*, *evictions* (over both phases) and *bytes* from `stats` at the end.\n\n")
+		"distribution, leaving out the scans'. *curr_items*, *evictions* (over both phases) and *MiB in items* (`bytes`) " +
+		"from `stats` at the end.\n\n")
 	b.WriteString("## Target\n\n")
 	for _, t := range r.Targets() {
 		fmt.Fprintf(&b, "- %s: %s\n", t.Name, t.Detail)
@@ -413,6 +415,15 @@ func (r *HitRatioResult) scanNote() string {
 		}
 	}
 	return ""
+}
+
+// ratio3 is a/b with three decimals, "–" when b is 0: hit ratios differ
+// in the third.
+func ratio3(a, b float64) string {
+	if b == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.3f", a/b)
 }
 
 // WriteFiles writes results.md and results.json into dir.
