@@ -59,9 +59,9 @@ func (r *CompareResult) WriteMarkdown(w io.Writer) error {
 	fmt.Fprintf(&b, "# vbcache vs memcached\n\n")
 	fmt.Fprintf(&b, "Run %s on %s (%s, kernel %s), %s; %s. ", in.Date, in.Host, in.CPU, in.Kernel, in.Memcached, in.GoVersion)
 	if in.ServerThreads > 0 {
-		fmt.Fprintf(&b, "Scaling run (--threads %d): servers on CPU %s with %d threads each (memcached -t %d, vbcache -t %d and GOMAXPROCS=%d), "+
-			"load on CPU %s with %d threads; real-time scheduling: %s. ", in.ServerThreads, in.ServerCPU, in.ServerThreads,
-			in.ServerThreads, in.ServerThreads, in.ServerThreads, in.LoadCPU, in.LoadThreads, in.RTNote)
+		fmt.Fprintf(&b, "Scaling run (--threads %d): servers on CPU %s with %s each (memcached -t %d, vbcache -t %d and GOMAXPROCS=%d), "+
+			"load on CPU %s with %s; real-time scheduling: %s. ", in.ServerThreads, in.ServerCPU, threadsWord(in.ServerThreads),
+			in.ServerThreads, in.ServerThreads, in.ServerThreads, in.LoadCPU, threadsWord(in.LoadThreads), in.RTNote)
 	} else {
 		fmt.Fprintf(&b, "Servers on CPU %s, load on CPU %s; real-time scheduling: %s. ", in.ServerCPU, in.LoadCPU, in.RTNote)
 	}
@@ -112,6 +112,14 @@ func (r *CompareResult) WriteMarkdown(w io.Writer) error {
 	b.WriteString("\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// threadsWord is "1 thread", "4 threads".
+func threadsWord(n int) string {
+	if n == 1 {
+		return "1 thread"
+	}
+	return fmt.Sprintf("%d threads", n)
 }
 
 // Target is one of the performance targets and whether the run met
