@@ -42,9 +42,9 @@ const (
 	// DefaultHitMemoryMB is both servers' -m: 16 MiB holds about 87,000
 	// items of 100-byte values (memcached's 192-byte chunks), under a
 	// tenth of the default key space. At -m 64 (about 350,000 items)
-	// Zipf α 1.2 asks for only some 230,000 distinct keys in 4 million
-	// gets, so nothing would ever be evicted and both servers would show
-	// the same first-time misses, whatever their memory and eviction.
+	// Zipf α 1.2 over the default keys asks for only 203,826 distinct
+	// keys in 4 million gets, so nothing is ever evicted and both servers
+	// show the same first-time misses, whatever their eviction.
 	DefaultHitMemoryMB = 16
 	// DefaultHitKeys is the size of the key space.
 	DefaultHitKeys = 1_000_000
