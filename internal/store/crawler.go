@@ -33,7 +33,7 @@ func (s *Store) crawl() {
 						if out == Expired && s.obs != nil && s.vb != nil {
 							s.obs.Mutated(it.vbucket, MutExpire, it.key(), int(it.nkey)+int(it.nbytes), 0)
 						}
-						s.unlinkIndexLocked(sh, h, it)
+						s.unlinkIndexLocked(sh, uint32(j), h, it)
 						c.mu.Lock()
 						s.unlinkLRULocked(c, h, it)
 						s.freeLocked(c, h, it)

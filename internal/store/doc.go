@@ -38,20 +38,21 @@
 // MiB pages and the default chunk sizes there are 18 page bits: 256K pages,
 // so the budget can reach about 128 GiB (New and SetMemLimit refuse more).
 //
-// The item header (hdr, 64 bytes, overlaid on the chunk with unsafe; it
+// The item header (hdr, 48 bytes, overlaid on the chunk with unsafe; it
 // contains no Go pointers) is followed by the key and the value. It holds
 // the LRU prev/next handles (also the free-list links), the hash-chain next
 // handle, exptime and last access (store seconds), the store time of the
-// Store that created it, client flags, value and key length, class id, a
-// state word (linked, free, fetched, active, stale, token-sent, LRU
-// segment), the CAS, a store sequence number used by flush_all, and the
-// full 64-bit key hash (so eviction finds the victim's shard without
-// rehashing). A uint16 vbucket id is reserved in the header: it is always 0
-// today; per-vbucket iteration and drop will use it.
+// Store that created it, client flags, value and key length, class id, the
+// vbucket id (cluster mode), a state word (linked, free, fetched, active,
+// stale, token-sent, LRU segment), and the CAS, which is also the store
+// sequence number used by flush_all. It keeps no hash of the key: the
+// index compares keys, and whoever needs an item's shard without the key
+// in hand (eviction, page rescue, dumps, vbucket snapshots, a growing
+// table) hashes the key again (keyHash).
 //
-// Item size, as Tx.Size and the size= of metadump report it, is header
-// (64) + key + value. memcached counts its own header, the key, a suffix and
-// value+"\r\n"; ours is the same idea with our header.
+// Item size, as Tx.Size and the size= of metadump report it, is in
+// memcached's units (ITEM_ntotal: its 48-byte header, the key and a NUL,
+// value+"\r\n", the CAS and non-zero flags).
 //
 // # Index
 //
@@ -70,7 +71,7 @@
 // hnext, exptime, cas and the value bytes (Overwrite). A class lock
 // protects the class's free list, LRU lists (prev/next links), counts,
 // end page and counters. pageMu protects the page budget and the page
-// directory. Key, flags, lengths, class, utime, seq and hash are written
+// directory. Key, flags, lengths, class, vbucket and utime are written
 // before the item is linked and never change while it is linked, so holders
 // of the class lock read them without the shard lock. The last-access time
 // and the state word are atomics, because gets update them under the shard

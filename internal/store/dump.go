@@ -21,24 +21,24 @@ func (s *Store) fillDump(d *DumpItem, it *hdr) {
 }
 
 // cacheDump implements CacheDump. It collects the class's handles in LRU
-// order under the class lock (reading only fields that are immutable while
-// linked), then revisits each under its shard lock, skipping items that were
-// unlinked meanwhile.
+// order under the class lock, with their keys' hashes (a linked item's key
+// does not change under the class lock), then revisits each under its
+// shard lock, skipping those no longer indexed there or whose chunk now
+// holds another key.
 func (s *Store) cacheDump(classID, limit int, fn func(*DumpItem)) {
 	if classID < 1 || classID >= len(s.classes) {
 		return
 	}
 	c := &s.classes[classID]
 	type ref struct {
-		h         uint32
-		hash, cas uint64
+		h    uint32
+		hash uint64
 	}
 	var refs []ref
 	c.mu.Lock()
 	for _, seg := range [...]int{segHot, segWarm, segCold} {
 		for h := c.head[seg]; h != 0 && (limit <= 0 || len(refs) < limit); h = s.hdr(h).next {
-			it := s.hdr(h)
-			refs = append(refs, ref{h, it.hash, it.cas})
+			refs = append(refs, ref{h, s.keyHash(s.hdr(h))})
 		}
 	}
 	c.mu.Unlock()
@@ -47,13 +47,10 @@ func (s *Store) cacheDump(classID, limit int, fn func(*DumpItem)) {
 	for _, r := range refs {
 		sh := s.shardOf(r.hash)
 		sh.mu.Lock()
-		for h := sh.table[bucket(sh, r.hash)]; h != 0; h = s.hdr(h).hnext {
-			if it := s.hdr(h); h == r.h && it.cas == r.cas {
-				if s.deadLocked(it, now) == Hit {
-					s.fillDump(&d, it)
-					fn(&d)
-				}
-				break
+		if s.inChainLocked(sh, bucket(sh, r.hash), r.h) {
+			if it := s.hdr(r.h); s.keyHash(it) == r.hash && s.deadLocked(it, now) == Hit {
+				s.fillDump(&d, it)
+				fn(&d)
 			}
 		}
 		sh.mu.Unlock()

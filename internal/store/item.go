@@ -6,7 +6,7 @@ import (
 )
 
 // hdrSize is the size of an item header; the key follows it, then the value.
-const hdrSize = 56
+const hdrSize = 48
 
 // mcItemHeader is sizeof(item) in memcached 1.6 on 64-bit machines. Slab
 // class sizes and item sizes are reckoned in memcached's units (mcSize) so
@@ -57,7 +57,6 @@ type hdr struct {
 	class   uint8         // slab class id: immutable
 	vbucket uint16        // reserved for per-vbucket iteration (always 0 today)
 	cas     uint64        // CAS unique, also the store sequence for flush_all (kept when CAS is disabled): shard lock
-	hash    uint64        // maphash of the key: immutable
 }
 
 // Compile-time check that hdr is exactly hdrSize bytes.

@@ -131,7 +131,8 @@ func (s *Store) evictLocked(c *slabClass, held *shard, keep uint32, now uint32, 
 				h = prev
 				continue
 			}
-			sh := s.shardOf(it.hash)
+			hash := s.keyHash(it) // linked, so its key is fixed under c.mu
+			sh := s.shardOf(hash)
 			if sh != held && !sh.mu.TryLock() {
 				c.st.tailRefLocked++
 				h = prev
@@ -159,7 +160,7 @@ func (s *Store) evictLocked(c *slabClass, held *shard, keep uint32, now uint32, 
 					tx.noteEvictionLocked(c, it, st, now)
 				}
 			}
-			s.unlinkIndexLocked(sh, h, it)
+			s.unlinkIndexLocked(sh, bucket(sh, hash), h, it)
 			s.unlinkLRULocked(c, h, it)
 			s.freeLocked(c, h, it)
 			if sh != held {

@@ -74,8 +74,9 @@ type ItemRef struct {
 }
 
 // VBucketRefs returns references to every item vbucket vb holds now, for a
-// backfill (Config.VBuckets > 0; else nil). It costs time and 16 bytes per
-// item of vb, under that vbucket's stripe lock, never a scan of the cache.
+// backfill (Config.VBuckets > 0; else nil). It costs time (a hash of each
+// key) and 16 bytes per item of vb, under that vbucket's stripe lock, never
+// a scan of the cache.
 func (s *Store) VBucketRefs(vb int) []ItemRef {
 	v := s.vb
 	if v == nil || vb < 0 || vb >= len(v.head) {
@@ -86,7 +87,7 @@ func (s *Store) VBucketRefs(vb int) []ItemRef {
 	defer m.Unlock()
 	refs := make([]ItemRef, 0, v.count[vb])
 	for h := v.head[vb]; h != 0; h = uint32(*s.linkOf(h)) {
-		refs = append(refs, ItemRef{h, s.hdr(h).hash})
+		refs = append(refs, ItemRef{h, s.keyHash(s.hdr(h))})
 	}
 	return refs
 }
@@ -109,8 +110,13 @@ func (s *Store) ReadRef(r ItemRef, vb int, fn func(*ItemView)) bool {
 	now := s.now()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	// The chunk may have been freed and reused since: it must still be
+	// indexed where r's key is, and hold that key, in vbucket vb.
+	if !s.inChainLocked(sh, bucket(sh, r.hash), r.h) {
+		return false
+	}
 	it := s.hdr(r.h)
-	if it.state.Load()&stLinked == 0 || it.hash != r.hash || int(it.vbucket) != vb {
+	if s.keyHash(it) != r.hash || int(it.vbucket) != vb {
 		return false
 	}
 	if s.deadLocked(it, now) != Hit {

@@ -348,12 +348,13 @@ func (s *Store) drainPageLocked(v *slabClass, p uint32, held *shard, keep uint32
 				busy++
 				continue
 			}
-			sh := s.shardOf(it.hash)
+			hash := s.keyHash(it) // linked, so its key is fixed under v.mu
+			sh := s.shardOf(hash)
 			if sh != held && !sh.mu.TryLock() {
 				busy++
 				continue
 			}
-			s.unlinkIndexLocked(sh, h, it)
+			s.unlinkIndexLocked(sh, bucket(sh, hash), h, it)
 			s.unlinkLRULocked(v, h, it)
 			s.freeLocked(v, h, it)
 			if sh != held {

@@ -19,7 +19,7 @@ func (s *Store) begin(tx *Tx, key []byte) Outcome {
 	}
 	if out := s.deadLocked(it, now); out != Hit {
 		c := &s.classes[it.class]
-		s.unlinkIndexLocked(sh, h, it)
+		s.unlinkIndexLocked(sh, bucket(sh, hash), h, it)
 		c.mu.Lock()
 		if out == Expired {
 			c.st.reclaimed++
@@ -91,16 +91,15 @@ func (tx *Tx) store(flags uint32, exptime uint32, cas uint64, a, b []byte) error
 	it.class = c.id
 	it.vbucket = tx.vb
 	it.cas = cas
-	it.hash = tx.hash
 	copy(it.key(), tx.key)
 	v := it.value()
 	copy(v[copy(v, a):], b)
 
 	old, oit, oc := tx.cur, tx.it, tx.cls
 	if old != 0 {
-		s.replaceIndexLocked(tx.sh, old, h, it)
+		s.replaceIndexLocked(tx.sh, tx.hash, old, h, it)
 	} else {
-		s.insertIndexLocked(tx.sh, h, it)
+		s.insertIndexLocked(tx.sh, tx.hash, h, it)
 	}
 	seg, flat := segHot, s.flat.Load()
 	if flat {
@@ -170,7 +169,7 @@ func (tx *Tx) delete() {
 	if s.vb != nil {
 		tx.observe(MutDelete, it)
 	}
-	s.unlinkIndexLocked(tx.sh, tx.cur, it)
+	s.unlinkIndexLocked(tx.sh, bucket(tx.sh, tx.hash), tx.cur, it)
 	c.mu.Lock()
 	s.unlinkLRULocked(c, tx.cur, it)
 	s.freeLocked(c, tx.cur, it)

@@ -78,9 +78,9 @@ func (s *Store) dropVBucket(vb int) int {
 	if v == nil || vb < 0 || vb >= len(v.head) {
 		return 0
 	}
-	// Only fields that do not change while an item is linked are read
-	// under the stripe lock (the hash; its CAS can change under the shard
-	// lock alone).
+	// Under the stripe lock the items on vb's list are linked and their
+	// keys cannot change: the handles are collected with their keys'
+	// hashes, which name the shard to lock for each.
 	type ref struct {
 		h    uint32
 		hash uint64
@@ -89,20 +89,21 @@ func (s *Store) dropVBucket(vb int) int {
 	m.Lock()
 	refs := make([]ref, 0, v.count[vb])
 	for h := v.head[vb]; h != 0; h = uint32(*s.linkOf(h)) {
-		it := s.hdr(h)
-		refs = append(refs, ref{h, it.hash})
+		refs = append(refs, ref{h, s.keyHash(s.hdr(h))})
 	}
 	m.Unlock()
 	dropped := 0
 	for _, r := range refs {
 		sh := s.shardOf(r.hash)
 		sh.mu.Lock()
-		// The chunk may have been freed and reused since: check that it
-		// still holds a linked item of this key and vbucket (a newer copy
-		// of the key goes too, which is what dropping the vbucket means).
-		if it := s.hdr(r.h); it.state.Load()&stLinked != 0 && it.hash == r.hash && int(it.vbucket) == vb {
+		// The chunk may have been freed and reused since: it is dropped if
+		// it is still indexed where its key was and still holds an item of
+		// vb (maybe a newer copy of the key, or another key of vb in the
+		// same bucket: either goes, which is what dropping vb means).
+		if b := bucket(sh, r.hash); s.inChainLocked(sh, b, r.h) && int(s.hdr(r.h).vbucket) == vb {
+			it := s.hdr(r.h)
 			c := &s.classes[it.class]
-			s.unlinkIndexLocked(sh, r.h, it)
+			s.unlinkIndexLocked(sh, b, r.h, it)
 			c.mu.Lock()
 			s.unlinkLRULocked(c, r.h, it)
 			s.freeLocked(c, r.h, it)
