@@ -50,7 +50,7 @@ func (s *Store) Borrow(tx *Tx, n int) ([]byte, Loan, error) {
 	}
 	s.lent += int64(c.size)
 	s.pageMu.Unlock()
-	h, err := s.alloc(c, nil, 0, s.now(), tx)
+	h, err := s.alloc(c, nil, 0, s.nowLatched(), tx)
 	if err != nil {
 		s.pageMu.Lock()
 		s.lent -= int64(c.size)

@@ -15,7 +15,7 @@ func (s *Store) crawl() {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		for b := 0; ; b += crawlBatch {
-			now := s.now()
+			now := s.nowLatched()
 			sh.mu.Lock()
 			if b >= len(sh.table) {
 				sh.mu.Unlock()

@@ -41,8 +41,8 @@
 // The item header (hdr, 48 bytes, overlaid on the chunk with unsafe; it
 // contains no Go pointers) is followed by the key and the value. It holds
 // the LRU prev/next handles (also the free-list links), the hash-chain next
-// handle, exptime and last access (store seconds), the store time of the
-// Store that created it, client flags, value and key length, class id, the
+// handle, exptime and last access (store seconds), client flags, value
+// and key length, class id, the
 // vbucket id (cluster mode), a state word (linked, free, fetched, active,
 // stale, token-sent, LRU segment), and the CAS, which is also the store
 // sequence number used by flush_all. It keeps no hash of the key: the
@@ -71,7 +71,9 @@
 // hnext, exptime, cas and the value bytes (Overwrite). A class lock
 // protects the class's free list, LRU lists (prev/next links), counts,
 // end page and counters. pageMu protects the page budget and the page
-// directory. Key, flags, lengths, class, vbucket and utime are written
+// directory. flushMu serialises flush_all and the latching of a delayed one
+// (below); it is a leaf, taken under shard and class locks and taking none.
+// Key, flags, lengths, class and vbucket are written
 // before the item is linked and never change while it is linked, so holders
 // of the class lock read them without the shard lock. The last-access time
 // and the state word are atomics, because gets update them under the shard
@@ -144,9 +146,20 @@
 // also the CAS unless DisableCAS (then CAS reads 0) or the caller passes one.
 // flush_all now records the counter: items with a sequence at or below it
 // are flushed, so an item stored after the flush in the same second stays
-// visible, with or without CAS. A delayed flush_all records its moment T:
-// from T on, items stored before T are flushed. Lookups reclaim expired and
-// flushed items lazily (outcomes Expired and Flushed).
+// visible, with or without CAS. A delayed flush_all records its moment T
+// (flushAt); the first one to read the store time at or past T (a Begin,
+// the crawler, a dump, an eviction's caller) latches it, recording the
+// counter as an immediate flush_all would, and clears T. A Tx latches at
+// Begin, before its Store takes a sequence, so every item stored from T on
+// has a sequence above the latched one and every item stored before T has
+// one at or below it, however late the latch comes; the item header needs
+// no store time for it. Latching takes flushMu (a leaf lock) once per
+// delayed flush; otherwise it costs one atomic load per Begin. Lookups
+// reclaim expired and flushed items lazily (outcomes Expired and Flushed).
+//
+// The sequence is the CAS, so an item stored with an explicit CAS (a
+// stream consumer applying another node's item) is ordered by that CAS:
+// one at or below the last flush's counter is flushed at once.
 //
 // # The crawler and the background goroutine
 //

@@ -42,7 +42,7 @@ func (s *Store) cacheDump(classID, limit int, fn func(*DumpItem)) {
 		}
 	}
 	c.mu.Unlock()
-	now := s.now()
+	now := s.nowLatched()
 	var d DumpItem
 	for _, r := range refs {
 		sh := s.shardOf(r.hash)
@@ -59,7 +59,7 @@ func (s *Store) cacheDump(classID, limit int, fn func(*DumpItem)) {
 
 // metaDump implements MetaDump: shard by shard, under each shard lock.
 func (s *Store) metaDump(fn func(*DumpItem)) {
-	now := s.now()
+	now := s.nowLatched()
 	var d DumpItem
 	for i := range s.shards {
 		sh := &s.shards[i]

@@ -50,7 +50,6 @@ type hdr struct {
 	exptime uint32        // store time of expiry, 0 never: shard lock
 	atime   atomic.Uint32 // store time of last access: atomic
 	state   atomic.Uint32 // st* bits and LRU segment: atomic
-	utime   uint32        // store time of the Store that made it: immutable
 	flags   uint32        // client flags: immutable
 	nbytes  uint32        // value length: immutable
 	nkey    uint8         // key length: immutable

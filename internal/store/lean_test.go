@@ -1,8 +1,12 @@
 package store
 
 import (
+	"runtime"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // checkIndex verifies that every indexed item sits in the shard and bucket
@@ -67,4 +71,123 @@ func TestEvictionAndRescueFindTheShard(t *testing.T) {
 	}
 	wantGet(t, s, "b699", big, Hit)
 	checkAll(t, s, false)
+}
+
+// TestDelayedFlushBySequence: a delayed flush_all (moment T) is latched by
+// the first reader that sees the store time at or past T, as the counter
+// of sequences handed out by then. Items stored before T go, items stored
+// from T on stay, however late anyone looks.
+func TestDelayedFlushBySequence(t *testing.T) {
+	for _, disableCAS := range []bool{false, true} {
+		s, fk := newTest(t, Config{DisableCAS: disableCAS})
+		mustSet(t, s, "before", "1", 0)
+		s.Flush(10)
+		fk.Advance(9 * time.Second)
+		mustSet(t, s, "late", "1", 0) // T-1: goes too
+		wantGet(t, s, "before", "1", Hit)
+		fk.Advance(time.Hour) // T passes and no one looks
+		// The first thing after T is a store of a new key (a miss): it
+		// latches the flush before it takes its sequence, so it stays.
+		mustSet(t, s, "after", "1", 0)
+		wantGet(t, s, "after", "1", Hit)
+		wantGet(t, s, "before", "", Flushed)
+		wantGet(t, s, "late", "", Flushed)
+		if s.flushAt.Load() != 0 {
+			t.Fatal("flush not latched")
+		}
+
+		// A due flush is latched before another flush_all replaces it.
+		mustSet(t, s, "x", "1", 0)
+		s.Flush(5)
+		fk.Advance(10 * time.Second)
+		s.Flush(100) // the first one's moment passed unseen
+		mustSet(t, s, "y", "1", 0)
+		wantGet(t, s, "x", "", Flushed)
+		wantGet(t, s, "y", "1", Hit)
+		// An immediate flush_all cancels the pending one, and flushes y.
+		s.Flush(0)
+		mustSet(t, s, "z", "1", 0)
+		fk.Advance(200 * time.Second)
+		wantGet(t, s, "y", "", Flushed)
+		wantGet(t, s, "z", "1", Hit)
+	}
+}
+
+// TestDelayedFlushConcurrent: writers keep storing while the clock passes
+// a delayed flush_all's moment T. Every item whose Tx began at or after T
+// must stay, and every item stored before the flush_all was given must go.
+func TestDelayedFlushConcurrent(t *testing.T) {
+	s, fk := newTest(t, Config{})
+	for i := 0; i < 100; i++ {
+		mustSet(t, s, "old"+strconv.Itoa(i), "v", 0)
+	}
+	s.Flush(10)
+	tNow, _ := s.Now()
+	T := tNow + 10
+	type rec struct {
+		key string
+		now uint32
+	}
+	const writers = 4
+	recs := make([][]rec, writers)
+	var stored atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var tx Tx
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				k := "w" + strconv.Itoa(w) + ":" + strconv.Itoa(i)
+				s.Begin(&tx, []byte(k))
+				now := tx.now
+				if err := tx.Store(0, 0, 0, []byte("v"), nil); err != nil {
+					panic(err)
+				}
+				tx.End()
+				recs[w] = append(recs[w], rec{k, now})
+				stored.Add(1)
+			}
+		}()
+	}
+	// The clock crosses T while they write: a second at a time, each once
+	// the writers have stored another 100 items.
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; i < 20; i++ {
+		// Progress since the last step: the writers may have run far
+		// ahead of this goroutine before it first looked.
+		for base := stored.Load(); stored.Load() < base+100; {
+			if time.Now().After(deadline) {
+				t.Fatal("writers stalled")
+			}
+			runtime.Gosched()
+		}
+		fk.Advance(time.Second)
+	}
+	close(stop)
+	wg.Wait()
+	before, after := 0, 0
+	for _, rs := range recs {
+		for _, r := range rs {
+			if r.now >= T {
+				after++
+				wantGet(t, s, r.key, "v", Hit)
+			} else {
+				before++
+			}
+		}
+	}
+	if before == 0 || after == 0 {
+		t.Fatalf("%d items stored before T and %d after: the test did not straddle T", before, after)
+	}
+	for i := 0; i < 100; i++ {
+		wantGet(t, s, "old"+strconv.Itoa(i), "", Flushed)
+	}
+	t.Logf("%d items stored before T, %d at or after", before, after)
 }

@@ -173,16 +173,14 @@ func (s *Store) evictLocked(c *slabClass, held *shard, keep uint32, now uint32, 
 }
 
 // deadLocked reports whether a linked item is expired (Expired), flushed
-// (Flushed) or alive (Hit) at store time now. Caller holds the item's shard
-// lock.
+// (Flushed) or alive (Hit) at store time now. The caller has latched a
+// delayed flush_all due at now (latchDue) since it read now, so that
+// flushSeq alone says what is flushed. Caller holds the item's shard lock.
 func (s *Store) deadLocked(it *hdr, now uint32) Outcome {
 	if it.exptime != 0 && it.exptime <= now {
 		return Expired
 	}
 	if it.cas <= s.flushSeq.Load() {
-		return Flushed
-	}
-	if ol := s.oldestLive.Load(); ol != 0 && ol <= now && it.utime < ol {
 		return Flushed
 	}
 	return Hit

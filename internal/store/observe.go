@@ -107,7 +107,7 @@ type ItemView struct {
 // call the store.
 func (s *Store) ReadRef(r ItemRef, vb int, fn func(*ItemView)) bool {
 	sh := s.shardOf(r.hash)
-	now := s.now()
+	now := s.nowLatched()
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	// The chunk may have been freed and reused since: it must still be

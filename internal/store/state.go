@@ -62,9 +62,16 @@ type storeState struct {
 	hotPct, warmPct atomic.Int32
 	flat            atomic.Bool
 
-	casSeq     atomic.Uint64 // CAS and store-sequence counter
-	flushSeq   atomic.Uint64 // items with seq <= flushSeq are flushed
-	oldestLive atomic.Uint32 // delayed flush moment (store time), 0 = none
+	// flush_all (store.go flush, latchFlush). An item is flushed when its
+	// sequence (its CAS) is at or below flushSeq. A delayed flush_all sets
+	// flushAt, its moment T; the first reader that sees the store time at
+	// or past T latches it: flushSeq takes the counter's value and flushAt
+	// goes back to 0. Every Store latches a due flush before it takes its
+	// own sequence, so items stored from T on stay and all before go.
+	casSeq   atomic.Uint64 // CAS and store-sequence counter
+	flushSeq atomic.Uint64 // items with seq <= flushSeq are flushed
+	flushAt  atomic.Uint32 // pending delayed flush moment (store time), 0 = none
+	flushMu  sync.Mutex    // serialises flush and latchFlush (a leaf: taken under shard and class locks, takes none)
 
 	// Time. base is the unix second at which store time is 0; store time
 	// starts at relStart. With clock.Real, relNow is refreshed by the

@@ -265,14 +265,59 @@ func (s *Store) relTime(exptime int64) uint32 {
 
 func (s *Store) flush(exptime int64) {
 	now := s.now()
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	// A delayed flush whose moment has passed unseen still takes effect
+	// before another replaces it.
+	if t := s.flushAt.Load(); t != 0 && t <= now {
+		s.latchFlushLocked()
+	}
 	if exptime != 0 {
 		if t := s.relTime(exptime); t > now {
-			s.oldestLive.Store(t)
+			s.flushAt.Store(t)
 			return
 		}
 	}
-	s.oldestLive.Store(0)
-	s.flushSeq.Store(s.casSeq.Load())
+	s.flushAt.Store(0)
+	s.flushSeq.Store(max(s.flushSeq.Load(), s.casSeq.Load()))
+}
+
+// nowLatched returns the current store time, having latched a delayed
+// flush_all due by then. Whoever judges items with deadLocked, and every
+// Tx (whose Store takes a sequence number), reads the time through it.
+func (s *Store) nowLatched() uint32 {
+	now := s.now()
+	s.latchDue(now)
+	return now
+}
+
+// latchDue latches a delayed flush_all whose moment T has come by store
+// time now: one atomic load when none is due. Because a Tx latches at its
+// Begin, before its Store takes a sequence number, no item stored at or
+// after T gets a sequence at or below the latched one, and every item
+// stored before T has one.
+func (s *Store) latchDue(now uint32) {
+	if s.flushAt.Load()-1 < now { // flushAt != 0 && flushAt <= now (0-1 wraps to the largest)
+		s.latchDueSlow(now)
+	}
+}
+
+// latchDueSlow is latchDue's rare half, kept apart so that latchDue inlines.
+func (s *Store) latchDueSlow(now uint32) {
+	s.flushMu.Lock()
+	if t := s.flushAt.Load(); t != 0 && t <= now {
+		s.latchFlushLocked()
+	}
+	s.flushMu.Unlock()
+}
+
+// latchFlushLocked turns the pending delayed flush into a flush of every
+// sequence handed out so far. flushSeq is raised before flushAt is
+// cleared, so a reader that sees flushAt 0 sees the new flushSeq, and one
+// that still sees flushAt waits on flushMu. Caller holds s.flushMu.
+func (s *Store) latchFlushLocked() {
+	s.flushSeq.Store(max(s.flushSeq.Load(), s.casSeq.Load()))
+	s.flushAt.Store(0)
 }
 
 // background refreshes the cached clock and runs the crawler. It exits when

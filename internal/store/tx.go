@@ -9,6 +9,7 @@ import (
 func (s *Store) begin(tx *Tx, key []byte) Outcome {
 	hash := maphash.Bytes(s.seed, key)
 	now := s.now()
+	s.latchDue(now) // nowLatched by hand (it does not inline): see latchDue
 	sh := &s.shards[hash&s.shardMask]
 	sh.mu.Lock()
 	tx.s, tx.sh, tx.key, tx.hash, tx.now = s, sh, key, hash, now
@@ -76,6 +77,8 @@ func (tx *Tx) store(flags uint32, exptime uint32, cas uint64, a, b []byte) error
 		return err
 	}
 	it := s.hdr(h)
+	// Begin latched a delayed flush_all due at tx.now, so the sequence
+	// taken here is above it if this store is at or after its moment.
 	if cas == 0 || s.cfg.DisableCAS {
 		// With CAS disabled the counter still orders items for flush_all;
 		// Tx.CAS reports 0.
@@ -84,7 +87,6 @@ func (tx *Tx) store(flags uint32, exptime uint32, cas uint64, a, b []byte) error
 	it.hnext = 0
 	it.exptime = exptime
 	it.atime.Store(tx.now)
-	it.utime = tx.now
 	it.flags = flags
 	it.nbytes = uint32(nbytes)
 	it.nkey = uint8(len(tx.key))
