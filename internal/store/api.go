@@ -143,7 +143,7 @@ func (tx *Tx) ClassID() int {
 	if tx.it == nil {
 		return 0
 	}
-	return int(tx.it.class)
+	return int(tx.it.class())
 }
 
 // Size returns the total bytes the held item occupies (header + key + value),
@@ -168,7 +168,7 @@ func (tx *Tx) Touch(exptime uint32) {
 		tx.it.exptime = exptime
 		tx.it.atime.Store(tx.now)
 		if tx.s.vb != nil {
-			tx.observe(MutStore, tx.it)
+			tx.observe(MutStore, tx.cur, tx.it)
 		}
 	}
 }

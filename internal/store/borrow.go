@@ -58,8 +58,7 @@ func (s *Store) Borrow(tx *Tx, n int) ([]byte, Loan, error) {
 		return nil, Loan{}, err
 	}
 	it := s.hdr(h)
-	it.state.Store(stBorrowed)
-	it.class = c.id
+	it.state.Store(stateFor(stBorrowed, c.id, 0))
 	p := unsafe.Add(unsafe.Pointer(it), borrowHdr)
 	return unsafe.Slice((*byte)(p), int(c.size)-borrowHdr), Loan{h: h}, nil
 }
@@ -77,7 +76,7 @@ func (s *Store) Return(l Loan) {
 		return
 	}
 	it := s.hdr(l.h)
-	c := &s.classes[it.class]
+	c := &s.classes[it.class()]
 	c.mu.Lock()
 	it.state.Store(0)
 	s.freeLocked(c, l.h, it)

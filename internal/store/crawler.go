@@ -26,12 +26,12 @@ func (s *Store) crawl() {
 				for h := sh.table[j]; h != 0; {
 					it := s.hdr(h)
 					next := it.hnext
-					c := &s.classes[it.class]
+					c := &s.classes[it.class()]
 					c.crawlChecked.Add(1)
 					if out := s.deadLocked(it, now); out != Hit {
 						unfetched := !it.has(stFetched)
 						if out == Expired && s.obs != nil && s.vb != nil {
-							s.obs.Mutated(it.vbucket, MutExpire, it.key(), int(it.nkey)+int(it.nbytes), 0)
+							s.obs.Mutated(*s.vbOf(h), MutExpire, it.key(), it.nkey()+int(it.nbytes), 0)
 						}
 						s.unlinkIndexLocked(sh, uint32(j), h, it)
 						c.mu.Lock()

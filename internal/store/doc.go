@@ -38,17 +38,24 @@
 // MiB pages and the default chunk sizes there are 18 page bits: 256K pages,
 // so the budget can reach about 128 GiB (New and SetMemLimit refuse more).
 //
-// The item header (hdr, 48 bytes, overlaid on the chunk with unsafe; it
-// contains no Go pointers) is followed by the key and the value. It holds
-// the LRU prev/next handles (also the free-list links), the hash-chain next
-// handle, exptime and last access (store seconds), client flags, value
-// and key length, class id, the
-// vbucket id (cluster mode), a state word (linked, free, fetched, active,
-// stale, token-sent, LRU segment), and the CAS, which is also the store
-// sequence number used by flush_all. It keeps no hash of the key: the
-// index compares keys, and whoever needs an item's shard without the key
-// in hand (eviction, page rescue, dumps, vbucket snapshots, a growing
-// table) hashes the key again (keyHash).
+// The item header (hdr, 40 bytes, overlaid on the chunk with unsafe; it
+// contains no Go pointers; item.go draws it) is followed by the key and the
+// value. It holds the LRU prev/next handles (also the free-list links), the
+// hash-chain next handle, exptime and last access (store seconds), a state
+// word, client flags, the value length, and the CAS, which is also the
+// store sequence number used by flush_all. The state word's low ten bits
+// are the flags that change while an item is linked (linked, free,
+// fetched, active, stale, token-sent, binary key, lent, and the LRU
+// segment), changed only by atomic Or, And and CompareAndSwap of those
+// bits; its top two bytes are the class id and the key length, written
+// with the rest of the word before the item is linked and never changed
+// while it is. The header keeps no hash of the key: the index compares
+// keys, and whoever needs an item's shard without the key in hand
+// (eviction, page rescue, dumps, vbucket snapshots, a growing table)
+// hashes the key again (keyHash). Nor does it keep the vbucket id: in
+// cluster mode each page has a side array of them beside its vbucket links
+// (vbucket.go); a standalone store, where every item is in vbucket 0, has
+// neither.
 //
 // Item size, as Tx.Size and the size= of metadump report it, is in
 // memcached's units (ITEM_ntotal: its 48-byte header, the key and a NUL,

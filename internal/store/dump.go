@@ -8,7 +8,7 @@ func (s *Store) fillDump(d *DumpItem, it *hdr) {
 		LastAccess: s.base + int64(it.atime.Load()),
 		CAS:        it.cas,
 		Fetched:    it.has(stFetched),
-		ClassID:    int(it.class),
+		ClassID:    int(it.class()),
 		Size:       it.size(s.casBytes),
 		Nbytes:     int(it.nbytes),
 	}

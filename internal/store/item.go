@@ -6,7 +6,7 @@ import (
 )
 
 // hdrSize is the size of an item header; the key follows it, then the value.
-const hdrSize = 48
+const hdrSize = 40
 
 // mcItemHeader is sizeof(item) in memcached 1.6 on 64-bit machines. Slab
 // class sizes and item sizes are reckoned in memcached's units (mcSize) so
@@ -43,18 +43,31 @@ func footprint(nkey int, flags uint32, nbytes, casBytes, itemSizeMax int) int {
 // noted; "immutable" means written once before the item is linked (under the
 // allocating Tx's shard lock, then published by the class lock taken to link
 // it) and never changed while it is linked.
+//
+//	offset  field    bits
+//	     0  prev     32  LRU (or free list) previous handle
+//	     4  next     32  LRU (or free list) next handle
+//	     8  hnext    32  hash chain next handle
+//	    12  exptime  32  store time of expiry, 0 never
+//	    16  atime    32  store time of last access
+//	    20  state    32  bits 0-7 st* flags, 8-9 LRU segment, 10-15 unused,
+//	                     16-23 class id, 24-31 key length
+//	    24  flags    32  client flags
+//	    28  nbytes   32  value length
+//	    32  cas      64  CAS unique and store sequence
+//	    40  key, then value
+//
+// The key's hash is not kept (keyHash computes it), nor the vbucket id
+// (a side array of the page holds it, in cluster mode only: vbucket.go).
 type hdr struct {
 	prev    uint32        // LRU (or free list) previous handle: class lock
 	next    uint32        // LRU (or free list) next handle: class lock
 	hnext   uint32        // hash chain: shard lock
 	exptime uint32        // store time of expiry, 0 never: shard lock
 	atime   atomic.Uint32 // store time of last access: atomic
-	state   atomic.Uint32 // st* bits and LRU segment: atomic
+	state   atomic.Uint32 // st* bits and LRU segment (atomic); class id and key length above them (immutable)
 	flags   uint32        // client flags: immutable
 	nbytes  uint32        // value length: immutable
-	nkey    uint8         // key length: immutable
-	class   uint8         // slab class id: immutable
-	vbucket uint16        // reserved for per-vbucket iteration (always 0 today)
 	cas     uint64        // CAS unique, also the store sequence for flush_all (kept when CAS is disabled): shard lock
 }
 
@@ -62,7 +75,15 @@ type hdr struct {
 var _ [hdrSize - unsafe.Sizeof(hdr{})]struct{}
 var _ [unsafe.Sizeof(hdr{}) - hdrSize]struct{}
 
-// state bits.
+// state bits. The low byte holds flags and the next two bits the LRU
+// segment: these change while the item is linked, always by atomic Or, And
+// or CompareAndSwap of those bits alone (setBit, setSeg), which leave the
+// rest of the word as it is. The top two bytes hold the class id and key
+// length, written by a plain Store of the whole word (stateFor) while no
+// one else can see the chunk: when Tx.Store fills a chunk alloc handed it,
+// and when Borrow lends one. A chunk going to the free list (pushFreeLocked,
+// freeLocked) is stored stFree alone: a free chunk has no key and no class
+// of its own.
 const (
 	stLinked  = 1 << 0 // in the index and an LRU list
 	stFree    = 1 << 1 // on the class free list (or free in a draining page)
@@ -76,7 +97,21 @@ const (
 	stBorrowed = 1 << 7
 	segShift   = 8
 	segMask    = 3 << segShift
+	classShift = 16 // class id: bits 16-23
+	nkeyShift  = 24 // key length: bits 24-31
 )
+
+// stateFor is the state word of a chunk of class id whose key is nkey bytes
+// long, with the st* bits bits.
+func stateFor(bits uint32, class uint8, nkey int) uint32 {
+	return bits | uint32(class)<<classShift | uint32(nkey)<<nkeyShift
+}
+
+// class returns the item's slab class id.
+func (it *hdr) class() uint8 { return uint8(it.state.Load() >> classShift) }
+
+// nkey returns the item's key length.
+func (it *hdr) nkey() int { return int(it.state.Load() >> nkeyShift) }
 
 // LRU segments.
 const (
@@ -109,16 +144,16 @@ func (it *hdr) setBit(bit uint32, v bool) {
 }
 
 func (it *hdr) key() []byte {
-	return unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(it), hdrSize)), int(it.nkey))
+	return unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(it), hdrSize)), it.nkey())
 }
 
 func (it *hdr) value() []byte {
-	return unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(it), hdrSize+uintptr(it.nkey))), int(it.nbytes))
+	return unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(it), hdrSize+it.nkey())), int(it.nbytes))
 }
 
 // size is the item's size in memcached's units (see mcSize).
 func (it *hdr) size(casBytes int) int {
-	return mcSize(int(it.nkey), it.flags, int(it.nbytes), casBytes)
+	return mcSize(it.nkey(), it.flags, int(it.nbytes), casBytes)
 }
 
 // pageSlot describes one slab page.
@@ -129,6 +164,7 @@ type pageSlot struct {
 	class    uint8          // owning class id
 	draining bool           // being emptied for another class (owning class lock)
 	links    []uint64       // per chunk prev<<32|next on its vbucket list (VBuckets > 0 only; see vbucket.go)
+	vbs      []uint16       // per chunk the vbucket id of its item (VBuckets > 0 only; immutable while the item is linked, like the header's)
 }
 
 const (

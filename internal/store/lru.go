@@ -194,7 +194,7 @@ func (s *Store) checkClassLocked(c *slabClass) {
 		prev := uint32(0)
 		for h := c.head[seg]; h != 0; h = s.hdr(h).next {
 			it := s.hdr(h)
-			if it.prev != prev || it.seg() != seg || !it.has(stLinked) || int(it.class) != int(c.id) {
+			if it.prev != prev || it.seg() != seg || !it.has(stLinked) || int(it.class()) != int(c.id) {
 				panic("store: corrupt LRU list")
 			}
 			req += uint64(it.size(s.casBytes))

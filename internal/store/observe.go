@@ -59,10 +59,12 @@ func (s *Store) AdvanceCAS(cas uint64) {
 // vbucket (a node's synchronous replication waits only after writes).
 func (tx *Tx) Mutations() uint64 { return tx.muts }
 
-func (tx *Tx) observe(kind MutationKind, it *hdr) {
+// observe tells the observer of a mutation of item h (it). Cluster mode
+// only (Config.VBuckets > 0). Caller holds h's shard lock.
+func (tx *Tx) observe(kind MutationKind, h uint32, it *hdr) {
 	if o := tx.s.obs; o != nil {
 		tx.muts++
-		o.Mutated(it.vbucket, kind, tx.key, int(it.nkey)+int(it.nbytes), tx.seq)
+		o.Mutated(*tx.s.vbOf(h), kind, tx.key, it.nkey()+int(it.nbytes), tx.seq)
 	}
 }
 
@@ -116,7 +118,7 @@ func (s *Store) ReadRef(r ItemRef, vb int, fn func(*ItemView)) bool {
 		return false
 	}
 	it := s.hdr(r.h)
-	if s.keyHash(it) != r.hash || int(it.vbucket) != vb {
+	if s.keyHash(it) != r.hash || int(*s.vbOf(r.h)) != vb {
 		return false
 	}
 	if s.deadLocked(it, now) != Hit {

@@ -100,6 +100,7 @@ func (s *Store) addPageLocked(c *slabClass, p uint32) {
 	sl.draining = false
 	if s.vb != nil && len(sl.links) != int(c.perPage) {
 		sl.links = make([]uint64, c.perPage)
+		sl.vbs = make([]uint16, c.perPage)
 	}
 	c.pages = append(c.pages, p)
 	c.npages.Store(int32(len(c.pages)))

@@ -19,7 +19,7 @@ func (s *Store) begin(tx *Tx, key []byte) Outcome {
 		return Miss
 	}
 	if out := s.deadLocked(it, now); out != Hit {
-		c := &s.classes[it.class]
+		c := &s.classes[it.class()]
 		s.unlinkIndexLocked(sh, bucket(sh, hash), h, it)
 		c.mu.Lock()
 		if out == Expired {
@@ -29,7 +29,7 @@ func (s *Store) begin(tx *Tx, key []byte) Outcome {
 			}
 		}
 		if out == Expired && s.vb != nil {
-			tx.observe(MutExpire, it)
+			tx.observe(MutExpire, h, it)
 		}
 		s.unlinkLRULocked(c, h, it)
 		s.freeLocked(c, h, it)
@@ -37,7 +37,7 @@ func (s *Store) begin(tx *Tx, key []byte) Outcome {
 		tx.cur, tx.it, tx.cls = 0, nil, nil
 		return out
 	}
-	tx.cur, tx.it, tx.cls = h, it, &s.classes[it.class]
+	tx.cur, tx.it, tx.cls = h, it, &s.classes[it.class()]
 	return Hit
 }
 
@@ -60,7 +60,7 @@ func (tx *Tx) bump() {
 	if it.atime.Load() != tx.now {
 		it.atime.Store(tx.now)
 	}
-	tx.sh.hits[int(it.class)*nSegs+int(st&segMask)>>segShift]++
+	tx.sh.hits[int(uint8(st>>classShift))*nSegs+int(st&segMask)>>segShift]++
 }
 
 // store implements Tx.Store.
@@ -89,9 +89,10 @@ func (tx *Tx) store(flags uint32, exptime uint32, cas uint64, a, b []byte) error
 	it.atime.Store(tx.now)
 	it.flags = flags
 	it.nbytes = uint32(nbytes)
-	it.nkey = uint8(len(tx.key))
-	it.class = c.id
-	it.vbucket = tx.vb
+	it.state.Store(stateFor(0, c.id, len(tx.key))) // the chunk is ours alone until linked
+	if s.vb != nil {
+		*s.vbOf(h) = tx.vb
+	}
 	it.cas = cas
 	copy(it.key(), tx.key)
 	v := it.value()
@@ -138,7 +139,7 @@ func (tx *Tx) store(flags uint32, exptime uint32, cas uint64, a, b []byte) error
 	}
 	tx.cur, tx.it, tx.cls = h, it, c
 	if s.vb != nil {
-		tx.observe(MutStore, it)
+		tx.observe(MutStore, h, it)
 	}
 	return nil
 }
@@ -156,7 +157,7 @@ func (tx *Tx) overwrite(v []byte) bool {
 	}
 	it.cas = tx.s.casSeq.Add(1) // fresh even when CAS is disabled: it orders flush_all
 	if tx.s.vb != nil {
-		tx.observe(MutStore, it)
+		tx.observe(MutStore, tx.cur, it)
 	}
 	return true
 }
@@ -169,7 +170,7 @@ func (tx *Tx) delete() {
 	}
 	s, c := tx.s, tx.cls
 	if s.vb != nil {
-		tx.observe(MutDelete, it)
+		tx.observe(MutDelete, tx.cur, it)
 	}
 	s.unlinkIndexLocked(tx.sh, bucket(tx.sh, tx.hash), tx.cur, it)
 	c.mu.Lock()

@@ -6,9 +6,12 @@ import "sync"
 // mode), so that dropping a vbucket (DEL_VBUCKET) costs time in proportion
 // to that vbucket's items and never scans the cache.
 //
-// The links live outside the item header, which has no room to spare: each
-// slab page carries a side array with one prev/next handle pair per chunk
-// (pageSlot.links), sized when the page is given to a class. Each vbucket
+// The links live outside the item header, which has no room to spare, and
+// so does each item's vbucket id (a standalone store, where every item is
+// in vbucket 0, keeps neither): each slab page carries side arrays with one
+// prev/next handle pair (pageSlot.links) and one vbucket id (pageSlot.vbs)
+// per chunk, sized when the page is given to a class: 10 bytes per chunk
+// in cluster mode. Each vbucket
 // has a list head and an item count; vbMu stripes protect them and the
 // links of the items on the lists. Lock order: shard → class → vbucket
 // stripe (a stripe is always taken last and held briefly). Items are linked
@@ -29,11 +32,19 @@ func (s *Store) linkOf(h uint32) *uint64 {
 	return &s.slot(h >> s.chunkBits).links[h&s.chunkMask]
 }
 
+// vbOf returns where chunk h's vbucket id is kept. It is written by
+// Tx.Store before the item is linked and read, like the header's immutable
+// fields, by holders of the item's shard lock, or of its class lock or
+// vbucket stripe while it is linked.
+func (s *Store) vbOf(h uint32) *uint16 {
+	return &s.slot(h >> s.chunkBits).vbs[h&s.chunkMask]
+}
+
 // vbLink puts item h on its vbucket's list. Caller holds the item's shard
 // lock (and possibly its class lock).
 func (s *Store) vbLink(h uint32, it *hdr) {
 	v := s.vb
-	vb := int(it.vbucket)
+	vb := int(*s.vbOf(h))
 	m := &v.mu[vb%vbStripes]
 	m.Lock()
 	next := v.head[vb]
@@ -52,7 +63,7 @@ func (s *Store) vbLink(h uint32, it *hdr) {
 // shard and class locks.
 func (s *Store) vbUnlink(h uint32, it *hdr) {
 	v := s.vb
-	vb := int(it.vbucket)
+	vb := int(*s.vbOf(h))
 	m := &v.mu[vb%vbStripes]
 	m.Lock()
 	l := *s.linkOf(h)
@@ -100,9 +111,9 @@ func (s *Store) dropVBucket(vb int) int {
 		// it is still indexed where its key was and still holds an item of
 		// vb (maybe a newer copy of the key, or another key of vb in the
 		// same bucket: either goes, which is what dropping vb means).
-		if b := bucket(sh, r.hash); s.inChainLocked(sh, b, r.h) && int(s.hdr(r.h).vbucket) == vb {
+		if b := bucket(sh, r.hash); s.inChainLocked(sh, b, r.h) && int(*s.vbOf(r.h)) == vb {
 			it := s.hdr(r.h)
-			c := &s.classes[it.class]
+			c := &s.classes[it.class()]
 			s.unlinkIndexLocked(sh, b, r.h, it)
 			c.mu.Lock()
 			s.unlinkLRULocked(c, r.h, it)
