@@ -47,8 +47,9 @@ func (s *Server) relTime(exptime int32) uint32 {
 // itemSize is memcached's ITEM_ntotal for an item with this key, flags and
 // value: the 48-byte item header, the key and its NUL, the flags when not
 // zero, the value with its CRLF, and the CAS when enabled. The size limit
-// (-I) and "stats items" mem_requested are in these units so that the limits
-// fall exactly where memcached's do.
+// (-I) is in these units so that it falls exactly where memcached's does.
+// What the stats and me report as an item's size is the store's own
+// (store.Tx.Size), which is smaller: see the store's package comment.
 func (s *Server) itemSize(nkey int, flags uint32, nbytes int) int {
 	n := 48 + nkey + 1 + nbytes + 2
 	if flags != 0 {

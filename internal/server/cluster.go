@@ -602,7 +602,8 @@ func (c *conn) getClusterConfig(extras []byte) {
 
 // vbucketStats is "stats vbucket" (text and binary), after Couchbase's:
 // "vb_<n> <state>" for every vbucket that is not dead or still holds
-// items, with its item count and bytes (memcached's item sizes).
+// items, with its item count and bytes (the store's item sizes: header,
+// key and value).
 func (c *conn) vbucketStats(only int) {
 	cl := c.s.cl
 	for vb := 0; vb < cl.vbs.Len(); vb++ {

@@ -453,7 +453,6 @@ func (c *conn) metaArithmetic() {
 
 // metaDebug is me (memcached's process_meta_command).
 func (c *conn) metaDebug() {
-	s := c.s
 	if c.reqErr() {
 		return
 	}
@@ -490,7 +489,7 @@ func (c *conn) metaDebug() {
 	c.out = append(c.out, " cls="...)
 	c.out = protocol.AppendUint(c.out, uint64(tx.ClassID()))
 	c.out = append(c.out, " size="...)
-	c.out = protocol.AppendUint(c.out, uint64(s.itemSize(len(key), tx.Flags(), len(tx.Value()))))
+	c.out = protocol.AppendUint(c.out, uint64(tx.Size())) // the size that chose cls=, not memcached's
 	c.out = append(c.out, '\r', '\n')
 	tx.End()
 }

@@ -68,11 +68,6 @@ import (
 // connection limit follows memcached's descriptor numbering, see allocFD).
 const reservedFDs = 20
 
-// storeHeaderSlack is how much larger the store's item header (64 bytes)
-// is than memcached's item overhead without CAS and flags (48-byte header,
-// the key's NUL and the value's CRLF: 51 bytes), rounded up.
-const storeHeaderSlack = 16
-
 // MemcachedVersion is the memcached release whose text protocol this node
 // reproduces byte for byte.
 const MemcachedVersion = "1.6.18"
@@ -164,11 +159,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	// The item size limit (-I) is enforced here, in memcached's units (see
-	// itemSize). The store's own item header is up to storeHeaderSlack
-	// bytes larger than memcached's smallest, so it gets that much room
-	// to hold every item memcached would hold.
+	// itemSize). The store's own item size (its 40-byte header, key and
+	// value) is always smaller, so the store, given the same limit, holds
+	// every item memcached would hold.
 	sc := cfg.Store
-	sc.ItemSizeMax += storeHeaderSlack
 	sc.VBuckets = cfg.VBuckets // cluster mode: per-vbucket item lists for DEL_VBUCKET
 	st, err := store.New(sc)
 	if err != nil {

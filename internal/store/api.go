@@ -25,7 +25,7 @@ var (
 // memcached 1.6's defaults.
 type Config struct {
 	MaxBytes       int64       // -m: limit on item memory in bytes (64 MiB)
-	ItemSizeMax    int         // -I: largest item in bytes, header included (1 MiB)
+	ItemSizeMax    int         // -I: largest item in bytes, this store's header included (1 MiB)
 	ChunkSizeMin   int         // -n: minimum space for key+value+flags in the smallest chunk (48)
 	GrowthFactor   float64     // -f: chunk size factor between slab classes (1.25)
 	SlabPageSize   int         // bytes per slab page (1 MiB)
@@ -146,13 +146,16 @@ func (tx *Tx) ClassID() int {
 	return int(tx.it.class())
 }
 
-// Size returns the total bytes the held item occupies (header + key + value),
-// as memcached's "size=" in me/metadump.
+// Size returns the total bytes the held item occupies (header + key +
+// value), for "size=" in me and metadump. It is this store's size, not
+// memcached's ITEM_ntotal (which counts a 48-byte header, a NUL, the CRLF
+// and the CAS and flags when present): it is the size that chose the
+// item's class and that mem_requested sums.
 func (tx *Tx) Size() int {
 	if tx.it == nil {
 		return 0
 	}
-	return tx.it.size(tx.s.casBytes)
+	return tx.it.size()
 }
 
 // Bump records an access: it sets the fetched and active bits and the last
@@ -362,7 +365,9 @@ func (s *Store) SetCrawler(on bool) {
 }
 
 // ClassFor returns the slab class id an item of this key and value length
-// would use, or 0 when it is too large.
+// would use, or 0 when it is too large. The class is chosen by the item's
+// own size (header, key and value): flags do not change it, as they do
+// memcached's.
 func (s *Store) ClassFor(nkey int, flags uint32, nbytes int) int {
-	return s.classForSize(nkey, flags, nbytes)
+	return s.classForSize(nkey, nbytes)
 }

@@ -40,8 +40,8 @@ func (s *Store) VBucketItems(vb int) uint64 {
 	return n
 }
 
-// VBucketUsage returns the number of items in vbucket vb and their size in
-// memcached's units (zeros without Config.VBuckets).
+// VBucketUsage returns the number of items in vbucket vb and the sum of
+// their sizes as Tx.Size gives them (zeros without Config.VBuckets).
 func (s *Store) VBucketUsage(vb int) (items, bytes uint64) {
 	v := s.vb
 	if v == nil || vb < 0 || vb >= len(v.count) {

@@ -14,8 +14,9 @@
 // NoSlabReassign) a class with no page is granted its first one over the
 // limit, as memcached grants it; otherwise a class first used after the
 // limit was reached could store nothing. Each page belongs to one slab
-// class and is cut into equal chunks: class 1's chunk is the header plus
-// Config.ChunkSizeMin rounded up to 8 bytes, each next class is
+// class and is cut into equal chunks: class 1's chunk is memcached's
+// 48-byte item header plus Config.ChunkSizeMin rounded up to 8 bytes (so
+// that class ids and chunk sizes are memcached's), each next class is
 // GrowthFactor times larger (rounded up to 8), and the last ordinary class
 // is SlabChunkMax (half a page). Items bigger than that (up to
 // ItemSizeMax, 1 MiB by default) use "large" classes that continue the
@@ -57,9 +58,23 @@
 // (vbucket.go); a standalone store, where every item is in vbucket 0, has
 // neither.
 //
-// Item size, as Tx.Size and the size= of metadump report it, is in
-// memcached's units (ITEM_ntotal: its 48-byte header, the key and a NUL,
-// value+"\r\n", the CAS and non-zero flags).
+// An item's size is its own: header (40) + key + value. It goes to the
+// smallest chunk that holds that, on memcached's grid of chunk sizes; a
+// 100-byte value under an 11-byte key (151 bytes) takes a 152-byte chunk
+// where memcached's item (48 + 11 + 1 + 102 + 8 for the CAS = 170 bytes)
+// takes a 192-byte one. Our size is always 11 bytes or more below
+// memcached's ITEM_ntotal (its header is 48, and it adds a NUL to the key,
+// CRLF to the value, 8 bytes of CAS unless -C and 4 of flags unless 0), and
+// at most 23 below it, so with memcached's default grid (whose classes are
+// at least 24 bytes apart) an item lands in memcached's class or the one
+// below it; a finer -f can put it further down. Whatever fits memcached's
+// item size limit fits ours. The server still applies -I in
+// memcached's units, so that the limit falls where memcached's does. The
+// size the stats report is ours, not memcached's: mem_requested and
+// "bytes" sum it, Tx.Size, me's and metadump's size= and the vbucket byte
+// counts give it. memcached's sizes would not be honest here: they would
+// count bytes the item does not use, and could exceed the chunk the item
+// is in.
 //
 // # Index
 //

@@ -9,7 +9,7 @@ func (s *Store) fillDump(d *DumpItem, it *hdr) {
 		CAS:        it.cas,
 		Fetched:    it.has(stFetched),
 		ClassID:    int(it.class()),
-		Size:       it.size(s.casBytes),
+		Size:       it.size(),
 		Nbytes:     int(it.nbytes),
 	}
 	if it.exptime != 0 {
@@ -76,9 +76,9 @@ func (s *Store) metaDump(fn func(*DumpItem)) {
 	}
 }
 
-func (s *Store) classForSize(nkey int, flags uint32, nbytes int) int {
-	if nkey < 0 || nbytes < 0 || hdrSize+nkey+nbytes > s.cfg.ItemSizeMax || nkey > 255 {
+func (s *Store) classForSize(nkey int, nbytes int) int {
+	if nkey < 0 || nbytes < 0 || itemSize(nkey, nbytes) > s.cfg.ItemSizeMax || nkey > 255 {
 		return 0
 	}
-	return s.classFor(footprint(nkey, flags, nbytes, s.casBytes, s.cfg.ItemSizeMax))
+	return s.classFor(itemSize(nkey, nbytes))
 }

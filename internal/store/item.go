@@ -8,35 +8,13 @@ import (
 // hdrSize is the size of an item header; the key follows it, then the value.
 const hdrSize = 40
 
-// mcItemHeader is sizeof(item) in memcached 1.6 on 64-bit machines. Slab
-// class sizes and item sizes are reckoned in memcached's units (mcSize) so
-// that class ids, chunk sizes, mem_requested and "bytes" read as
-// memcached's do; hdrSize is small enough that an item always fits in the
-// chunk memcached would give it (with CAS on; see footprint).
+// mcItemHeader is sizeof(item) in memcached 1.6 on 64-bit machines. It
+// only places the class grid where memcached's is: class 1's chunk is
+// mcItemHeader + ChunkSizeMin (store.go), so that class ids and chunk sizes
+// read as memcached's. Items themselves are sized by hdrSize (size) and go
+// to the smallest chunk that holds them, which for most items is
+// memcached's class or one below it.
 const mcItemHeader = 48
-
-// mcSize is memcached's ITEM_ntotal: header, key and its NUL, the value
-// and its CRLF, 4 bytes of client flags when they are not zero, and the
-// CAS when it is enabled (casBytes 8, else 0).
-func mcSize(nkey int, flags uint32, nbytes, casBytes int) int {
-	n := mcItemHeader + nkey + 1 + nbytes + 2 + casBytes
-	if flags != 0 {
-		n += 4
-	}
-	return n
-}
-
-// footprint is the chunk size an item needs: its real size, or memcached's
-// if larger, so that it lands in the class memcached would pick. Near the
-// size limit memcached's size may pass ItemSizeMax while the real size
-// fits; the real size then decides (the largest class holds it).
-func footprint(nkey int, flags uint32, nbytes, casBytes, itemSizeMax int) int {
-	real := hdrSize + nkey + nbytes
-	if mc := mcSize(nkey, flags, nbytes, casBytes); mc > real && mc <= itemSizeMax {
-		return mc
-	}
-	return real
-}
 
 // hdr is the item header at the start of every chunk. It is overlaid on slab
 // memory and contains no Go pointers. Which lock protects each field is
@@ -151,10 +129,14 @@ func (it *hdr) value() []byte {
 	return unsafe.Slice((*byte)(unsafe.Add(unsafe.Pointer(it), hdrSize+it.nkey())), int(it.nbytes))
 }
 
-// size is the item's size in memcached's units (see mcSize).
-func (it *hdr) size(casBytes int) int {
-	return mcSize(it.nkey(), it.flags, int(it.nbytes), casBytes)
-}
+// size is the item's size: header, key and value, the bytes of its chunk
+// it uses (itemSize).
+func (it *hdr) size() int { return itemSize(it.nkey(), int(it.nbytes)) }
+
+// itemSize is the size of an item with an nkey-byte key and an nbytes-byte
+// value: what decides its class, what counts against ItemSizeMax, and what
+// mem_requested, "bytes", Tx.Size and the dumps' sizes add up.
+func itemSize(nkey, nbytes int) int { return hdrSize + nkey + nbytes }
 
 // pageSlot describes one slab page.
 type pageSlot struct {

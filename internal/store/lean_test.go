@@ -1,12 +1,14 @@
 package store
 
 import (
+	"fmt"
 	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // checkIndex verifies that every indexed item sits in the shard and bucket
@@ -190,4 +192,114 @@ func TestDelayedFlushConcurrent(t *testing.T) {
 		wantGet(t, s, "old"+strconv.Itoa(i), "", Flushed)
 	}
 	t.Logf("%d items stored before T, %d at or after", before, after)
+}
+
+// TestHeaderIs40Bytes pins the layout item.go draws (the compile-time
+// check beside hdr pins hdrSize to the struct; this pins the number).
+func TestHeaderIs40Bytes(t *testing.T) {
+	if hdrSize != 40 || unsafe.Sizeof(hdr{}) != 40 || unsafe.Offsetof(hdr{}.cas) != 32 {
+		t.Fatalf("header %d bytes (hdrSize %d), cas at %d", unsafe.Sizeof(hdr{}), hdrSize, unsafe.Offsetof(hdr{}.cas))
+	}
+}
+
+// TestClassByRealSize: the grid is memcached's (-n 48, -f 1.25: 96, 120,
+// 152, 192 …), and an item goes to the smallest chunk that holds its own
+// size, header (40) + key + value, whatever its flags, at every class
+// boundary, large classes included.
+func TestClassByRealSize(t *testing.T) {
+	s, _ := newTest(t, Config{})
+	if got := s.sizes[1:5]; got[0] != 96 || got[1] != 120 || got[2] != 152 || got[3] != 192 {
+		t.Fatalf("first chunk sizes %v, want memcached's 96 120 152 192", got)
+	}
+	// The memory test's item: 11-byte key, 100-byte value, 151 bytes,
+	// takes a 152-byte chunk (memcached's takes 192).
+	key := "key:0000001"
+	mustSet(t, s, key, string(make([]byte, 100)), 0)
+	var tx Tx
+	s.Begin(&tx, []byte(key))
+	if tx.ClassID() != 3 || tx.Size() != 151 {
+		t.Fatalf("class %d size %d, want class 3 (152-byte chunks), 151 bytes", tx.ClassID(), tx.Size())
+	}
+	tx.End()
+	s.ReadClassStats(func(cs *ClassStats) {
+		if cs.ID == 3 && cs.MemRequested != 151 {
+			t.Errorf("class 3 mem_requested %d, want 151", cs.MemRequested)
+		}
+	})
+
+	const nkey = 8
+	for id := 1; id < len(s.classes); id++ {
+		size := int(s.sizes[id])
+		for _, total := range []int{size - 1, size, size + 1} {
+			nbytes := total - hdrSize - nkey
+			if nbytes < 0 || total > s.cfg.ItemSizeMax {
+				continue
+			}
+			want := id
+			if total > size {
+				want = id + 1
+			}
+			for _, flags := range []uint32{0, 0xdeadbeef} {
+				if got := s.ClassFor(nkey, flags, nbytes); got != want {
+					t.Fatalf("ClassFor(%d-byte item, flags %#x) = %d, want %d", total, flags, got, want)
+				}
+			}
+			k := fmt.Sprintf("k%07d", id) // nkey bytes
+			if err := set(t, s, k, string(make([]byte, nbytes)), 0); err != nil {
+				t.Fatalf("store %d-byte item: %v", total, err)
+			}
+			s.Begin(&tx, []byte(k))
+			if tx.ClassID() != want || tx.Size() != total || string(tx.it.key()) != k {
+				t.Fatalf("%d-byte item: class %d size %d key %q, want class %d", total, tx.ClassID(), tx.Size(), tx.it.key(), want)
+			}
+			tx.End()
+		}
+	}
+	if s.ClassFor(nkey, 0, s.cfg.ItemSizeMax-hdrSize-nkey) != len(s.classes)-1 || s.ClassFor(nkey, 0, s.cfg.ItemSizeMax-hdrSize-nkey+1) != 0 {
+		t.Fatal("ClassFor at ItemSizeMax")
+	}
+	checkAll(t, s, false)
+}
+
+// TestStateKeepsClassAndKeyLength: the class id and key length share the
+// state word with bits that change while the item is linked; no change of
+// those may touch them.
+func TestStateKeepsClassAndKeyLength(t *testing.T) {
+	s, _ := newTest(t, Config{HotLRUPct: 10, WarmLRUPct: 10})
+	key := "a-key-of-some-length"
+	val := string(make([]byte, 500))
+	mustSet(t, s, key, val, 0)
+	var tx Tx
+	s.Begin(&tx, []byte(key))
+	it, cls := tx.it, tx.ClassID()
+	tx.End()
+	check := func(when string) {
+		t.Helper()
+		if int(it.class()) != cls || it.nkey() != len(key) || string(it.key()) != key || len(it.value()) != len(val) {
+			t.Fatalf("%s: class %d nkey %d, want %d %d", when, it.class(), it.nkey(), cls, len(key))
+		}
+	}
+	s.Begin(&tx, []byte(key))
+	tx.Bump()
+	tx.SetStale(true)
+	tx.SetTokenSent(true)
+	tx.SetKeyBinary(true)
+	check("after the meta bits")
+	tx.SetStale(false)
+	tx.SetTokenSent(false)
+	tx.SetKeyBinary(false)
+	tx.End()
+	check("after clearing them")
+	// Push it through HOT, WARM and COLD (segment moves are CAS loops on
+	// the state word) by storing more items of its class.
+	for i := 0; i < 200; i++ {
+		mustSet(t, s, "other"+strconv.Itoa(i), val, 0)
+		if i%10 == 0 {
+			wantGet(t, s, key, val, Hit)
+		}
+	}
+	check("after segment moves")
+	if it.seg() == segHot {
+		t.Fatal("item never left HOT")
+	}
 }

@@ -42,7 +42,7 @@ func (s *Store) removeLRULocked(c *slabClass, h uint32, it *hdr) {
 func (s *Store) unlinkLRULocked(c *slabClass, h uint32, it *hdr) {
 	s.removeLRULocked(c, h, it)
 	it.state.And(^uint32(stLinked))
-	c.requested -= uint64(it.size(s.casBytes))
+	c.requested -= uint64(it.size())
 	if s.vb != nil {
 		s.vbUnlink(h, it)
 	}
@@ -197,7 +197,7 @@ func (s *Store) checkClassLocked(c *slabClass) {
 			if it.prev != prev || it.seg() != seg || !it.has(stLinked) || int(it.class()) != int(c.id) {
 				panic("store: corrupt LRU list")
 			}
-			req += uint64(it.size(s.casBytes))
+			req += uint64(it.size())
 			prev = h
 			n++
 		}

@@ -161,7 +161,7 @@ func TestSegmentsAndDumps(t *testing.T) {
 	n := 0
 	s.CacheDump(c.ID, 10, func(d *DumpItem) {
 		n++
-		if d.Nbytes != 1 || d.Exptime != -1 || d.Size != mcSize(len(d.Key), 0, 1, 8) {
+		if d.Nbytes != 1 || d.Exptime != -1 || d.Size != hdrSize+len(d.Key)+1 {
 			t.Errorf("dump %+v", d)
 		}
 	})

@@ -27,11 +27,10 @@ type txState struct {
 
 // storeState is the part of a Store the caller cannot see.
 type storeState struct {
-	casBytes int      // 8, or 0 with DisableCAS: item sizes in memcached's units (mcSize)
-	vb       *vbLists // per-vbucket item lists; nil unless Config.VBuckets > 0
-	obs      Observer // told of every mutation of a vbucket's items (cluster mode); set once before use
-	cfg      Config
-	seed     maphash.Seed
+	vb   *vbLists // per-vbucket item lists; nil unless Config.VBuckets > 0
+	obs  Observer // told of every mutation of a vbucket's items (cluster mode); set once before use
+	cfg  Config
+	seed maphash.Seed
 
 	// Index shards, picked by hash&shardMask. Each shard's mutex protects its
 	// table and the hnext/exptime/cas/value bytes of the items it indexes.

@@ -110,9 +110,6 @@ func newStore(cfg Config) (*Store, error) {
 	s := &Store{}
 	s.cfg = cfg
 	s.seed = maphash.MakeSeed()
-	if !cfg.DisableCAS {
-		s.casBytes = 8
-	}
 	if cfg.VBuckets > 0 {
 		s.vb = &vbLists{head: make([]uint32, cfg.VBuckets), count: make([]uint64, cfg.VBuckets), bytes: make([]uint64, cfg.VBuckets)}
 	}

@@ -286,7 +286,7 @@ func TestTooLarge(t *testing.T) {
 	}
 	var tx Tx
 	s.Begin(&tx, []byte(key))
-	if tx.Size() != mcSize(len(key), 0, max, 8) || tx.ClassID() != s.ClassFor(len(key), 0, max) {
+	if tx.Size() != 1<<20 || tx.ClassID() != s.ClassFor(len(key), 0, max) || tx.ClassID() != len(s.classes)-1 {
 		t.Fatalf("size %d class %d", tx.Size(), tx.ClassID())
 	}
 	tx.End()

@@ -67,11 +67,11 @@ func (tx *Tx) bump() {
 func (tx *Tx) store(flags uint32, exptime uint32, cas uint64, a, b []byte) error {
 	s := tx.s
 	nbytes := len(a) + len(b)
-	total := hdrSize + len(tx.key) + nbytes
+	total := itemSize(len(tx.key), nbytes)
 	if total > s.cfg.ItemSizeMax || len(tx.key) > math.MaxUint8 {
 		return ErrTooLarge
 	}
-	c := &s.classes[s.classFor(footprint(len(tx.key), flags, nbytes, s.casBytes, s.cfg.ItemSizeMax))]
+	c := &s.classes[s.classFor(total)] // the smallest chunk that holds it
 	h, err := s.alloc(c, tx.sh, tx.cur, tx.now, tx)
 	if err != nil {
 		return err
@@ -115,7 +115,7 @@ func (tx *Tx) store(flags uint32, exptime uint32, cas uint64, a, b []byte) error
 		s.vbLink(h, it)
 	}
 	c.st.totalItems++
-	c.requested += uint64(it.size(s.casBytes))
+	c.requested += uint64(it.size())
 	if !flat {
 		s.balanceLocked(c)
 	}

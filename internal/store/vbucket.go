@@ -25,7 +25,7 @@ type vbLists struct {
 	mu    [vbStripes]sync.Mutex // mu[vb%vbStripes] protects head[vb], count[vb], bytes[vb] and the links of vb's items
 	head  []uint32
 	count []uint64
-	bytes []uint64 // item sizes in memcached's units
+	bytes []uint64 // sum of item sizes (hdr.size)
 }
 
 func (s *Store) linkOf(h uint32) *uint64 {
@@ -55,7 +55,7 @@ func (s *Store) vbLink(h uint32, it *hdr) {
 	}
 	v.head[vb] = h
 	v.count[vb]++
-	v.bytes[vb] += uint64(it.size(s.casBytes))
+	v.bytes[vb] += uint64(it.size())
 	m.Unlock()
 }
 
@@ -79,7 +79,7 @@ func (s *Store) vbUnlink(h uint32, it *hdr) {
 		*n = *n&0xffffffff | uint64(prev)<<32
 	}
 	v.count[vb]--
-	v.bytes[vb] -= uint64(it.size(s.casBytes))
+	v.bytes[vb] -= uint64(it.size())
 	m.Unlock()
 }
 
