@@ -388,14 +388,23 @@ func TestWatchConnEvents(t *testing.T) {
 	t.Logf("memcached and vbcache:\n%s", strings.Join(want, "\n"))
 }
 
+// nearTail matches the keys TestWatchEvictions accepts as the second
+// victim. memcached's lru_pull_tail examines up to five items at the COLD
+// tail and skips one whose item lock it cannot take (item_trylock): its LRU
+// maintainer thread, walking the same tail, may hold k0's at that moment,
+// and then k1 goes second. Measured: 1 run in 300 of memcached alone, more
+// on a loaded machine. So the second line's key may be any of k0..k4.
+var nearTail = regexp.MustCompile(`^k[0-4]$`)
+
 // TestWatchEvictions: with -m 2 both servers evict once a little over
 // 2 MB of 1000-byte values are stored, and "watch evictions" streams
 // memcached's eviction line for each item evicted. The two LRUs need not
 // pick the same victims, so the test compares the lines of two items
 // both evict first, the oldest (one with a TTL, one without, neither
 // fetched) once the TTL and last-access seconds are masked (they may
-// tick), checks that every line has the format, and that an item a line
-// names is gone (a get misses).
+// tick) and the second's key is masked among the first few stored (see
+// nearTail), checks that every line has the format, and that an item a
+// line names is gone (a get misses).
 func TestWatchEvictions(t *testing.T) {
 	requireServers(t)
 	const sets = 2100 // some 300 evictions with -m 2
@@ -434,7 +443,11 @@ func TestWatchEvictions(t *testing.T) {
 					}
 					ttl = "T"
 				}
-				firstTwo = append(firstTwo, fmt.Sprintf("type=eviction key=%s fetch=%s ttl=%s la=L clsid=%s size=%s", f[1], f[2], ttl, f[5], f[6]))
+				key := f[1]
+				if len(firstTwo) == 1 && nearTail.MatchString(key) {
+					key = "k<0-4>"
+				}
+				firstTwo = append(firstTwo, fmt.Sprintf("type=eviction key=%s fetch=%s ttl=%s la=L clsid=%s size=%s", key, f[2], ttl, f[5], f[6]))
 			}
 		}
 		c, err := net.Dial("tcp", n.Addr)
