@@ -45,12 +45,11 @@
 // hash-chain next handle, exptime and last access (store seconds), a state
 // word, client flags, the value length, and the CAS, which is also the
 // store sequence number used by flush_all. The state word's low ten bits
-// are the flags that change while an item is linked (linked, free,
-// fetched, active, stale, token-sent, binary key, lent, and the LRU
-// segment), changed only by atomic Or, And and CompareAndSwap of those
-// bits; its top two bytes are the class id and the key length, written
-// with the rest of the word before the item is linked and never changed
-// while it is. The header keeps no hash of the key: the index compares
+// are the chunk's flags (linked, free, fetched, active, stale, token-sent,
+// binary key, lent) and the LRU segment; while an item is linked they
+// change only by atomic Or, And and CompareAndSwap of those bits. Its top
+// two bytes are the class id and the key length, written with the rest of
+// the word before the item is linked and never changed while it is. The header keeps no hash of the key: the index compares
 // keys, and whoever needs an item's shard without the key in hand
 // (eviction, page rescue, dumps, vbucket snapshots, a growing table)
 // hashes the key again (keyHash). Nor does it keep the vbucket id: in
@@ -82,7 +81,8 @@
 // maphash of the key. Each shard has its own mutex and a chained hash table
 // of handles (chains run through the headers' hnext); the high half of the
 // hash picks the bucket, and a shard doubles its table at a load of 1.5
-// (rehashing at once, under its lock; a shard is small). No per-item Go
+// (rehashing at once, under its lock, each key hashed again; a shard is
+// small). No per-item Go
 // pointers exist anywhere: the GC sees a few slices per shard and page.
 //
 // # Locks (and the lock order)
@@ -170,7 +170,7 @@
 // are flushed, so an item stored after the flush in the same second stays
 // visible, with or without CAS. A delayed flush_all records its moment T
 // (flushAt); the first one to read the store time at or past T (a Begin,
-// the crawler, a dump, an eviction's caller) latches it, recording the
+// the crawler, a dump, ReadRef, Borrow) latches it, recording the
 // counter as an immediate flush_all would, and clears T. A Tx latches at
 // Begin, before its Store takes a sequence, so every item stored from T on
 // has a sequence above the latched one and every item stored before T has
