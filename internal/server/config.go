@@ -145,6 +145,10 @@ type Config struct {
 	CutControl *atomic.Bool
 
 	Store store.Config
+
+	// outputFloor, when above 0, replaces maxOutput's 64 MiB floor: a
+	// test of the output budget fills a few MiB, not 64.
+	outputFloor int64
 }
 
 // DefaultVBucketParkTimeout is the park bound when

@@ -151,9 +151,13 @@ func (c *conn) freeInput() {
 // at most that much between commands.
 
 // maxOutput bounds the output buffers past flushAt of all connections:
-// an eighth of -m, and at least 64 MiB.
+// an eighth of -m, and at least 64 MiB (Config.outputFloor in tests).
 func (s *Server) maxOutput() int64 {
-	return max(64<<20, s.limitMaxbytes.Load()/8)
+	floor := int64(64 << 20)
+	if s.cfg.outputFloor > 0 {
+		floor = s.cfg.outputFloor
+	}
+	return max(floor, s.limitMaxbytes.Load()/8)
 }
 
 // outRoom counts the growth of c.out past flushAt against maxOutput and

@@ -192,7 +192,8 @@ func TestLargestValueBufferedOnHeap(t *testing.T) {
 // output would pass maxOutput, and the connection and the budget are whole
 // after both.
 func TestMultiGetOutputBounded(t *testing.T) {
-	s, addr := startServer(t, nil)
+	// A 4 MiB budget: the limit is reached after 8 values, not 128.
+	s, addr := startServer(t, func(cfg *Config) { cfg.outputFloor = 4 << 20 })
 	c := dialText(t, addr)
 	const size = 500 << 10
 	val := bytes.Repeat([]byte("g"), size)

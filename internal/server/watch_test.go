@@ -82,10 +82,13 @@ func TestWatchSlowWatcher(t *testing.T) {
 			t.Fatal("log_watchers still 1 after the watcher closed")
 		}
 	}
-	for _, req := range []string{"watch deletions\r\n", "watch mutations sysevents\r\n"} {
-		if got := roundTrip(t, addr, req, 1); !strings.HasPrefix(got, "C") {
-			t.Errorf("%q: %q, want CLIENT_ERROR", req, got)
-		}
+	// memcached 1.6.18 takes sysevents (and logs nothing of it here) and
+	// has no deletions, which is an ERROR as any unknown kind.
+	if got := roundTrip(t, addr, "watch mutations sysevents\r\n", len("OK\r\n")); got != "OK\r\n" {
+		t.Errorf("watch mutations sysevents: %q, want OK", got)
+	}
+	if got := roundTrip(t, addr, "watch deletions\r\n", len("ERROR\r\n")); got != "ERROR\r\n" {
+		t.Errorf("watch deletions: %q, want ERROR", got)
 	}
 	if got := roundTrip(t, addr, "watch bogus\r\n", len("ERROR\r\n")); got != "ERROR\r\n" {
 		t.Errorf("watch bogus: %q", got)
