@@ -117,14 +117,33 @@ func (r *ring) add(seq uint64, kind store.MutationKind, key []byte, size, max in
 		r.dropOldest()
 	}
 	e := entry{seq: seq, size: uint32(size), koff: uint32(r.kend), klen: uint8(klen), kind: kind}
-	for i := 0; i < klen; i++ {
-		r.keys[(r.kend+i)%len(r.keys)] = key[i]
+	if n := copy(r.keys[r.kend:], key); n < klen { // wraps around
+		copy(r.keys, key[n:])
 	}
 	r.kend = (r.kend + klen) % len(r.keys)
 	r.kused += klen
 	r.ents[(r.head+r.n)%len(r.ents)] = e
 	r.n++
 	r.bytes += size
+}
+
+// at returns the i-th oldest entry held.
+func (r *ring) at(i int) entry {
+	i += r.head
+	if i >= len(r.ents) {
+		i -= len(r.ents)
+	}
+	return r.ents[i]
+}
+
+// appendKey appends e's key, which may wrap around the end of r.keys.
+func (r *ring) appendKey(dst []byte, e entry) []byte {
+	off, n := int(e.koff), int(e.klen)
+	if end := off + n; end <= len(r.keys) {
+		return append(dst, r.keys[off:end]...)
+	}
+	dst = append(dst, r.keys[off:]...)
+	return append(dst, r.keys[:off+n-len(r.keys)]...)
 }
 
 func (r *ring) footprint() int { return len(r.ents)*entryBytes + len(r.keys) }
@@ -147,10 +166,8 @@ func (r *ring) grow() {
 	keys := make([]byte, 2*len(r.keys))
 	k := 0
 	for i := 0; i < r.n; i++ {
-		e := r.ents[(r.head+i)%len(r.ents)]
-		for j := 0; j < int(e.klen); j++ {
-			keys[k+j] = r.keys[(int(e.koff)+j)%len(r.keys)]
-		}
+		e := r.at(i)
+		r.appendKey(keys[k:k], e)
 		e.koff = uint32(k)
 		k += int(e.klen)
 		ents[i] = e
@@ -194,17 +211,21 @@ func (l *Log) Read(vb int, from, gen uint64, dst []Entry, kbuf []byte) (out []En
 	}
 	out = dst[:0]
 	kbuf = kbuf[:0]
-	// Entries are in sequence order; skip those at or below from.
-	i := 0
-	for i < r.n && r.ents[(r.head+i)%len(r.ents)].seq <= from {
-		i++
+	// Entries are in sequence order: find the first above from by
+	// bisection (a ring holds up to tens of thousands).
+	i, j := 0, r.n
+	for i < j {
+		h := int(uint(i+j) >> 1)
+		if r.at(h).seq <= from {
+			i = h + 1
+		} else {
+			j = h
+		}
 	}
 	for ; i < r.n && len(out) < cap(dst); i++ {
-		e := r.ents[(r.head+i)%len(r.ents)]
+		e := r.at(i)
 		start := len(kbuf)
-		for j := 0; j < int(e.klen); j++ {
-			kbuf = append(kbuf, r.keys[(int(e.koff)+j)%len(r.keys)])
-		}
+		kbuf = r.appendKey(kbuf, e)
 		out = append(out, Entry{Seq: e.seq, Kind: e.kind, Size: e.size, Key: kbuf[start:len(kbuf):len(kbuf)]})
 	}
 	return out, v.high, true

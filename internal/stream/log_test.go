@@ -122,3 +122,41 @@ func TestLogReplicaExpiryNotNumbered(t *testing.T) {
 		t.Fatalf("high = %d, want 7 (a replica does not number its own expiries)", h)
 	}
 }
+
+// TestLogReadWrappedKeys reads a bounded ring that has dropped and wrapped
+// many times, from every position it still holds: each entry comes back
+// with its own key (keys of varying length straddle the end of the key
+// buffer) and nothing at or below the position asked from.
+func TestLogReadWrappedKeys(t *testing.T) {
+	l := newTestLog(t, 16<<10)
+	_, _, gen := l.Open(1, func() uint64 { return 1 })
+	key := func(i int) string { return fmt.Sprintf("k%d-%s", i, "abcdefghijklmnopqrstuvwxyz"[:i%27]) }
+	const n = 30000
+	for i := 1; i <= n; i++ {
+		l.Mutated(1, store.MutStore, []byte(key(i)), 10, 0)
+		// Each key read back at once, so the ones that wrap are read too.
+		got, _, ok := l.Read(1, uint64(i-1), gen, make([]Entry, 0, 3), nil)
+		if !ok || len(got) != 1 || got[0].Seq != uint64(i) || string(got[0].Key) != key(i) {
+			t.Fatalf("after entry %d: ok %v, %+v", i, ok, got)
+		}
+	}
+	first := uint64(0)
+	for from := uint64(n - 1); from > 0; from-- {
+		got, high, ok := l.Read(1, from, gen, make([]Entry, 0, 3), nil)
+		if !ok {
+			first = from + 1
+			break
+		}
+		if high != n || len(got) != min(3, int(n-from)) {
+			t.Fatalf("Read(%d): high %d, %d entries", from, high, len(got))
+		}
+		for k, e := range got {
+			if e.Seq != from+1+uint64(k) || string(e.Key) != key(int(e.Seq)) {
+				t.Fatalf("Read(%d)[%d] = %d %q, want %d %q", from, k, e.Seq, e.Key, from+1+uint64(k), key(int(from)+1+k))
+			}
+		}
+	}
+	if first < 1000 || first > n-100 {
+		t.Fatalf("the ring held from %d of %d: the test did not wrap or held too little", first, n)
+	}
+}
