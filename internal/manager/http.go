@@ -274,8 +274,9 @@ func (m *Manager) serveStream(w http.ResponseWriter, r *http.Request) {
 	fl.Flush() // the client learns at once that the stream is open
 	var last int64 = -1
 	for {
-		s := m.State()
-		if s.Rev != last && len(s.Servers) > 0 { // no config without a node
+		// The state is only read (configJSON copies); no config without a node.
+		s := m.view()
+		if s.Rev != last && len(s.Servers) > 0 {
 			last = s.Rev
 			b := m.configJSON(s)
 			if _, err := w.Write(append(b[:len(b):len(b)], "\n\n\n\n"...)); err != nil {

@@ -414,6 +414,20 @@ func (m *Manager) State() *State {
 	return m.st.clone()
 }
 
+// view returns the current state itself, not a copy, for readers on hot
+// paths (a move's steps, its catch-up polls, the map stream), which would
+// otherwise copy the whole map many times a second during a rebalance.
+// The caller must not modify it: m.st is never changed in place, only
+// replaced (setState, updateAll), so a view stays what it was.
+func (m *Manager) view() *State {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.st == nil {
+		return &State{}
+	}
+	return m.st
+}
+
 // watch follows the state key, so followers serve the current map.
 func (m *Manager) watch(ctx context.Context) {
 	for ctx.Err() == nil {
@@ -424,6 +438,14 @@ func (m *Manager) watch(ctx context.Context) {
 		for resp := range wc {
 			for _, ev := range resp.Events {
 				if ev.Type != clientv3.EventTypePut {
+					continue
+				}
+				// The leader's own commits come back here: updateAll has
+				// set them already, so they are not decoded again.
+				m.mu.Lock()
+				known := m.stRev
+				m.mu.Unlock()
+				if ev.Kv.ModRevision <= known {
 					continue
 				}
 				var s State

@@ -116,7 +116,7 @@ func (m *Manager) runRebalance(ctx context.Context) {
 	var firstErr error
 	failures := map[int]int{}
 	for ctx.Err() == nil {
-		s := m.State()
+		s := m.view() // read only: pickNext reads it
 		if s.Rebalance == nil || !s.Rebalance.Running || s.Forward == nil {
 			break
 		}
@@ -352,7 +352,7 @@ func (m *Manager) moveVBucket(ctx context.Context, vb int) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		s := m.State()
+		s := m.view() // read only: look copies what it keeps
 		if s.Forward == nil || s.Rebalance == nil {
 			return nil
 		}
@@ -681,7 +681,7 @@ func (m *Manager) waitCaughtUp(ctx context.Context, vb int, active, r string) er
 		if time.Now().After(deadline) {
 			return fmt.Errorf("replica %s of vbucket %d did not catch up (at %d of %d)", r, vb, got, high)
 		}
-		if s := m.State(); s.Rebalance != nil && s.Rebalance.Stopping {
+		if s := m.view(); s.Rebalance != nil && s.Rebalance.Stopping {
 			return fmt.Errorf("replica %s of vbucket %d, at %d of %d: %w", r, vb, got, high, errRebalanceStopping)
 		}
 		sleep(ctx, 5*time.Millisecond)
