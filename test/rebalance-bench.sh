@@ -3,6 +3,7 @@
 # nodes with 1 replica and -m 1024, 150,000 values of 4 KB through the proxy, a 4th node added and
 # "ctl rebalance --wait" timed, with an open-loop load of 2000 req/s through the proxy before (8 s)
 # and during (5 s) it; CPU ticks of each vbcache process over the rebalance in /tmp/mb-TAG/cpu[01].txt.
+# LOCALARGS: more flags for vbcache local (--max-moves N); PERF=1: see below.
 # Uses the default ports (11211-11219) and 11230-11231.
 BIN=$1; TAG=$2; D=/tmp/mb-$TAG; rm -rf $D; mkdir -p $D
 $BIN local $LOCALARGS --nodes 3 --replicas 1 -m 1024 --data-dir $D/data > $D/local.log 2>&1 &
@@ -26,6 +27,8 @@ BP=$!
 sleep 0.2
 S=$(date +%s.%N)
 for p in $(pgrep -f "vbcache|vbcl"); do echo "$p $(awk '{print $14+$15}' /proc/$p/stat) $(tr '\0' ' ' < /proc/$p/cmdline | cut -c1-80)"; done > $D/cpu0.txt
+# PERF=1: a system-wide profile of the first 6 s of the rebalance (perf record -a -g) in $D/perf.data
+[ -n "$PERF" ] && { perf record -F 499 -a -g -o $D/perf.data -- sleep 6 > $D/perf.log 2>&1 & }
 $BIN ctl rebalance --wait > $D/rebalance.txt 2>&1
 E=$(date +%s.%N)
 for p in $(pgrep -f "vbcache|vbcl"); do echo "$p $(awk '{print $14+$15}' /proc/$p/stat) $(tr '\0' ' ' < /proc/$p/cmdline | cut -c1-80)"; done > $D/cpu1.txt
