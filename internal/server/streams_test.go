@@ -279,3 +279,85 @@ func TestReplicationStarAndChain(t *testing.T) {
 		t.Errorf("stats streams on the active:\n%s", joined)
 	}
 }
+
+// stat returns one statistic of a group ("" for the general ones).
+func (b *binClient) stat(group, name string) string {
+	b.t.Helper()
+	b.send(protocol.OpStat, 0, nil, []byte(group), nil)
+	val := ""
+	for {
+		h, body := b.read()
+		if h.KeyLen == 0 {
+			return val
+		}
+		if string(body[:h.KeyLen]) == name {
+			val = string(body[h.KeyLen:])
+		}
+	}
+}
+
+// TestReplicationAddsAndDropsStreamsLive: a replica node's connection to a
+// source takes vbuckets on and off while it runs. Adding one does not
+// reconnect (the streams already there go on), dropping one stops it at
+// once while the others go on, and a dropped vbucket can be added again.
+func TestReplicationAddsAndDropsStreamsLive(t *testing.T) {
+	_, addrA := startCluster(t, nil)
+	_, addrB := startCluster(t, nil)
+	a, b := dialBin(t, addrA), dialBin(t, addrB)
+	const vb1, vb2 = 3, 5
+	a.setState(vb1, vbucket.Active)
+	a.setState(vb2, vbucket.Active)
+	k1, k2 := keysFor(vb1, 4), keysFor(vb2, 3)
+	replicate := func(vb uint16) {
+		t.Helper()
+		if h, body := b.do(stream.OpReplicate, vb, nil, []byte(addrA), nil); h.Status != protocol.StatusOK {
+			t.Fatalf("REPLICATE %d: %#x %q", vb, h.Status, body)
+		}
+	}
+	waitReplica := func(vb uint16, key, want string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			h, body := b.do(protocol.OpGetReplica, vb, nil, []byte(key), nil)
+			if h.Status == protocol.StatusOK && string(body[h.ExtLen:]) == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replica of vbucket %d never had %s = %q (status %#x)", vb, key, want, h.Status)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	replicate(vb1)
+	a.set(vb1, k1[0], "one")
+	waitReplica(vb1, k1[0], "one")
+	conns := a.stat("", "total_connections")
+
+	replicate(vb2)
+	a.set(vb2, k2[0], "two")
+	a.set(vb1, k1[1], "one")
+	waitReplica(vb2, k2[0], "two")
+	waitReplica(vb1, k1[1], "one")
+	if got := a.stat("", "total_connections"); got != conns {
+		t.Fatalf("adding a vbucket reconnected: total_connections %s, then %s", conns, got)
+	}
+
+	if h, body := b.do(stream.OpStopReplication, vb1, nil, nil, nil); h.Status != protocol.StatusOK {
+		t.Fatalf("STOP_REPLICATION: %#x %q", h.Status, body)
+	}
+	a.set(vb1, k1[2], "late")
+	a.set(vb2, k2[1], "two")
+	waitReplica(vb2, k2[1], "two") // the connection is still up and applying
+	if h, _ := b.do(protocol.OpGetReplica, vb1, nil, []byte(k1[2]), nil); h.Status != protocol.StatusKeyNotFound {
+		t.Fatalf("a write made after STOP_REPLICATION reached the replica: status %#x", h.Status)
+	}
+	if got := a.stat("", "total_connections"); got != conns {
+		t.Fatalf("dropping a vbucket reconnected: total_connections %s, then %s", conns, got)
+	}
+
+	// Fed again, it resumes and gets what it missed.
+	replicate(vb1)
+	a.set(vb2, k2[2], "two")
+	waitReplica(vb1, k1[2], "late")
+	waitReplica(vb2, k2[2], "two")
+}

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,20 +20,37 @@ import (
 // consumer is the receiving end of one stream connection: it asks a
 // producer for streams of some vbuckets, applies what arrives to the
 // store under the producer's sequence numbers, and acknowledges. It runs
-// on the goroutine that calls run, which is the only one that reads or
-// writes its connection.
+// on the goroutine that calls run, which is the only one that reads its
+// connection. A replication consumer also takes vbuckets on and off while
+// it runs (add, drop: STREAM_REQ and CLOSE_STREAM on the same
+// connection), so that a rebalance changing one replica does not restart
+// the streams of all the others.
 type consumer struct {
 	n        *Node
 	src      string
 	takeover bool
-	vbs      []uint16
 	nc       net.Conn
 	tx       store.Tx
-	streams  map[uint16]*cstream
-	unacked  int // bytes received since the last BUFFER_ACK
+	unacked  int // bytes received since the last BUFFER_ACK; run's own
+
+	// mu protects the fields below it. run holds it while it applies a
+	// packet, so that once drop returns nothing more is applied to the
+	// vbucket. Taken before Node.mu (applying calls into the Node) and
+	// before wmu; never taken with Node.mu held.
+	mu         sync.Mutex
+	vbs        []uint16 // the vbuckets to request when run starts
+	streams    map[uint16]*cstream
+	closed     map[uint32]uint16 // streams closed here (opaque → vbucket) whose STREAM_END has not come
+	nextOpaque uint32
+	started    bool // run has sent its requests: add and drop now send theirs
+	over       bool // run has returned: nothing more is applied
 
 	firstDown time.Time // when the first replication stream went down
 	downErr   error
+
+	// wmu serializes writes on nc, in the order their packets were
+	// decided under mu (it is taken before mu is let go).
+	wmu sync.Mutex
 }
 
 // cstream is one vbucket's stream on a consumer.
@@ -91,6 +110,7 @@ func plainDial(ctx context.Context, addr string, timeout time.Duration) (net.Con
 // run opens the connection, requests the streams and applies them until
 // ctx ends, the connection fails, or (takeover) the stream ends.
 func (c *consumer) run(ctx context.Context) error {
+	defer c.end()
 	dial := c.n.Dial
 	if dial == nil {
 		dial = plainDial
@@ -103,81 +123,189 @@ func (c *consumer) run(ctx context.Context) error {
 	defer nc.Close()
 	stop := context.AfterFunc(ctx, func() { nc.Close() })
 	defer stop()
+	c.mu.Lock()
 	c.streams = map[uint16]*cstream{}
-	var out []byte
-	out = appendReq(out, OpOpen, 0, 0, 0, make([]byte, 4), []byte(c.n.Name), nil)
-	for i, vb := range c.vbs {
-		uuid, seq := c.n.progress(int(vb))
-		var ex [20]byte
-		var flags uint32
-		if c.takeover {
-			flags |= FlagTakeover
-		}
-		binary.BigEndian.PutUint32(ex[0:], flags)
-		binary.BigEndian.PutUint64(ex[4:], seq)
-		binary.BigEndian.PutUint64(ex[12:], uuid)
-		// The stream starts where this node's copy is: a consumer that
-		// resumes at the producer's last number gets no snapshot at all,
-		// and must still report that position (a manager waits for it).
-		s := &cstream{vb: vb, opaque: uint32(i + 1), uuid: uuid, complete: seq, ackedSent: seq}
-		s.completeSeen.Store(seq)
-		s.producerHigh.Store(seq)
-		c.streams[vb] = s
-		c.n.registerConsumer(c.src, s)
-		out = appendReq(out, OpStreamReq, vb, s.opaque, 0, ex[:], nil, nil)
+	c.closed = map[uint32]uint16{}
+	out := appendReq(nil, OpOpen, 0, 0, 0, make([]byte, 4), []byte(c.n.Name), nil)
+	for _, vb := range c.vbs {
+		out = c.requestLocked(out, vb)
 	}
-	defer func() {
-		for _, s := range c.streams {
-			c.n.unregisterConsumer(c.src, s)
-		}
-	}()
-	if err := c.write(out); err != nil {
+	c.started = true
+	c.wmu.Lock()
+	c.mu.Unlock()
+	err = c.write(out)
+	c.wmu.Unlock()
+	if err != nil {
 		return err
 	}
 	r := bufio.NewReaderSize(nc, 64<<10)
 	var pk packet
 	var buf []byte
 	for {
-		if !c.firstDown.IsZero() && r.Buffered() == 0 {
-			nc.SetReadDeadline(c.firstDown.Add(retryDown))
+		c.mu.Lock()
+		down, downErr := c.firstDown, c.downErr
+		c.mu.Unlock()
+		if !down.IsZero() && r.Buffered() == 0 {
+			nc.SetReadDeadline(down.Add(retryDown))
 		}
 		if err := readPacket(r, &pk, &buf); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if c.downErr != nil {
-				return c.downErr
+			if downErr != nil {
+				return downErr
 			}
 			return err
 		}
 		c.unacked += pk.size
-		if !c.firstDown.IsZero() && time.Since(c.firstDown) > retryDown {
-			return c.downErr // reconnect: retry the streams that are down
+		if !down.IsZero() && time.Since(down) > retryDown {
+			return downErr // reconnect: retry the streams that are down
 		}
+		c.mu.Lock()
 		done, err := c.handle(&pk)
+		var ack []byte
+		if err == nil && !done && (c.unacked >= ackEvery || r.Buffered() == 0) {
+			ack = c.ackLocked()
+		}
+		if len(ack) > 0 {
+			c.wmu.Lock()
+		}
+		c.mu.Unlock()
+		if len(ack) > 0 {
+			werr := c.write(ack)
+			c.wmu.Unlock()
+			if werr != nil {
+				return werr
+			}
+		}
 		if err != nil {
 			return err
 		}
 		if done {
 			return nil
 		}
-		if c.unacked >= ackEvery || r.Buffered() == 0 {
-			if err := c.ack(); err != nil {
-				return err
-			}
-		}
 	}
 }
 
+// end marks the consumer over (add and drop have nothing left to do)
+// and takes its streams out of the Node's registry.
+func (c *consumer) end() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.over = true
+	for _, s := range c.streams {
+		c.n.unregisterConsumer(c.src, s)
+	}
+}
+
+// requestLocked registers a stream of vb and appends its STREAM_REQ to
+// out. c.mu is held.
+func (c *consumer) requestLocked(out []byte, vb uint16) []byte {
+	uuid, seq := c.n.progress(int(vb))
+	var ex [20]byte
+	var flags uint32
+	if c.takeover {
+		flags |= FlagTakeover
+	}
+	binary.BigEndian.PutUint32(ex[0:], flags)
+	binary.BigEndian.PutUint64(ex[4:], seq)
+	binary.BigEndian.PutUint64(ex[12:], uuid)
+	// The stream starts where this node's copy is: a consumer that
+	// resumes at the producer's last number gets no snapshot at all,
+	// and must still report that position (a manager waits for it).
+	c.nextOpaque++
+	s := &cstream{vb: vb, opaque: c.nextOpaque, uuid: uuid, complete: seq, ackedSent: seq}
+	s.completeSeen.Store(seq)
+	s.producerHigh.Store(seq)
+	c.streams[vb] = s
+	c.n.registerConsumer(c.src, s)
+	return appendReq(out, OpStreamReq, vb, s.opaque, 0, ex[:], nil, nil)
+}
+
+// add asks for a stream of vb on the running connection. It reports
+// false when it cannot (the connection is over, or a stream of vb closed
+// here has not ended yet): the caller restarts the connection instead.
+// Not for a takeover consumer. It must not be called with Node.mu held.
+func (c *consumer) add(vb uint16) bool {
+	c.mu.Lock()
+	switch {
+	case c.over:
+		c.mu.Unlock()
+		return false
+	case !c.started:
+		if !slices.Contains(c.vbs, vb) {
+			c.vbs = append(c.vbs, vb)
+		}
+		c.mu.Unlock()
+		return true
+	case c.streams[vb] != nil:
+		c.mu.Unlock()
+		return true
+	}
+	for _, v := range c.closed {
+		if v == vb {
+			c.mu.Unlock()
+			return false
+		}
+	}
+	req := c.requestLocked(nil, vb)
+	c.wmu.Lock()
+	c.mu.Unlock()
+	err := c.write(req)
+	c.wmu.Unlock()
+	if err != nil {
+		c.nc.Close() // run fails, and the replicator reconnects with vb
+	}
+	return true
+}
+
+// drop stops applying vb: once it returns nothing more is applied to it
+// by this connection, whose other streams go on. The producer is asked to
+// close the stream (CLOSE_STREAM); what it sends until its STREAM_END is
+// read and dropped. It must not be called with Node.mu held.
+func (c *consumer) drop(vb uint16) {
+	c.mu.Lock()
+	if c.over {
+		c.mu.Unlock()
+		return
+	}
+	if !c.started {
+		c.vbs = slices.DeleteFunc(c.vbs, func(v uint16) bool { return v == vb })
+		c.mu.Unlock()
+		return
+	}
+	s := c.streams[vb]
+	if s == nil {
+		c.mu.Unlock()
+		return
+	}
+	delete(c.streams, vb)
+	c.n.unregisterConsumer(c.src, s)
+	if s.ended { // the producer ended it already: nothing more comes
+		c.mu.Unlock()
+		return
+	}
+	c.closed[s.opaque] = vb
+	req := appendReq(nil, OpCloseStream, vb, s.opaque, 0, nil, nil, nil)
+	c.wmu.Lock()
+	c.mu.Unlock()
+	err := c.write(req)
+	c.wmu.Unlock()
+	if err != nil {
+		c.nc.Close()
+	}
+}
+
+// write sends b; wmu is held.
 func (c *consumer) write(b []byte) error {
 	c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
 	_, err := c.nc.Write(b)
 	return err
 }
 
-// ack sends BUFFER_ACK for the bytes applied and SEQNO_ACK for every
-// stream whose complete snapshot moved.
-func (c *consumer) ack() error {
+// ackLocked returns BUFFER_ACK for the bytes applied and SEQNO_ACK for
+// every stream whose complete snapshot moved, to be written. c.mu is held.
+func (c *consumer) ackLocked() []byte {
 	var out []byte
 	if c.unacked > 0 {
 		var ex [4]byte
@@ -193,13 +321,11 @@ func (c *consumer) ack() error {
 			s.ackedSent = s.complete
 		}
 	}
-	if len(out) == 0 {
-		return nil
-	}
-	return c.write(out)
+	return out
 }
 
-// handle applies one packet. done reports the end of a takeover.
+// handle applies one packet, with c.mu held. done reports the end of a
+// takeover.
 func (c *consumer) handle(pk *packet) (done bool, err error) {
 	if pk.Magic == protocol.MagicResponse {
 		switch pk.Opcode {
@@ -208,6 +334,7 @@ func (c *consumer) handle(pk *packet) (done bool, err error) {
 				return false, fmt.Errorf("stream open refused by %s: status %#x %s", c.src, uint16(pk.Status), pk.value)
 			}
 		case OpStreamReq:
+			// (The answer to a stream closed since is in no stream: dropped.)
 			for _, s := range c.streams {
 				if s.opaque == pk.Opaque {
 					if pk.Status != protocol.StatusOK {
@@ -225,6 +352,13 @@ func (c *consumer) handle(pk *packet) (done bool, err error) {
 	}
 	s := c.streams[pk.VBucket]
 	if s == nil || s.opaque != pk.Opaque {
+		if vb, ok := c.closed[pk.Opaque]; ok && vb == pk.VBucket {
+			// A stream closed here (drop): ignored until its end.
+			if pk.Opcode == OpStreamEnd {
+				delete(c.closed, pk.Opaque)
+			}
+			return false, nil
+		}
 		return false, fmt.Errorf("%w: %#x for a stream not requested (vbucket %d)", errBadPacket, pk.Opcode, pk.VBucket)
 	}
 	vb := int(s.vb)
@@ -297,10 +431,11 @@ func (c *consumer) handle(pk *packet) (done bool, err error) {
 		default:
 			status = protocol.StatusInvalid
 		}
-		if err := c.ack(); err != nil {
-			return false, err
-		}
-		if err := c.write(protocol.AppendResponse(nil, OpSetState, status, pk.Opaque, 0, nil, nil, nil)); err != nil {
+		out := append(c.ackLocked(), protocol.AppendResponse(nil, OpSetState, status, pk.Opaque, 0, nil, nil, nil)...)
+		c.wmu.Lock()
+		err := c.write(out)
+		c.wmu.Unlock()
+		if err != nil {
 			return false, err
 		}
 	case OpStreamEnd:

@@ -347,10 +347,13 @@ func (n *Node) AbortTakeover(vb int) {
 // owned by the Node (Node.wg) and stops when its cancel is called: by
 // StopReplication when its last vbucket goes, or by Node.Close.
 //
-// Changing the set of vbuckets restarts the connection (the consumer
-// resumes every stream from where it was, which costs a round trip, not a
-// copy). Additions within reconfigureDelay share one restart, so setting
-// up the replicas of a whole cluster is not quadratic.
+// A vbucket added to or removed from the set goes on or off the running
+// connection (consumer.add, consumer.drop), and the other streams go on.
+// When that cannot be done (no connection is up, or a stream of the same
+// vbucket closed on it has not ended yet) the connection restarts: the
+// consumer resumes every stream from where it was, which costs a round
+// trip, not a copy, and additions within reconfigureDelay share one
+// restart.
 type replicator struct {
 	src    string
 	cancel context.CancelFunc // stops the goroutine
@@ -358,8 +361,8 @@ type replicator struct {
 
 	// Under Node.mu:
 	vbs        map[uint16]struct{}
+	live       *consumer          // the current connection's consumer (nil between connections)
 	connCancel context.CancelFunc // ends the current connection
-	connDone   chan struct{}      // closed when the current connection's run returns
 	restarting bool               // a coalesced restart is scheduled
 	changed    chan struct{}      // cap 1: the set changed (wakes an idle goroutine)
 
@@ -397,7 +400,6 @@ func (n *Node) Replicate(vb int, src string) error {
 		n.StopReplication(vb)
 	}
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	n.repOf[uint16(vb)] = src
 	r := n.reps[src]
 	if r == nil {
@@ -408,6 +410,15 @@ func (n *Node) Replicate(vb int, src string) error {
 	case r.changed <- struct{}{}:
 	default:
 	}
+	live := r.live
+	n.mu.Unlock()
+	// A connection made from here on asks for vb; the one up now (if any)
+	// is asked for it now.
+	if live != nil && live.add(uint16(vb)) {
+		return nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
 	if r.connCancel != nil && !r.restarting {
 		r.restarting = true
 		time.AfterFunc(reconfigureDelay, func() {
@@ -446,11 +457,12 @@ func (n *Node) StopReplication(vb int) {
 		<-r.done
 		return
 	}
-	cancel, done := r.connCancel, r.connDone
+	live := r.live
 	n.mu.Unlock()
-	if cancel != nil {
-		cancel()
-		<-done // the connection that fed vb has stopped applying
+	// A connection made from here on does not ask for vb; the one up now
+	// (if any) stops applying it before drop returns.
+	if live != nil {
+		live.drop(uint16(vb))
 	}
 }
 
@@ -476,15 +488,21 @@ func (n *Node) startReplicatorLocked(src string) *replicator {
 			for v := range r.vbs {
 				list = append(list, v)
 			}
-			cctx, ccancel := context.WithCancel(ctx)
-			r.connCancel, r.connDone = ccancel, make(chan struct{})
-			connDone := r.connDone
-			n.mu.Unlock()
 			sort.Slice(list, func(i, j int) bool { return list[i] < list[j] })
-			var err error
+			cctx, ccancel := context.WithCancel(ctx)
+			r.connCancel = ccancel
+			var c *consumer
 			if len(list) > 0 {
-				c := &consumer{n: n, src: src, vbs: list}
+				c = &consumer{n: n, src: src, vbs: list}
+				r.live = c
+			}
+			n.mu.Unlock()
+			var err error
+			if c != nil {
 				err = c.run(cctx)
+				n.mu.Lock()
+				r.live = nil
+				n.mu.Unlock()
 			} else {
 				select {
 				case <-cctx.Done():
@@ -493,7 +511,6 @@ func (n *Node) startReplicatorLocked(src string) *replicator {
 			}
 			reconfigured := cctx.Err() != nil && ctx.Err() == nil
 			ccancel()
-			close(connDone)
 			if ctx.Err() != nil {
 				return
 			}
