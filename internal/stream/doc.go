@@ -41,6 +41,10 @@
 //     MUTATION, DELETION or EXPIRATION per entry;
 //   - STREAM_END with a reason when the stream stops.
 //
+// A replica node keeps one connection per source and adds or closes
+// streams on it as vbuckets are given to it or taken away (STREAM_REQ,
+// CLOSE_STREAM), so the other streams on it go on.
+//
 // The consumer applies each mutation to its store under the producer's
 // sequence number and CAS (and raises its own CAS counter past it), so a
 // replica's history is the active's and a chained replica can stream from
@@ -126,8 +130,9 @@
 //
 // # Not implemented
 //
-// Peer connections are plain TCP without SASL or TLS (a node started with
-// -S refuses them); evictions and flush_all are not replicated (each node
+// Peer connections are opened by Node.Dial: the server logs in as its
+// --cluster-auth administrator, inside TLS when it has peer TLS, and plain
+// TCP without either. Evictions and flush_all are not replicated (each node
 // evicts under its own limit); the meta protocol's stale and win-token
 // bits are not carried.
 package stream
