@@ -128,11 +128,13 @@
 // survives the loss of every node
 // that holds it: this is a cache.
 //
-// # Not implemented
-//
 // Peer connections are opened by Node.Dial: the server logs in as its
 // --cluster-auth administrator, inside TLS when it has peer TLS, and plain
-// TCP without either. Evictions and flush_all are not replicated (each node
+// TCP without either.
+//
+// # Not implemented
+//
+// Evictions and flush_all are not replicated (each node
 // evicts under its own limit); the meta protocol's stale and win-token
 // bits are not carried.
 package stream
