@@ -131,20 +131,15 @@ func (c *consumer) run(ctx context.Context) error {
 		out = c.requestLocked(out, vb)
 	}
 	c.started = true
-	c.wmu.Lock()
-	c.mu.Unlock()
-	err = c.write(out)
-	c.wmu.Unlock()
-	if err != nil {
+	if err := c.sendUnlock(out); err != nil {
 		return err
 	}
 	r := bufio.NewReaderSize(nc, 64<<10)
 	var pk packet
 	var buf []byte
+	var down time.Time // c.firstDown and c.downErr, as of the last packet
+	var downErr error
 	for {
-		c.mu.Lock()
-		down, downErr := c.firstDown, c.downErr
-		c.mu.Unlock()
 		if !down.IsZero() && r.Buffered() == 0 {
 			nc.SetReadDeadline(down.Add(retryDown))
 		}
@@ -163,20 +158,13 @@ func (c *consumer) run(ctx context.Context) error {
 		}
 		c.mu.Lock()
 		done, err := c.handle(&pk)
+		down, downErr = c.firstDown, c.downErr
 		var ack []byte
 		if err == nil && !done && (c.unacked >= ackEvery || r.Buffered() == 0) {
 			ack = c.ackLocked()
 		}
-		if len(ack) > 0 {
-			c.wmu.Lock()
-		}
-		c.mu.Unlock()
-		if len(ack) > 0 {
-			werr := c.write(ack)
-			c.wmu.Unlock()
-			if werr != nil {
-				return werr
-			}
+		if werr := c.sendUnlock(ack); werr != nil {
+			return werr
 		}
 		if err != nil {
 			return err
@@ -248,12 +236,7 @@ func (c *consumer) add(vb uint16) bool {
 			return false
 		}
 	}
-	req := c.requestLocked(nil, vb)
-	c.wmu.Lock()
-	c.mu.Unlock()
-	err := c.write(req)
-	c.wmu.Unlock()
-	if err != nil {
+	if c.sendUnlock(c.requestLocked(nil, vb)) != nil {
 		c.nc.Close() // run fails, and the replicator reconnects with vb
 	}
 	return true
@@ -286,14 +269,22 @@ func (c *consumer) drop(vb uint16) {
 		return
 	}
 	c.closed[s.opaque] = vb
-	req := appendReq(nil, OpCloseStream, vb, s.opaque, 0, nil, nil, nil)
-	c.wmu.Lock()
-	c.mu.Unlock()
-	err := c.write(req)
-	c.wmu.Unlock()
-	if err != nil {
+	if c.sendUnlock(appendReq(nil, OpCloseStream, vb, s.opaque, 0, nil, nil, nil)) != nil {
 		c.nc.Close()
 	}
+}
+
+// sendUnlock lets go of c.mu, which is held, and writes b (if any): wmu
+// is taken first, so packets go out in the order they were decided.
+func (c *consumer) sendUnlock(b []byte) error {
+	if len(b) == 0 {
+		c.mu.Unlock()
+		return nil
+	}
+	c.wmu.Lock()
+	c.mu.Unlock()
+	defer c.wmu.Unlock()
+	return c.write(b)
 }
 
 // write sends b; wmu is held.
@@ -431,6 +422,8 @@ func (c *consumer) handle(pk *packet) (done bool, err error) {
 		default:
 			status = protocol.StatusInvalid
 		}
+		// Written with c.mu held: only a takeover consumer gets here, and
+		// nothing adds or drops its streams.
 		out := append(c.ackLocked(), protocol.AppendResponse(nil, OpSetState, status, pk.Opaque, 0, nil, nil, nil)...)
 		c.wmu.Lock()
 		err := c.write(out)

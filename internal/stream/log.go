@@ -167,7 +167,7 @@ func (r *ring) grow() {
 	k := 0
 	for i := 0; i < r.n; i++ {
 		e := r.at(i)
-		r.appendKey(keys[k:k], e)
+		r.appendKey(keys[k:k], e) // in place: keys has room
 		e.koff = uint32(k)
 		k += int(e.klen)
 		ents[i] = e
