@@ -361,3 +361,60 @@ func TestReplicationAddsAndDropsStreamsLive(t *testing.T) {
 	waitReplica(vb1, k1[2], "late")
 	waitReplica(vb2, k2[2], "two")
 }
+
+// TestReplicaCatchesUpAfterALargeGap: a replica whose stream was stopped
+// while 300 values of 100 KB (30 MB, far more than the socket buffers and
+// the producer's 4 MiB window hold) were written resumes from its position
+// in the log, and catches up to every one of them. A producer used to send
+// a log batch whole (256 entries, 25 MB here) in one write and count it as
+// unacknowledged only once the write returned: the consumer's
+// acknowledgements of those bytes, arriving during the write, were
+// clamped away, the window stayed full for ever, and the replica stalled
+// at the batch's end (found by test/lifecycle's
+// TestLocalFailoverPromotesTheBestReplica, issue 43).
+func TestReplicaCatchesUpAfterALargeGap(t *testing.T) {
+	_, addrA := startCluster(t, nil)
+	_, addrR := startCluster(t, nil)
+	a, r := dialBin(t, addrA), dialBin(t, addrR)
+	const vb = 7
+	a.setState(vb, vbucket.Active)
+	keys := keysFor(vb, 350)
+	for _, k := range keys[:50] {
+		a.set(vb, k, "small")
+	}
+	if h, body := r.do(stream.OpReplicate, vb, nil, []byte(addrA), nil); h.Status != protocol.StatusOK {
+		t.Fatalf("REPLICATE: %#x %q", h.Status, body)
+	}
+	seqno := func() string {
+		return r.stat("streams "+fmt.Sprint(vb), "consumer:"+addrA+":vb_"+fmt.Sprint(vb)+":seqno")
+	}
+	waitFor(t, "the replica to hold the first 50", func() bool { return seqno() == "50" })
+	if h, body := r.do(stream.OpStopReplication, vb, nil, nil, nil); h.Status != protocol.StatusOK {
+		t.Fatalf("STOP_REPLICATION: %#x %q", h.Status, body)
+	}
+	big := strings.Repeat("v", 100<<10)
+	for _, k := range keys[50:] {
+		a.set(vb, k, big)
+	}
+	if h, body := r.do(stream.OpReplicate, vb, nil, []byte(addrA), nil); h.Status != protocol.StatusOK {
+		t.Fatalf("REPLICATE again: %#x %q", h.Status, body)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for seqno() != "350" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica stalled at seqno %s of 350; the active's streams: unacked_bytes %s, sent_seqno %s", seqno(),
+				a.stat("streams", "producer:"+addrR+":unacked_bytes"), a.stat("streams", "producer:"+addrR+":vb_"+fmt.Sprint(vb)+":sent_seqno"))
+		}
+		time.Sleep(20 * time.Millisecond) // polling a condition
+	}
+	for i, k := range keys {
+		h, body := r.do(protocol.OpGetReplica, vb, nil, []byte(k), nil)
+		want := big
+		if i < 50 {
+			want = "small"
+		}
+		if h.Status != protocol.StatusOK || string(body[h.ExtLen:]) != want {
+			t.Fatalf("%s on the replica: status %#x, %d bytes", k, h.Status, len(body))
+		}
+	}
+}

@@ -278,11 +278,16 @@ func (p *producer) flush() error {
 	if len(p.out) == 0 {
 		return nil
 	}
-	p.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
-	_, err := p.nc.Write(p.out)
+	// The bytes are in flight from before the write: a large write
+	// returns only once the consumer has read most of it, and its
+	// BUFFER_ACKs for them may arrive first. Counted after the write,
+	// those acknowledgements found nothing to subtract and were lost,
+	// and the window stayed full for good.
 	p.mu.Lock()
 	p.unacked += len(p.out)
 	p.mu.Unlock()
+	p.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	_, err := p.nc.Write(p.out)
 	p.out = p.out[:0]
 	return err
 }
@@ -411,8 +416,23 @@ func (p *producer) produce(s *pstream) (bool, error) {
 		}
 		return false, nil
 	}
-	p.sendEntries(s, ents)
+	p.sendEntries(s, batchBytes(ents, writeChunk))
 	return true, nil
+}
+
+// batchBytes returns the longest prefix of ents (at least one entry)
+// whose keys and values (Entry.Size) add up to at most limit bytes: a batch of the log
+// is sent in one snapshot, built in p.out, so its size must not follow
+// the values' (256 entries of 1 MB would be 256 MB in memory at once).
+func batchBytes(ents []Entry, limit int) []Entry {
+	n := 0
+	for i, e := range ents {
+		n += int(e.Size)
+		if n > limit && i > 0 {
+			return ents[:i]
+		}
+	}
+	return ents
 }
 
 // restart begins a stream again with a reset backfill: the log no longer
