@@ -166,10 +166,19 @@ func ctlFailover(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return ctlManagerErr(stderr, "failover", err)
 	}
-	if err := mc.Failover(context.Background(), node, *force); err != nil {
+	rep, err := mc.FailoverReport(context.Background(), node, *force)
+	if err != nil {
 		return ctlManagerErr(stderr, "failover", err)
 	}
 	fmt.Fprintf(stdout, "%s failed over: its replicas are active, the map is published, replicas are being rebuilt\n", node)
+	fmt.Fprintf(stdout, "%d vbuckets promoted, %d lost (no replica: active, empty, elsewhere), %d replica copies dropped", rep.Promoted, rep.Lost, rep.Replicas)
+	if rep.Unactivated > 0 {
+		fmt.Fprintf(stdout, ", %d NOT activated (see the manager's log)", rep.Unactivated)
+	}
+	fmt.Fprintln(stdout)
+	for _, c := range rep.Choices {
+		fmt.Fprintf(stdout, "vbucket %d: promoted %s: %s\n", c.VBucket, c.Promoted, c.Why)
+	}
 	return 0
 }
 

@@ -45,6 +45,7 @@ func runLocal(args []string, stdout, stderr io.Writer) int {
 	memory := fs.Int("m", 64, "memory per node in megabytes (memcached's -m)")
 	dataDir := fs.String("data-dir", "", "where the embedded etcd keeps its data (default: a new temporary directory)")
 	keep := fs.Bool("keep", false, "keep the data directory when stopping")
+	chain := fs.Bool("chain", false, "chained replication (replica 2 from replica 1) instead of star, as vbcache manager's flag")
 	syncRep := fs.Bool("sync-replication", false, "nodes answer a write once its replicas have it (a failover then loses no acknowledged write)")
 	failoverAfter := fs.Duration("failover-after", 10*time.Second, "the manager fails over a node that stops answering for this long (0: only by hand), as vbcache manager's flag")
 	maxMoves := fs.Int("max-moves", 8, "vbucket moves at once during a rebalance, as vbcache manager's flag")
@@ -75,7 +76,7 @@ func runLocal(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	logger := log.New(stderr, "", log.LstdFlags)
 	if err := local(ctx, localConfig{nodes: *nodes, replicas: *replicas, base: *base, vbuckets: *vbuckets,
-		memory: *memory, dataDir: *dataDir, keep: *keep, syncReplication: *syncRep, failoverAfter: *failoverAfter, maxMoves: *maxMoves, tls: *useTLS}, stdout, logger); err != nil {
+		memory: *memory, dataDir: *dataDir, keep: *keep, syncReplication: *syncRep, chain: *chain, failoverAfter: *failoverAfter, maxMoves: *maxMoves, tls: *useTLS}, stdout, logger); err != nil {
 		fmt.Fprintf(stderr, "vbcache local: %v\n", err)
 		return 1
 	}
@@ -86,6 +87,7 @@ type localConfig struct {
 	nodes, replicas, base, vbuckets, memory int
 	dataDir                                 string
 	keep, syncReplication                   bool
+	chain                                   bool          // the manager's --chain
 	tls                                     bool          // --tls
 	failoverAfter                           time.Duration // the manager's --failover-after
 	maxMoves                                int           // the manager's --max-moves
@@ -224,7 +226,7 @@ func local(ctx context.Context, c localConfig, stdout io.Writer, logger *log.Log
 	}()
 	mf := managerFlags{listen: net.JoinHostPort("127.0.0.1", strconv.Itoa(c.base+1)), dataDir: filepath.Join(dir, "etcd"), etcdName: "vbcache",
 		etcdClient: "http://127.0.0.1:" + strconv.Itoa(etcdClient), etcdPeer: "http://127.0.0.1:" + strconv.Itoa(etcdPeer),
-		vbuckets: c.vbuckets, replicas: c.replicas, failoverAfter: c.failoverAfter, maxMoves: c.maxMoves, prefix: "/vbcache/default",
+		vbuckets: c.vbuckets, replicas: c.replicas, chain: c.chain, failoverAfter: c.failoverAfter, maxMoves: c.maxMoves, prefix: "/vbcache/default",
 		clusterAuth: authFile, metricsListen: "127.0.0.1:" + metricsPort(0)}
 	proxyMetrics := &lateCollector{}
 	mf.metrics = []prometheus.Collector{proxyMetrics}

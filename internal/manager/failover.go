@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -26,8 +27,50 @@ type FailoverReport struct {
 	// answers NOT_MY_VBUCKET until an operator activates it (vbcache
 	// ctl) or a rebalance moves it.
 	Unactivated int `json:"unactivated,omitempty"`
+	// Choices lists the vbuckets whose live replicas differed (in how
+	// much of the node's history they held, or in answering), with the
+	// replica promoted and why (bestReplica).
+	Choices []PromotionChoice `json:"choices,omitempty"`
 
 	fencing string // how it was sure the node stopped serving, for the log
+}
+
+// PromotionChoice is one vbucket's promotion where the failover had a
+// choice to make.
+type PromotionChoice struct {
+	VBucket  int    `json:"vbucket"`
+	Promoted string `json:"promoted"`
+	Why      string `json:"why"`
+}
+
+// replicaPositions asks the replicas of the vbuckets that the node at
+// idx is active for, where a row has more than one, where their copies
+// are (positions): the failover promotes the one that holds the most.
+// Replicas the probes think down are asked too (at once, for a second at
+// most): one that answers is back, and may hold the most. Rows with one
+// replica leave nothing to choose, and cost no request.
+func (m *Manager) replicaPositions(ctx context.Context, s *State, idx int) map[string]map[int]copyPos {
+	ask := map[string]bool{}
+	for _, row := range s.Map {
+		if idx < 0 || row[0] != idx {
+			continue
+		}
+		var rs []string
+		for _, r := range row[1:] {
+			if r >= 0 && r != idx {
+				rs = append(rs, s.server(r))
+			}
+		}
+		if len(rs) > 1 {
+			for _, a := range rs {
+				ask[a] = true
+			}
+		}
+	}
+	if len(ask) == 0 {
+		return nil
+	}
+	return m.positions(ctx, slices.Sorted(maps.Keys(ask)))
 }
 
 // FailoverOptions are a failover's.
@@ -48,9 +91,9 @@ type FailoverOptions struct {
 var ErrNotSure = errors.New("cannot be sure the node stopped serving (--force fails it over anyway)")
 
 // Failover takes addr out of the cluster. For each vbucket it was active
-// for, the first live replica is promoted through move.Promote (it holds
-// every write it had acknowledged; writes inside the replication lag are
-// lost); a vbucket without a live replica becomes active, empty, on the
+// for, the live replica that holds the most of its history is promoted
+// through move.Promote (bestReplica: it holds every write any surviving
+// replica had; writes inside every replica's replication lag are lost); a vbucket without a live replica becomes active, empty, on the
 // least loaded live member, so the cluster keeps serving (a cache loses
 // data, never availability).
 //
@@ -60,11 +103,17 @@ var ErrNotSure = errors.New("cannot be sure the node stopped serving (--force fa
 // its lease to run out; the new map is committed and pushed before any
 // promotion. A failover that cannot be sure returns ErrNotSure, and
 // changes nothing if it knew that before the commit.
-func (m *Manager) Failover(ctx context.Context, addr string, opt FailoverOptions) (err error) {
+func (m *Manager) Failover(ctx context.Context, addr string, opt FailoverOptions) error {
+	_, err := m.FailoverReport(ctx, addr, opt)
+	return err
+}
+
+// FailoverReport is Failover, with what the failover did.
+func (m *Manager) FailoverReport(ctx context.Context, addr string, opt FailoverOptions) (FailoverReport, error) {
 	rep, err := m.failover(ctx, addr, opt.Force)
 	m.obs.failover(opt.auto, err)
 	if err != nil {
-		return err
+		return rep, err
 	}
 	unact := ""
 	if rep.Unactivated > 0 {
@@ -73,10 +122,10 @@ func (m *Manager) Failover(ctx context.Context, addr string, opt FailoverOptions
 	m.cfg.Logf("manager: failed over %s: %d vbuckets promoted, %d lost, %d replicas dropped%s%s", addr, rep.Promoted, rep.Lost, rep.Replicas, unact, rep.fencing)
 	if opt.Rebuild && m.State().Replicas > 0 {
 		if err := m.StartRebalance(ctx); err != nil && err != ErrRebalancing {
-			return fmt.Errorf("failover done; rebuilding replicas: %w", err)
+			return rep, fmt.Errorf("failover done; rebuilding replicas: %w", err)
 		}
 	}
-	return nil
+	return rep, nil
 }
 
 // fence turns every vbucket the failed node holds dead on it, if it
@@ -218,9 +267,11 @@ func (m *Manager) failover(ctx context.Context, addr string, force bool) (rep Fa
 			return rep, fmt.Errorf("%w: %s", ErrNotSure, why)
 		}
 	}
-	// The new map: the first live replica is promoted; a vbucket without
-	// one goes, empty, to the least loaded live member.
+	// The new map: the live replica that holds the most of the node's
+	// history is promoted (bestReplica); a vbucket without one goes,
+	// empty, to the least loaded live member.
 	live := func(i int) bool { return i >= 0 && i != idx && m.healthy(s.Servers[i]) }
+	pos := m.replicaPositions(ctx, s, idx)
 	load := map[int]int{}
 	for _, row := range s.Map {
 		if row[0] >= 0 {
@@ -243,12 +294,21 @@ func (m *Manager) failover(ctx context.Context, addr string, force bool) (rep Fa
 		}
 		if row[0] == idx {
 			changed[vb] = true
-			promoted := -1
-			for _, r := range row[1:] {
-				if live(r) {
-					promoted = r
-					break
+			// A replica that answered where its copy is is alive now,
+			// even if the probes have not seen it since a pause.
+			promoted, why := bestReplica(row, func(i int) bool {
+				_, answered := pos[s.server(i)]
+				return live(i) || (i >= 0 && i != idx && answered)
+			}, func(i int) (copyPos, bool) {
+				p, ok := pos[s.Servers[i]]
+				if !ok {
+					return copyPos{}, false
 				}
+				return p[vb], true
+			}, s.server)
+			if why != "" {
+				m.cfg.Logf("manager: failover of %s: vbucket %d: promoting %s: %s", addr, vb, s.server(promoted), why)
+				rep.Choices = append(rep.Choices, PromotionChoice{VBucket: vb, Promoted: s.server(promoted), Why: why})
 			}
 			if promoted < 0 {
 				best := -1

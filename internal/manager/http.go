@@ -243,11 +243,22 @@ func (m *Manager) mux() *http.ServeMux {
 		// Not the request's context: a failover outlives a client that
 		// hangs up, and ends with the leadership.
 		addr, opt := node(r), FailoverOptions{Rebuild: true, Force: r.FormValue("force") != ""}
-		res := make(chan error, 1)
+		type result struct {
+			rep FailoverReport
+			err error
+		}
+		res := make(chan result, 1)
 		m.inLeadership(func(ctx context.Context) {
-			go func() { res <- m.Failover(ctx, addr, opt) }() // owned by this handler, which waits for it
+			go func() { // owned by this handler, which waits for it
+				rep, err := m.FailoverReport(ctx, addr, opt)
+				res <- result{rep, err}
+			}()
 		})
-		return nil, <-res
+		r2 := <-res
+		if r2.err != nil {
+			return nil, r2.err
+		}
+		return r2.rep, nil
 	}))
 	return mux
 }

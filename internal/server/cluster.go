@@ -625,7 +625,9 @@ func (c *conn) vbucketStats(only int) {
 		c.statUint(p+":bytes", bytes)
 		c.statUint(p+":ops", cl.ops[vb].Load())
 		c.statUint(p+":not_my_vbucket", cl.refused[vb].Load())
-		c.statUint(p+":high_seqno", cl.streams.Log.High(vb))
+		uuid, high := cl.streams.Log.Lineage(vb)
+		c.statUint(p+":uuid", uuid)
+		c.statUint(p+":high_seqno", high)
 	}
 	if l := &cl.lease; only < 0 && l.on.Load() {
 		left := max(l.until.Load()-monoNow(), 0)

@@ -117,6 +117,13 @@ func (l *localRun) creds() *admin.Credentials {
 // ends unless stop ran.
 func startLocal(t *testing.T, nodes int, args ...string) *localRun {
 	t.Helper()
+	return startLocalBin(t, bin, nodes, args...)
+}
+
+// startLocalBin is startLocal with another vbcache binary (a build with
+// a vbcache_unsafe_* tag, to show that a test catches what it breaks).
+func startLocalBin(t *testing.T, bin string, nodes int, args ...string) *localRun {
+	t.Helper()
 	for try := 1; ; try++ {
 		l := &localRun{t: t, base: freeBase(t, 3+2*nodes), done: make(chan struct{}), dir: t.TempDir()}
 		l.cmd = exec.Command(bin, append([]string{"local", "--nodes", strconv.Itoa(nodes), "--base-port", strconv.Itoa(l.base), "--data-dir", l.dir}, args...)...)

@@ -121,11 +121,39 @@ func (c *Client) StopRebalance(ctx context.Context) error {
 // with force, the map is published and replicas are rebuilt. It returns
 // when the failover is done.
 func (c *Client) Failover(ctx context.Context, addr string, force bool) error {
+	_, err := c.FailoverReport(ctx, addr, force)
+	return err
+}
+
+// FailoverReport is what a failover did (the manager's FailoverReport):
+// how many vbuckets were promoted, lost (no replica: active, empty,
+// elsewhere) and not activated, how many replica copies left the map,
+// and, for each vbucket whose live replicas differed, which one was
+// promoted and why.
+type FailoverReport struct {
+	Node        string `json:"node"`
+	Promoted    int    `json:"promoted"`
+	Lost        int    `json:"lost"`
+	Replicas    int    `json:"replicas"`
+	Unactivated int    `json:"unactivated"`
+	Choices     []struct {
+		VBucket  int    `json:"vbucket"`
+		Promoted string `json:"promoted"`
+		Why      string `json:"why"`
+	} `json:"choices"`
+}
+
+// FailoverReport is Failover, with the manager's report of it.
+func (c *Client) FailoverReport(ctx context.Context, addr string, force bool) (*FailoverReport, error) {
 	q := url.Values{"node": {addr}}
 	if force {
 		q.Set("force", "1")
 	}
-	return c.call(ctx, "POST", "/failover", q, nil)
+	var rep FailoverReport
+	if err := c.call(ctx, "POST", "/failover", q, &rep); err != nil {
+		return nil, err
+	}
+	return &rep, nil
 }
 
 // call sends a request and decodes its JSON answer into out, when out is
