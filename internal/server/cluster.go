@@ -433,6 +433,12 @@ func (c *conn) binCluster(op protocol.Opcode, extras, key, rest []byte, vlen, hk
 			// A replica promoted (or dropped) stops following its source.
 			cl.streams.StopReplication(vb)
 		}
+		if st == vbucket.Active && cl.vbs.Get(vb) != vbucket.Active {
+			// Another active may have written past this copy (a replica
+			// promoted at a failover): its history branches here, before
+			// it takes a write of its own (DESIGN.md §5).
+			cl.streams.NewBranch(vb)
+		}
 		if _, err := cl.vbs.Set(vb, st); err != nil {
 			// Unreachable: state and range were checked above.
 			c.binError(protocol.StatusInvalid)

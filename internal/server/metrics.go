@@ -45,7 +45,7 @@ type nodeMetrics struct {
 	vbuckets, notMyVBucket *prometheus.Desc
 	// streams (stats streams), summed per peer: per-vbucket series would
 	// be thousands
-	streams, seqnosBehind, bytesBehind, unacked, consumerBehind, takeovers, logBytes *prometheus.Desc
+	streams, seqnosBehind, bytesBehind, unacked, consumerBehind, takeovers, logBytes, branchRebuilds *prometheus.Desc
 }
 
 // Metrics returns a prometheus.Collector of the node's metrics, for a
@@ -61,6 +61,7 @@ func (s *Server) Metrics() prometheus.Collector {
 	m.unacked = prometheus.NewDesc("vbcache_stream_unacked_bytes", "Bytes sent to a peer's consumer and not yet acknowledged (flow control).", []string{"peer"}, nil)
 	m.consumerBehind = prometheus.NewDesc("vbcache_stream_consumer_seqnos_behind", "Lag of this node's consumer streams from a source: the sum over its vbuckets of the source's last seqno minus the one applied here.", []string{"source"}, nil)
 	m.takeovers = prometheus.NewDesc("vbcache_takeovers_total", "Takeovers this node completed as the source of a move.", nil, nil)
+	m.branchRebuilds = prometheus.NewDesc("vbcache_stream_branch_rebuilds_total", "Streams this node produced that could not resume because the consumer ran past the end of its branch of the vbucket's history here (it holds writes a promoted copy never had): it got a backfill instead.", nil, nil)
 	m.logBytes = prometheus.NewDesc("vbcache_stream_log_bytes", "Memory of the mutation log kept for streams.", nil, nil)
 	return m
 }
@@ -68,7 +69,7 @@ func (s *Server) Metrics() prometheus.Collector {
 // Describe sends every metric's description.
 func (m *nodeMetrics) Describe(ch chan<- *prometheus.Desc) {
 	m.set.Describe(ch)
-	for _, d := range []*prometheus.Desc{m.vbuckets, m.notMyVBucket, m.streams, m.seqnosBehind, m.bytesBehind, m.unacked, m.consumerBehind, m.takeovers, m.logBytes} {
+	for _, d := range []*prometheus.Desc{m.vbuckets, m.notMyVBucket, m.streams, m.seqnosBehind, m.bytesBehind, m.unacked, m.consumerBehind, m.takeovers, m.logBytes, m.branchRebuilds} {
 		ch <- d
 	}
 }
@@ -124,7 +125,7 @@ func (m *nodeMetrics) collectStreams(ch chan<- prometheus.Metric, cl *cluster) {
 	type key struct{ role, peer, kind string }
 	count := map[key]float64{}
 	behind, bytes, unacked, consumer := map[string]float64{}, map[string]float64{}, map[string]float64{}, map[string]float64{}
-	var takeovers, logBytes float64
+	var takeovers, logBytes, branchRebuilds float64
 	cl.streams.Stats(-1, func(name, value string) {
 		role, rest, _ := strings.Cut(name, ":")
 		i := strings.LastIndexByte(rest, ':')
@@ -134,6 +135,8 @@ func (m *nodeMetrics) collectStreams(ch chan<- prometheus.Metric, cl *cluster) {
 				takeovers, _ = metrics.Value(value)
 			case "log_ring_bytes":
 				logBytes, _ = metrics.Value(value)
+			case "branch_rebuilds":
+				branchRebuilds, _ = metrics.Value(value)
 			}
 			return
 		}
@@ -176,4 +179,5 @@ func (m *nodeMetrics) collectStreams(ch chan<- prometheus.Metric, cl *cluster) {
 	}
 	m.set.Send(ch, m.takeovers, prometheus.CounterValue, takeovers)
 	m.set.Send(ch, m.logBytes, prometheus.GaugeValue, logBytes)
+	m.set.Send(ch, m.branchRebuilds, prometheus.CounterValue, branchRebuilds)
 }

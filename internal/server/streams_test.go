@@ -418,3 +418,83 @@ func TestReplicaCatchesUpAfterALargeGap(t *testing.T) {
 		}
 	}
 }
+
+// TestResumeAfterPromotionFollowsTheNewBranch is issue 43's lineage hole:
+// vbucket 7 is active on A with replicas R1 and R2; both hold 50 writes;
+// R2's stream is cut and A takes 100 more, which R1 holds (seqnos 51-150).
+// A is lost and R2 is promoted (SET_VBUCKET active: R1 was unreachable,
+// say), and takes 200 writes of its own (seqnos 51-250 on R2). R1 then
+// follows R2 from its position (A's lineage, seqno 150). Resuming there
+// would keep A's 100 writes that R2 never had and skip R2's writes 51-150:
+// R1 must end equal to R2, key by key. R2 started a new branch of the
+// vbucket's history at its promotion (seqno 50), R1 ran past it, so R1
+// does not resume at 150.
+func TestResumeAfterPromotionFollowsTheNewBranch(t *testing.T) {
+	_, addrA := startCluster(t, nil)
+	_, addrR1 := startCluster(t, nil)
+	_, addrR2 := startCluster(t, nil)
+	a, r1, r2 := dialBin(t, addrA), dialBin(t, addrR1), dialBin(t, addrR2)
+	const vb = 7
+	a.setState(vb, vbucket.Active)
+	keys := keysFor(vb, 350)
+	for _, k := range keys[:50] {
+		a.set(vb, k, "first")
+	}
+	for _, c := range []*binClient{r1, r2} {
+		if h, body := c.do(stream.OpReplicate, vb, nil, []byte(addrA), nil); h.Status != protocol.StatusOK {
+			t.Fatalf("REPLICATE: %#x %q", h.Status, body)
+		}
+	}
+	consumerAt := func(c *binClient, src string) string {
+		return c.stat("streams "+fmt.Sprint(vb), "consumer:"+src+":vb_"+fmt.Sprint(vb)+":seqno")
+	}
+	waitFor(t, "both replicas to hold the first 50", func() bool { return consumerAt(r1, addrA) == "50" && consumerAt(r2, addrA) == "50" })
+	if h, body := r2.do(stream.OpStopReplication, vb, nil, nil, nil); h.Status != protocol.StatusOK {
+		t.Fatalf("STOP_REPLICATION: %#x %q", h.Status, body)
+	}
+	for _, k := range keys[50:150] {
+		a.set(vb, k, "old-branch")
+	}
+	waitFor(t, "R1 to hold A's 150", func() bool { return consumerAt(r1, addrA) == "150" })
+	if h, body := r1.do(stream.OpStopReplication, vb, nil, nil, nil); h.Status != protocol.StatusOK {
+		t.Fatalf("STOP_REPLICATION: %#x %q", h.Status, body)
+	}
+	a.setState(vb, vbucket.Dead)
+	r2.setState(vb, vbucket.Active)
+	for _, k := range keys[150:] {
+		r2.set(vb, k, "new-branch")
+	}
+	if h, body := r1.do(stream.OpReplicate, vb, nil, []byte(addrR2), nil); h.Status != protocol.StatusOK {
+		t.Fatalf("REPLICATE from R2: %#x %q", h.Status, body)
+	}
+	high := r2.stat("vbucket "+fmt.Sprint(vb), "vb_"+fmt.Sprint(vb)+":high_seqno")
+	deadline := time.Now().Add(10 * time.Second)
+	for consumerAt(r1, addrR2) != high {
+		if time.Now().After(deadline) {
+			t.Fatalf("R1 at %q from R2, whose high seqno is %s", consumerAt(r1, addrR2), high)
+		}
+		time.Sleep(5 * time.Millisecond) // polling a condition
+	}
+	differ := 0
+	var sample string
+	for _, k := range keys {
+		h1, b1 := r1.do(protocol.OpGetReplica, vb, nil, []byte(k), nil)
+		h2, b2 := r2.do(protocol.OpGet, vb, nil, []byte(k), nil)
+		v1, v2 := "", ""
+		if h1.Status == protocol.StatusOK {
+			v1 = string(b1[h1.ExtLen:])
+		}
+		if h2.Status == protocol.StatusOK {
+			v2 = string(b2[h2.ExtLen:])
+		}
+		if v1 != v2 {
+			differ++
+			if sample == "" {
+				sample = fmt.Sprintf("%s: %q on R1, %q on R2", k, v1, v2)
+			}
+		}
+	}
+	if differ > 0 {
+		t.Errorf("%d of %d keys differ between R1 and the promoted R2 (e.g. %s)", differ, len(keys), sample)
+	}
+}

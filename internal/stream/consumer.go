@@ -335,6 +335,11 @@ func (c *consumer) handle(pk *packet) (done bool, err error) {
 						}
 						return false, c.streamDown(s, err)
 					}
+					flog, err := parseFailoverLog(pk.value)
+					if err != nil {
+						return false, err
+					}
+					c.n.Log.SetFailoverLog(int(s.vb), flog)
 					s.open = true
 				}
 			}

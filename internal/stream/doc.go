@@ -10,8 +10,34 @@
 // eviction, a flush or a dropped vbucket) gets the next sequence number of
 // that vbucket. The store reports mutations to the Log (store.Observer)
 // under the item's shard lock, so one key's mutations are numbered in the
-// order they happened. A vbucket's history also has a lineage (a random
-// 64-bit uuid): a consumer may resume only a history it shares.
+// order they happened.
+//
+// # Branches: the failover log
+//
+// A vbucket's history is a chain of branches (DESIGN.md §5), kept newest
+// first in its failover log (Log.FailoverLog, at most 16, as DCP's): a
+// branch is a random 64-bit uuid and the sequence number it began after.
+// A copy's lineage is its newest branch. A history gets its first branch
+// when a stream of it first opens; a copy turned active by SET_VBUCKET
+// (a replica promoted at a failover, where the old active may have
+// written past it) starts a new branch at its last sequence number
+// before it takes a write (Node.NewBranch); DEL_VBUCKET forgets it all.
+// A takeover's target starts none: it has everything the source wrote.
+//
+// A consumer resumes with its position (uuid, seqno). The producer looks
+// the uuid up in its failover log (Log.Resume): the branch ended here
+// where the next newer one began (or at the last sequence number, for
+// the newest). A position at or before that end is a prefix of this
+// history, and the stream resumes there. A position past it ran past the
+// branch point: the consumer holds mutations this copy never had (a
+// replica of an old active that got further than the replica promoted),
+// so it must not resume; it starts over with a reset backfill, counted in
+// "stats streams" branch_rebuilds. An unknown uuid starts over too. DCP
+// would roll such a consumer back to the branch point instead, dropping
+// only what came after it; that is not done here (Not implemented). The
+// answer to STREAM_REQ carries the producer's failover log, which the
+// consumer takes as its own, so a replica promoted later knows the
+// branches its copy shares with the others.
 //
 // For a vbucket that is being streamed, the Log keeps a ring of its recent
 // mutations: sequence number, kind, key and size, never the value. A
@@ -84,7 +110,10 @@
 //
 //	OPEN            0x50  c→p  4: flags (0); key: consumer name
 //	CLOSE_STREAM    0x52  c→p  —
-//	STREAM_REQ      0x53  c→p  4 flags (1 = takeover), 8 start seqno, 8 uuid
+//	STREAM_REQ      0x53  c→p  4 flags (1 = takeover), 8 start seqno, 8 uuid;
+//	                           answered with the producer's failover log as
+//	                           the value: per branch, newest first, 8 uuid
+//	                           and 8 seqno it began after
 //	STREAM_END      0x55  p→c  4 reason (0 ok, 1 closed, 2 state changed, 5 aborted)
 //	SNAPSHOT_MARKER 0x56  p→c  8 start, 8 end, 8 uuid, 4 flags (1 memory, 2 disk, 0x10 reset)
 //	MUTATION        0x57  p→c  8 seqno, 8 expiry (absolute unix seconds, 0 never), 4 flags;
@@ -134,7 +163,8 @@
 //
 // # Not implemented
 //
-// Evictions and flush_all are not replicated (each node
-// evicts under its own limit); the meta protocol's stale and win-token
-// bits are not carried.
+// A consumer that ran past its branch point is rebuilt with a backfill,
+// not rolled back to the point (DCP's rollback). Evictions and flush_all
+// are not replicated (each node evicts under its own limit); the meta
+// protocol's stale and win-token bits are not carried.
 package stream

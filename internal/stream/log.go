@@ -28,9 +28,22 @@ type vbLog struct {
 	high uint64          // last sequence number given out or applied
 	uuid uint64          // lineage of this vbucket's history (0: none yet)
 	gen  uint64          // bumped by Reset: open streams must start over
+	flog []Branch        // the failover log: the history's branches, newest first (flog[0].UUID == uuid when uuid != 0)
 	ring *ring           // nil until a stream opens
 	subs []chan struct{} // producers to poke on a new entry (cap-1 channels)
 }
+
+// Branch is one entry of a vbucket's failover log (DCP's): the history
+// named UUID begins after sequence number Start, where it parted from the
+// branch before it. A vbucket's current lineage is its newest branch.
+type Branch struct {
+	UUID  uint64
+	Start uint64
+}
+
+// maxBranches bounds a failover log: a consumer whose lineage has fallen
+// off it starts over with a backfill (DCP keeps 25).
+const maxBranches = 16
 
 // Entry is one logged mutation, as Read copies it out.
 type Entry struct {
@@ -192,8 +205,93 @@ func (l *Log) Open(vb int, newUUID func() uint64) (uuid, high, gen uint64) {
 	}
 	if v.uuid == 0 {
 		v.uuid = newUUID()
+		v.flog = []Branch{{v.uuid, v.high}}
 	}
 	return v.uuid, v.high, v.gen
+}
+
+// NewBranch starts a new branch of vb's history at its last sequence
+// number, when this copy is about to turn active where another active may
+// have written past it (a replica promoted: DESIGN.md §5). A copy with no
+// lineage yet gets one when a stream first opens (Open). With the
+// vbcache_unsafe_branch build tag it does nothing (branching false).
+func (l *Log) NewBranch(vb int, newUUID func() uint64) {
+	if !branching {
+		return
+	}
+	v := &l.vbs[vb]
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.uuid == 0 {
+		return
+	}
+	v.uuid = newUUID()
+	v.pushBranchLocked(Branch{v.uuid, v.high})
+}
+
+// pushBranchLocked puts b at the head of the failover log. v.mu is held.
+func (v *vbLog) pushBranchLocked(b Branch) {
+	if len(v.flog) >= maxBranches {
+		v.flog = v.flog[:maxBranches-1]
+	}
+	v.flog = append([]Branch{b}, v.flog...)
+}
+
+// FailoverLog returns a copy of vb's failover log, newest first.
+func (l *Log) FailoverLog(vb int) []Branch {
+	v := &l.vbs[vb]
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return append([]Branch(nil), v.flog...)
+}
+
+// SetFailoverLog makes flog (newest first) vb's failover log: a consumer
+// takes its producer's when a stream opens, since its copy is then a
+// prefix of the producer's history (or is about to be replaced by a
+// backfill of it). An empty flog (a producer that sends none) changes
+// nothing.
+func (l *Log) SetFailoverLog(vb int, flog []Branch) {
+	if len(flog) == 0 {
+		return
+	}
+	v := &l.vbs[vb]
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.flog = append(v.flog[:0:0], flog[:min(len(flog), maxBranches)]...)
+	v.uuid = flog[0].UUID
+}
+
+// Resume says whether a consumer positioned at (uuid, seqno) may resume
+// vb's stream from seqno: its history must be a prefix of this one, that
+// is, uuid must be a branch of the failover log and seqno no later than
+// where that branch ended here (the start of the next newer branch, or
+// the last sequence number for the newest). ranPast reports a consumer
+// whose lineage is known but that ran past the end of its branch: it
+// holds mutations this copy never had, and must not resume (DCP would
+// roll it back to the branch's end; it starts over with a backfill).
+// With the vbcache_unsafe_branch build tag only the newest branch is
+// known, as before failover logs.
+func (l *Log) Resume(vb int, uuid, seqno uint64) (ok, ranPast bool) {
+	v := &l.vbs[vb]
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if uuid == 0 {
+		return false, false
+	}
+	if !branching {
+		return uuid == v.uuid && seqno <= v.high, false
+	}
+	end := v.high
+	for _, b := range v.flog {
+		if b.UUID == uuid {
+			if seqno <= end {
+				return true, false
+			}
+			return false, true
+		}
+		end = b.Start
+	}
+	return false, false
 }
 
 // Read copies up to len(dst) entries of vb with sequence numbers above
@@ -282,6 +380,18 @@ func (l *Log) Adopt(vb int, uuid uint64, reset bool) {
 	v := &l.vbs[vb]
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	switch {
+	case len(v.flog) > 0 && v.flog[0].UUID == uuid:
+	case reset:
+		// A backfill from a producer that sent no failover log.
+		v.flog = []Branch{{uuid, 0}}
+	default:
+		// The producer's lineage changed while it streamed (it was
+		// promoted): the new branch began no earlier than what this
+		// copy had (its true start may be later; an earlier one only
+		// sends a consumer that resumes here past it to a backfill).
+		v.pushBranchLocked(Branch{uuid, v.high})
+	}
 	v.uuid = uuid
 	if reset {
 		v.gen++
@@ -300,6 +410,7 @@ func (l *Log) Forget(vb int) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.uuid = 0
+	v.flog = nil
 	v.gen++
 	if v.ring != nil {
 		v.ring = newRing()

@@ -33,6 +33,9 @@ type Node struct {
 	Dial func(ctx context.Context, addr string, timeout time.Duration) (net.Conn, error)
 
 	moved atomic.Uint64 // takeovers completed as a producer
+	// branchRebuilds counts streams that could not resume because the
+	// consumer ran past the end of its branch here (Log.Resume).
+	branchRebuilds atomic.Uint64
 
 	// handoverPause is a failpoint for tests (environment variable
 	// VBCACHE_FAILPOINT_HANDOVER_PAUSE, a Go duration): a producer waits
@@ -573,6 +576,7 @@ func (n *Node) Stats(only int, add func(name, value string)) {
 	})
 	add("log_ring_bytes", fmt.Sprint(n.Log.RingBytes()))
 	add("takeovers_out", fmt.Sprint(n.moved.Load()))
+	add("branch_rebuilds", fmt.Sprint(n.branchRebuilds.Load()))
 	for _, p := range prods {
 		p.stats(only, add)
 	}
@@ -594,3 +598,8 @@ func (n *Node) Stats(only int, add func(name, value string)) {
 		}
 	}
 }
+
+// NewBranch starts a new branch of vb's history here (Log.NewBranch):
+// the copy is about to turn active where another active may have written
+// past it.
+func (n *Node) NewBranch(vb int) { n.Log.NewBranch(vb, n.newUUID) }

@@ -255,19 +255,29 @@ func (p *producer) streamReq(pk *packet) {
 	}
 	s := &pstream{vb: pk.VBucket, opaque: pk.Opaque, takeover: takeover, resp: make(chan protocol.Status, 1)}
 	p.n.Log.Subscribe(vb, p.poke)
-	myUUID, high, gen := p.n.Log.Open(vb, p.n.newUUID)
+	myUUID, _, gen := p.n.Log.Open(vb, p.n.newUUID)
 	s.uuid, s.gen, s.opened = myUUID, gen, true
 	s.phase.Store(phaseBackfill)
 	s.reset = true
-	if uuid == myUUID && start <= high {
+	resume, ranPast := p.n.Log.Resume(vb, uuid, start)
+	if resume {
 		if _, _, ok := p.n.Log.Read(vb, start, gen, p.ents[:0:0], nil); ok {
 			s.phase.Store(phaseLive)
 			s.sent.Store(start)
 			s.acked.Store(start)
 		}
 	}
+	if ranPast {
+		// The consumer holds mutations of a branch past where this
+		// history left it (a replica of an old active that got further
+		// than the one promoted): a backfill replaces its copy.
+		p.n.branchRebuilds.Add(1)
+		p.n.logf("stream of vbucket %d to %s: its position (lineage %016x, seqno %d) ran past where that branch ended here; it starts over with a backfill", vb, p.name, uuid, start)
+	}
 	p.streams = append(p.streams, s)
-	p.ctrl = protocol.AppendResponse(p.ctrl, pk.Opcode, protocol.StatusOK, pk.Opaque, 0, nil, nil, nil)
+	// The answer carries this copy's failover log, which the consumer
+	// takes as its own (appendFailoverLog).
+	p.ctrl = protocol.AppendResponse(p.ctrl, pk.Opcode, protocol.StatusOK, pk.Opaque, 0, nil, nil, appendFailoverLog(nil, p.n.Log.FailoverLog(vb)))
 	p.mu.Unlock()
 	p.pokeWriter()
 }
@@ -477,6 +487,9 @@ func (p *producer) backfill(s *pstream) {
 // it is still there, else a deletion. A key changed again later is sent
 // again for that later entry, so the consumer ends where the source is.
 func (p *producer) sendEntries(s *pstream, ents []Entry) {
+	// The marker names the lineage as it is now: a copy promoted while
+	// it streams (NewBranch) goes on with its new branch.
+	s.uuid, _ = p.n.Log.Lineage(int(s.vb))
 	p.marker(s, ents[0].Seq, ents[len(ents)-1].Seq, SnapMemory)
 	for _, e := range ents {
 		p.sendCurrent(s, e)

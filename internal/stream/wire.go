@@ -118,3 +118,27 @@ func appendReq(dst []byte, op protocol.Opcode, vb uint16, opaque uint32, cas uin
 
 func be64(b []byte) uint64 { return binary.BigEndian.Uint64(b) }
 func be32(b []byte) uint32 { return binary.BigEndian.Uint32(b) }
+
+// appendFailoverLog appends flog, the value of a STREAM_REQ answer: 16
+// bytes a branch, newest first, each an 8-byte uuid and the 8-byte seqno
+// the branch began after (big-endian, as DCP's failover log).
+func appendFailoverLog(dst []byte, flog []Branch) []byte {
+	for _, b := range flog {
+		dst = binary.BigEndian.AppendUint64(dst, b.UUID)
+		dst = binary.BigEndian.AppendUint64(dst, b.Start)
+	}
+	return dst
+}
+
+// parseFailoverLog reads a STREAM_REQ answer's value (appendFailoverLog);
+// a value whose length is not a multiple of 16 is refused.
+func parseFailoverLog(b []byte) ([]Branch, error) {
+	if len(b)%16 != 0 {
+		return nil, fmt.Errorf("%w: a failover log of %d bytes", errBadPacket, len(b))
+	}
+	flog := make([]Branch, 0, len(b)/16)
+	for ; len(b) > 0; b = b[16:] {
+		flog = append(flog, Branch{UUID: binary.BigEndian.Uint64(b), Start: binary.BigEndian.Uint64(b[8:])})
+	}
+	return flog, nil
+}
