@@ -52,7 +52,8 @@ type clusterConfig struct {
 	json     []byte
 	revEpoch int64
 	rev      int64
-	replicas []bool // per vbucket: whether the map gives it a replica
+	replicas []bool        // per vbucket: whether the map gives it a replica
+	parsed   *vbmap.Config // json parsed, for takeView when the node's manager lease ends (lease.go)
 }
 
 // newerThan reports whether cc is newer than (epoch, rev).
@@ -552,7 +553,7 @@ func (cl *cluster) storeConfig(value, extras []byte, logf func(string, ...any)) 
 		return nil, errBadConfig
 	}
 	cc := &clusterConfig{json: append([]byte(nil), value...), revEpoch: parsed.RevEpoch, rev: parsed.Rev,
-		replicas: make([]bool, parsed.NumVBuckets())}
+		replicas: make([]bool, parsed.NumVBuckets()), parsed: parsed}
 	for vb, row := range parsed.VBucketServerMap.VBucketMap {
 		cc.replicas[vb] = slices.ContainsFunc(row[min(1, len(row)):], func(i int) bool { return i >= 0 })
 	}

@@ -315,9 +315,24 @@ func (cl *cluster) leaseAnswer(dst []byte) []byte {
 // none (vouchFraction): the manager counts on a node's word only while
 // more than that is left, so that the nodes' leases, all running out
 // together when the manager stops, are extended before they end.
+//
+// The answer's value:
+//
+//	byte  0            4                  12                 20           24
+//	      +------------+------------------+------------------+------------+
+//	      | ms left (4)| map revEpoch (8) | map rev (8)      | lease ms(4)|
+//	      +------------+------------------+------------------+------------+
+//
+// big-endian; the last field is the duration of this node's manager
+// lease, by which the asker judges it: a quarter of the peer's own
+// duration, not of the asker's, since leaders may grant different
+// durations (a node granted 20 s by one leader judging peers on a
+// successor's 5 s leases by its own would find none of them in the
+// manager's contact, and serve on their word without end). An older
+// node's answer has 20 bytes and is judged by the asker's duration.
 func (c *conn) queryLease() {
 	cl := c.s.cl
-	var v [20]byte
+	var v [queryAnswerLen]byte
 	if left := cl.lease.mgrUntil.Load() - monoNow(); cl.lease.on.Load() && left > 0 {
 		binary.BigEndian.PutUint32(v[0:4], uint32(max(left/int64(time.Millisecond), 1)))
 	}
@@ -325,8 +340,13 @@ func (c *conn) queryLease() {
 		binary.BigEndian.PutUint64(v[4:12], uint64(cc.revEpoch))
 		binary.BigEndian.PutUint64(v[12:20], uint64(cc.rev))
 	}
+	binary.BigEndian.PutUint32(v[20:24], uint32(cl.lease.dur.Load()/int64(time.Millisecond)))
 	c.binOK(0, nil, nil, v[:])
 }
+
+// queryAnswerLen is the length of LEASE_QUERY's answer (20 from a node
+// that does not send its lease's duration).
+const queryAnswerLen = 24
 
 // leaseLoop keeps the lease when the manager's runs low, asking the
 // peers, and fetches newer maps that clients name. It runs on a goroutine
@@ -391,11 +411,15 @@ func (s *Server) askPeers(d int64) {
 			}
 			defer c.Close()
 			v, err := c.Do(protocol.OpLeaseQuery, 0, nil, nil, nil)
-			if err != nil || len(v) != 20 {
+			if err != nil || (len(v) != 20 && len(v) != queryAnswerLen) {
 				return
 			}
 			left := int64(binary.BigEndian.Uint32(v[0:4])) * int64(time.Millisecond)
-			answers <- peerAnswer{addr: a, held: left >= d/vouchFraction,
+			judge := d // an older peer's lease, judged by this node's duration
+			if len(v) == queryAnswerLen && leaseTerms {
+				judge = int64(binary.BigEndian.Uint32(v[20:24])) * int64(time.Millisecond)
+			}
+			answers <- peerAnswer{addr: a, held: left > 0 && left >= judge/vouchFraction,
 				epoch: int64(binary.BigEndian.Uint64(v[4:12])), rv: int64(binary.BigEndian.Uint64(v[12:20]))}
 		}()
 	}
@@ -418,6 +442,14 @@ func (s *Server) askPeers(d int64) {
 		if err := s.fetchConfig(ctx, newest.addr); err != nil {
 			s.log.Printf("lease: fetching the newer map (rev %d) from %s: %v", newest.rv, newest.addr, err)
 			return // no extension on an old view
+		}
+	}
+	// Once its manager's lease has ended the node takes its map's view,
+	// whenever that map came: one stored while it held the lease (the
+	// manager set its states then) was not applied when it arrived.
+	if leaseTerms && !l.managerLeased(monoNow()) {
+		if cc := cl.config.Load(); cc != nil && cc.parsed != nil {
+			cl.takeView(cc.parsed, s.log.Printf)
 		}
 	}
 	l.fetch.Store(false)

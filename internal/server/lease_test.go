@@ -226,7 +226,7 @@ func terseConfig(t *testing.T, servers []string, rev int64) []byte {
 // TestLeaseTakesNewerView: a node without a lease that is given a newer
 // map turns dead every active vbucket the map gives to another node and
 // answers NOT_MY_VBUCKET; one that holds a lease keeps its states (the
-// manager, in contact, sets them).
+// manager, in contact, sets them) until its lease ends.
 func TestLeaseTakesNewerView(t *testing.T) {
 	_, addr := startCluster(t, nil)
 	b := dialBin(t, addr)
@@ -244,9 +244,11 @@ func TestLeaseTakesNewerView(t *testing.T) {
 	if st := b.getStatus(1, keyFor(t, 1)); st != protocol.StatusKeyNotFound {
 		t.Fatalf("leased, after a map naming another node: status %#x, want served", st)
 	}
-	// The lease runs out (no peer answers: 127.0.0.1:1 refuses); a newer
-	// map then kills the actives it gives away.
-	b.waitStatus(1, keyFor(t, 1), protocol.StatusTmpFail, 5*time.Second)
+	// The lease runs out (no peer answers: 127.0.0.1:1 refuses): the node
+	// takes the stored map's view then (lease.go, askPeers), and the
+	// vbuckets it gives away answer NOT_MY_VBUCKET; a newer map kills
+	// the actives it gives away too.
+	b.waitStatus(1, keyFor(t, 1), protocol.StatusNotMyVBucket, 5*time.Second)
 	if h, _ := b.do(protocol.OpSetClusterConfig, 0, revExtras(0, 3), []byte("default"), terseConfig(t, []string{other, addr}, 3)); h.Status != protocol.StatusOK {
 		t.Fatalf("SET_CLUSTER_CONFIG: %#x", h.Status)
 	}

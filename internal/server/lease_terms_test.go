@@ -1,0 +1,118 @@
+package server
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/vbcache/vbcache/internal/admin"
+	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/vbucket"
+)
+
+// startThree starts three cluster nodes with vbucket 5 active on each
+// (each a different test's stand-in for "the node that owns it").
+func startThree(t *testing.T) ([]string, []*binClient) {
+	var addrs []string
+	var cs []*binClient
+	for range 3 {
+		_, a := startCluster(t, nil)
+		addrs = append(addrs, a)
+		c := dialBin(t, a)
+		c.setState(5, vbucket.Active)
+		cs = append(cs, c)
+	}
+	return addrs, cs
+}
+
+// grantEvery grants nodes which a lease of d from leadership epoch every
+// d/4 (a manager in their contact) until the test ends.
+func grantEvery(t *testing.T, d time.Duration, epoch uint64, addrs []string, which ...int) {
+	var gcs []*admin.Conn
+	for _, i := range which {
+		c, err := admin.Dial(context.Background(), addrs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		gcs = append(gcs, c)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // owned by the test: its cleanup ends it
+		defer close(done)
+		for seq := uint64(1); ; seq++ {
+			for j, c := range gcs {
+				if _, err := c.Lease(d, epoch, seq, seq-1, addrs[which[j]], addrs); err != nil {
+					t.Errorf("LEASE to %s: %v", addrs[which[j]], err)
+					return
+				}
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(d / 4):
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		close(stop)
+		<-done
+		for _, c := range gcs {
+			c.Close()
+		}
+	})
+}
+
+// TestLeaseJudgesPeersByTheirOwnLease is issue 43's third hole at a
+// node: node 0 was granted a long lease (1.6 s) by one leader; a
+// successor grants its peers short ones (200 ms) and node 0 none (it is
+// cut off from it). When node 0's lease runs low it asks its peers; they
+// hold a manager's lease, but with at most 200 ms left, less than a
+// quarter of node 0's duration. Judged by node 0's duration, no peer
+// hears a manager, and node 0 served on their word without end: two
+// actives once the successor fails it over. Judged by each peer's own
+// duration, they hear one, and node 0 stops when its lease ends.
+func TestLeaseJudgesPeersByTheirOwnLease(t *testing.T) {
+	addrs, cs := startThree(t)
+	const long, short = 1600 * time.Millisecond, 200 * time.Millisecond
+	for _, seq := range []uint64{1, 2} {
+		cs[0].grant(long, 1, seq, seq-1, addrs[0], addrs...)
+	}
+	grantEvery(t, short, 2, addrs, 1, 2)
+	key := keyFor(t, 5)
+	granted := time.Now()
+	cs[0].waitStatus(5, key, protocol.StatusTmpFail, 3*long)
+	t.Logf("node 0 stopped serving %v after its last grant (lease %v)", time.Since(granted).Round(time.Millisecond), long)
+	if s := cs[0].leaseStats(); s["lease_from_peers"] == "1" {
+		t.Errorf("node 0 took a lease from peers that hear a manager: %v", s)
+	}
+}
+
+// TestLeaseTakesViewWhenItsLeaseEnds: a node stores a newer map while it
+// holds a manager's lease, so it keeps its states then (the manager sets
+// them); that map gives vbucket 5 to node 1. Then every manager stops:
+// the nodes serve on each other's word, and node 0 must take the stored
+// map's view then, answering NOT_MY_VBUCKET for vbucket 5, not serve it
+// beside node 1.
+func TestLeaseTakesViewWhenItsLeaseEnds(t *testing.T) {
+	addrs, cs := startThree(t)
+	const L = 400 * time.Millisecond
+	for _, seq := range []uint64{1, 2} {
+		for i, c := range cs {
+			c.grant(L, 1, seq, seq-1, addrs[i], addrs...)
+		}
+	}
+	// vbucket 5 goes to node 1 in rev 2 (terseConfig's rows name server
+	// 0 of the list given: node 1 here).
+	if h, _ := cs[0].do(protocol.OpSetClusterConfig, 0, revExtras(0, 2), []byte("default"), terseConfig(t, []string{addrs[1], addrs[0], addrs[2]}, 2)); h.Status != protocol.StatusOK {
+		t.Fatalf("SET_CLUSTER_CONFIG: %#x", h.Status)
+	}
+	key := keyFor(t, 5)
+	if st := cs[0].getStatus(5, key); st != protocol.StatusKeyNotFound {
+		t.Fatalf("leased, after a map giving vbucket 5 away: status %#x, want served", st)
+	}
+	cs[0].waitStatus(5, key, protocol.StatusNotMyVBucket, 3*L+time.Second)
+	if st := cs[1].getStatus(5, key); st != protocol.StatusKeyNotFound {
+		t.Fatalf("node 1, which the map names: status %#x, want served on its peers' word", st)
+	}
+}
