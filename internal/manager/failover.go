@@ -236,7 +236,7 @@ func (m *Manager) failover(ctx context.Context, addr string, force bool) (rep Fa
 		s = m.State()
 		idx = slices.Index(s.Servers, addr)
 	}
-	lp := newLeaseParams(m.cfg.Lease)
+	lp := newLeaseParams(m.leaseCeiling())
 	rec, leaseEnd := m.stopGrants(addr, lp)
 	committed := false
 	defer func() {

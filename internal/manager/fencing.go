@@ -59,6 +59,10 @@ func newLeaseParams(l time.Duration) leaseParams {
 	return leaseParams{L: l, Margin: l/20 + 100*time.Millisecond}
 }
 
+// wait is a lease and its margin: how long after a grant's start the
+// lease has surely ended.
+func (p leaseParams) wait() time.Duration { return p.L + p.Margin }
+
 // vouch is how much of a lease a node must have left for its word ("I
 // hear the manager") to count (internal/server's vouchFraction).
 func (p leaseParams) vouch() time.Duration { return p.L / 4 }

@@ -197,6 +197,10 @@ type Manager struct {
 	epoch     uint64
 	leadSince time.Time
 	leases    map[string]*leaseRec
+	// ceiling is the longest lease a node may hold from any leader
+	// (State.LeaseMs as this leadership found or recorded it, at least
+	// this leader's own): failovers wait by it (lease_record.go).
+	ceiling time.Duration
 	// pool holds the control connections of conn: every request to a
 	// node but the grants and the console's samples.
 	pool connPool
@@ -684,6 +688,17 @@ func (m *Manager) lead(ctx context.Context) {
 		m.leadWork, m.leadEnd = nil, nil
 		m.mu.Unlock()
 	}()
+	// Before any grant: etcd records the longest lease a leader may
+	// have granted, so that a successor with a shorter --lease waits
+	// for it (lease_record.go).
+	for err := m.recordLease(ctx); err != nil; err = m.recordLease(ctx) {
+		m.cfg.Logf("manager: recording this leader's lease in etcd: %v; no grants until it is", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.cfg.Clock.After(time.Second):
+		}
+	}
 	s := m.State()
 	m.pushConfig(ctx, s)
 	if s.Rebalance != nil && s.Rebalance.Running {

@@ -211,6 +211,7 @@ func (m *Manager) probeLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		s = m.State()
+		m.lowerLeaseRecord(ctx, quorumSet(s))
 		if len(s.FailedOver) > 0 {
 			select {
 			case <-telling:

@@ -37,6 +37,12 @@ type State struct {
 	FailedOver []string `json:"failedOver,omitempty"`
 
 	Rebalance *Rebalance `json:"rebalance,omitempty"`
+
+	// LeaseMs is the longest lease, in milliseconds, that a node may hold
+	// from any leader of this cluster: every leader raises it to its own
+	// --lease before it grants one, and lowers it to its own once no node
+	// can hold a longer one (lease_record.go). Failovers wait by it.
+	LeaseMs int64 `json:"leaseMs,omitempty"`
 }
 
 // Rebalance is a rebalance's progress, kept in the state so a new leader
