@@ -38,6 +38,11 @@ import (
 //     since the push reached a majority (any peer lease given on the old
 //     map has ended, and any later one was given with the new map).
 //
+// L here is the longest lease any leader may have granted (the lease
+// record, lease_record.go), not only this leader's --lease: a node keeps
+// the lease of the last grant it handled, from whichever leader, and
+// extends by that duration on its peers' word.
+//
 // Margin covers the clocks' rates differing (a twentieth of L) and the
 // rounding of durations on the wire. A failover that cannot be sure (the
 // push reached no majority of a quorum set) says so and asks for --force.

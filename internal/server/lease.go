@@ -37,9 +37,12 @@ import (
 //   - Its peers, when no manager can be heard at all. Once the manager's
 //     lease has less than half its duration left, the node asks every
 //     other member of the quorum set (LEASE_QUERY, 0xe9) whether it holds
-//     a manager's lease, and which map revision it has. When a majority of
-//     the quorum set (this node included) answers that it holds none, the
-//     lease is extended from the moment the question was sent. If any
+//     a manager's lease, and which map revision it has. A peer's lease
+//     counts as held while more than a quarter of the peer's own duration
+//     is left (its answer says the duration: leaders may grant different
+//     ones). When a majority of the quorum set (this node included)
+//     answers that it holds none, the lease is extended from the moment
+//     the question was sent. If any
 //     answer names a newer map, that map is fetched and taken first (see
 //     below), and the lease is extended only once that worked.
 //
@@ -88,7 +91,10 @@ import (
 // requests for it get NOT_MY_VBUCKET with that map. So does a node that
 // serves on its peers' word. A node that holds a manager's lease is in
 // its manager's contact, so it takes its vbucket states from the
-// manager's SET_VBUCKET and keeps them until told otherwise.
+// manager's SET_VBUCKET and keeps them until told otherwise, or until
+// that lease ends: then it takes the view of the map it has, whenever
+// that map came (askPeers), so a map stored while it was leased is not
+// ignored for good.
 //
 // The check costs an atomic load before lease mode is on, and after it
 // one read of the monotonic clock per batch of requests a connection
@@ -110,6 +116,9 @@ import (
 // cut off from the manager keeps answering after its failover, and the
 // history checker must find the history not linearizable). In the normal
 // build the constant is true and the checks compile to what they were.
+// The build tag vbcache_unsafe_leaseterms, likewise for tests only, turns
+// off the two rules above that came with issue 43: peers judged by their
+// own duration, and the view taken when the manager's lease ends.
 
 // leaseBase is the origin of monoNow.
 var leaseBase = time.Now()
