@@ -41,6 +41,14 @@ type Conn struct {
 	Timeout time.Duration // per request (default 10 s; TAKEOVER uses MoveTimeout)
 	// MoveTimeout bounds a TAKEOVER (default 10 minutes).
 	MoveTimeout time.Duration
+	// Term is the leader's term, sent with every request that changes a
+	// node's vbuckets, map or replication (SET_VBUCKET, DEL_VBUCKET,
+	// TAKEOVER, REPLICATE, STOP_REPLICATION, SET_CLUSTER_CONFIG) in the
+	// request header's CAS field, which those requests do not use
+	// otherwise: a node refuses a term older than the newest it has seen
+	// (internal/server, terms.go). 0, an operator's request, is never
+	// refused. A lease grant carries the term as its epoch.
+	Term uint64
 }
 
 // StatusError is a node's non-OK answer.
@@ -127,13 +135,18 @@ func (c *Conn) Idle() bool {
 // Do sends one request and returns the response's value (extras and key
 // stripped), or a *StatusError for a non-OK status.
 func (c *Conn) Do(op protocol.Opcode, vb uint16, extras, key, value []byte) ([]byte, error) {
-	return c.do(c.Timeout, op, vb, extras, key, value)
+	return c.do(c.Timeout, op, vb, 0, extras, key, value)
 }
 
-func (c *Conn) do(timeout time.Duration, op protocol.Opcode, vb uint16, extras, key, value []byte) ([]byte, error) {
+// doTerm is Do for a request that carries the term (Conn.Term).
+func (c *Conn) doTerm(timeout time.Duration, op protocol.Opcode, vb uint16, extras, key, value []byte) ([]byte, error) {
+	return c.do(timeout, op, vb, c.Term, extras, key, value)
+}
+
+func (c *Conn) do(timeout time.Duration, op protocol.Opcode, vb uint16, cas uint64, extras, key, value []byte) ([]byte, error) {
 	c.opaque++
 	req := protocol.AppendRequest(nil, &protocol.Request{
-		Header: protocol.Header{Opcode: op, VBucket: vb, Opaque: c.opaque},
+		Header: protocol.Header{Opcode: op, VBucket: vb, Opaque: c.opaque, CAS: cas},
 		Extras: extras, Key: key, Value: value,
 	})
 	c.nc.SetDeadline(time.Now().Add(timeout))
@@ -178,7 +191,7 @@ func (c *Conn) read() (protocol.Header, []byte, error) {
 
 // SetVBucket sets vb's state.
 func (c *Conn) SetVBucket(vb int, st vbucket.State) error {
-	_, err := c.Do(protocol.OpSetVBucket, uint16(vb), []byte{byte(st)}, nil, nil)
+	_, err := c.doTerm(c.Timeout, protocol.OpSetVBucket, uint16(vb), []byte{byte(st)}, nil, nil)
 	return err
 }
 
@@ -196,26 +209,26 @@ func (c *Conn) GetVBucket(vb int) (vbucket.State, error) {
 
 // DelVBucket makes vb dead and drops its items.
 func (c *Conn) DelVBucket(vb int) error {
-	_, err := c.Do(protocol.OpDelVBucket, uint16(vb), nil, nil, nil)
+	_, err := c.doTerm(c.Timeout, protocol.OpDelVBucket, uint16(vb), nil, nil, nil)
 	return err
 }
 
 // Takeover asks this node to move vb here from src and waits for the end
 // of the move.
 func (c *Conn) Takeover(vb int, src string) error {
-	_, err := c.do(c.MoveTimeout, stream.OpTakeover, uint16(vb), nil, []byte(src), nil)
+	_, err := c.doTerm(c.MoveTimeout, stream.OpTakeover, uint16(vb), nil, []byte(src), nil)
 	return err
 }
 
 // Replicate makes vb a replica here fed from src.
 func (c *Conn) Replicate(vb int, src string) error {
-	_, err := c.Do(stream.OpReplicate, uint16(vb), nil, []byte(src), nil)
+	_, err := c.doTerm(c.Timeout, stream.OpReplicate, uint16(vb), nil, []byte(src), nil)
 	return err
 }
 
 // StopReplication stops feeding vb here.
 func (c *Conn) StopReplication(vb int) error {
-	_, err := c.Do(stream.OpStopReplication, uint16(vb), nil, nil, nil)
+	_, err := c.doTerm(c.Timeout, stream.OpStopReplication, uint16(vb), nil, nil, nil)
 	return err
 }
 
@@ -231,7 +244,7 @@ func (c *Conn) SetClusterConfig(json []byte, epoch, rev int64) error {
 	ex := make([]byte, 16)
 	binary.BigEndian.PutUint64(ex[0:], uint64(epoch))
 	binary.BigEndian.PutUint64(ex[8:], uint64(rev))
-	_, err := c.Do(protocol.OpSetClusterConfig, 0, ex, []byte("default"), json)
+	_, err := c.doTerm(c.Timeout, protocol.OpSetClusterConfig, 0, ex, []byte("default"), json)
 	return err
 }
 
@@ -286,7 +299,7 @@ func (c *Conn) LeaseQuery() (LeaseInfo, error) {
 	if err != nil {
 		return LeaseInfo{}, err
 	}
-	if len(v) != 20 {
+	if len(v) < 20 { // 24 from a node that sends its lease's duration
 		return LeaseInfo{}, fmt.Errorf("LEASE_QUERY: %d-byte answer", len(v))
 	}
 	return LeaseInfo{ManagerLeft: time.Duration(binary.BigEndian.Uint32(v[0:4])) * time.Millisecond,

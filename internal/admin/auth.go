@@ -27,6 +27,9 @@ type Credentials struct {
 	// way: a node still accepts it from others, but logs in with Password.
 	Previous string
 	TLS      *tls.Config // nil: no TLS
+	// Term is given to the connections DialWith opens (Conn.Term): a
+	// manager's requests carry its leadership's term.
+	Term uint64
 }
 
 // LoadCredentials reads a password file holding the administrator's one
@@ -70,7 +73,11 @@ func DialWith(ctx context.Context, addr string, cr *Credentials) (*Conn, error) 
 	if err != nil {
 		return nil, err
 	}
-	return NewConn(nc, addr), nil
+	c := NewConn(nc, addr)
+	if cr != nil {
+		c.Term = cr.Term
+	}
+	return c, nil
 }
 
 // DialNet opens a connection to addr, with TLS when cr has it, and logs in

@@ -129,6 +129,10 @@ type Manager struct {
 	// logins are Config.Credentials and Config.Readers as of now, replaced
 	// whole by SetLogins; every dial and every API request reads it once.
 	logins atomic.Pointer[logins]
+	// term is the current leadership's term (0 when not leading): the
+	// creation revision of its election key; credentials gives it to
+	// every connection, and conn and connIn to pooled ones.
+	term atomic.Uint64
 
 	// opMu serialises the leader's state-changing operations (add and
 	// remove node, failover, rebalance start and each move's commit). It
@@ -194,7 +198,7 @@ type Manager struct {
 	// The current leadership's leases (fencing.go): the grants' epoch,
 	// when the leadership began, what each node was granted. Reset when
 	// a leadership begins.
-	epoch     uint64
+	epoch     uint64 // the leadership's term (term), as the grants' epoch
 	leadSince time.Time
 	leases    map[string]*leaseRec
 	// ceiling is the longest lease a node may hold from any leader
@@ -297,7 +301,19 @@ type logins struct {
 }
 
 // credentials are the administrator's login the manager dials nodes with.
-func (m *Manager) credentials() *admin.Credentials { return m.logins.Load().admin }
+func (m *Manager) credentials() *admin.Credentials {
+	cr := m.logins.Load().admin
+	t := m.term.Load()
+	if t == 0 {
+		return cr
+	}
+	var c admin.Credentials
+	if cr != nil {
+		c = *cr
+	}
+	c.Term = t // every connection dialed with it carries the term
+	return &c
+}
 
 // ErrLoginsChanged is SetLogins refusing to turn logins on or off, which
 // changes who may use the API; only a restart may.
@@ -621,6 +637,12 @@ func (m *Manager) campaign(ctx context.Context) error {
 	if err := e.Campaign(ctx, m.cfg.Advertise); err != nil {
 		return err
 	}
+	// The term: the creation revision of the election key this manager
+	// holds, which grows from one leadership to the next (etcd's
+	// revisions only grow). Every control request and lease grant of
+	// this leadership carries it (internal/server, terms.go).
+	m.term.Store(uint64(e.Rev()))
+	defer m.term.Store(0)
 	// Re-read the state: the old leader may have written after our watch
 	// last saw it.
 	if err := m.load(ctx); err != nil {
@@ -677,7 +699,7 @@ func (m *Manager) lead(ctx context.Context) {
 	defer func() { <-served }()
 	m.mu.Lock()
 	m.leadWork, m.leadEnd = work, ctx.Done()
-	m.epoch, m.leadSince, m.leases = rand.Uint64()|1, m.cfg.Clock.Now(), map[string]*leaseRec{}
+	m.epoch, m.leadSince, m.leases = m.term.Load(), m.cfg.Clock.Now(), map[string]*leaseRec{}
 	for _, h := range m.health {
 		// The restart rule counts this leadership's answers (restart.go).
 		h.restart.empty, h.restart.warned = 0, false
@@ -778,6 +800,7 @@ func (m *Manager) conn(ctx context.Context, addr string, fn func(c *admin.Conn) 
 		}
 		c.Timeout = 5 * time.Second
 	}
+	c.Term = m.term.Load()
 	err := fn(c)
 	var se *admin.StatusError
 	if err != nil && !errors.As(err, &se) {
@@ -850,6 +873,7 @@ func (m *Manager) connIn(pool map[string]*nodeConn, ctx context.Context, addr st
 		c.Timeout = 5 * time.Second
 		nc.c = c
 	}
+	nc.c.Term = m.term.Load()
 	err := fn(nc.c)
 	var se *admin.StatusError
 	if err != nil && !errors.As(err, &se) {

@@ -101,6 +101,8 @@ type cluster struct {
 	streams *stream.Node // mutation log, producers and consumers
 
 	controlRefused atomic.Uint64 // control requests refused for want of the admin role (stats control_refused)
+	term           atomic.Uint64 // the newest leader's term seen (terms.go)
+	termRefused    atomic.Uint64 // requests refused for a stale term (stats vbucket term_refused)
 
 	ops     []atomic.Uint64 // key requests served, per vbucket
 	refused []atomic.Uint64 // key requests answered NOT_MY_VBUCKET, per vbucket
@@ -382,6 +384,10 @@ func (c *conn) binCluster(op protocol.Opcode, extras, key, rest []byte, vlen, hk
 		c.binError(protocol.StatusAuthError)
 		return skip()
 	}
+	if termOp(op) && !cl.acceptTerm(c.bh.CAS) {
+		c.refuseTerm(c.bh.CAS)
+		return skip()
+	}
 	switch {
 	case isKeyOp(op):
 		switch c.admit(vb) {
@@ -642,6 +648,10 @@ func (c *conn) vbucketStats(only int) {
 		c.statUint("lease_manager_ms_left", uint64(max(l.mgrUntil.Load()-monoNow(), 0)/int64(time.Millisecond)))
 		c.statUint("lease_from_peers", b2u(l.peer.Load() && left > 0))
 		c.statUint("lease_refused", l.refused.Load())
+	}
+	if only < 0 {
+		c.statUint("term", cl.term.Load())
+		c.statUint("term_refused", cl.termRefused.Load())
 	}
 	if only < 0 && c.s.cfg.SyncReplication {
 		c.statUint("sync_replication_waits", cl.syncWaits.Load())

@@ -251,6 +251,10 @@ func (c *conn) grantLease(extras, key, value []byte) {
 		c.binError(protocol.StatusInvalid)
 		return
 	}
+	if !c.s.cl.acceptTerm(epoch) { // the epoch is the leader's term (terms.go)
+		c.refuseTerm(epoch)
+		return
+	}
 	var quorum []string
 	for a := range bytes.SplitSeq(value, []byte(",")) {
 		if len(a) > 0 {

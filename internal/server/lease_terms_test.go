@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -114,5 +115,55 @@ func TestLeaseTakesViewWhenItsLeaseEnds(t *testing.T) {
 	cs[0].waitStatus(5, key, protocol.StatusNotMyVBucket, 3*L+time.Second)
 	if st := cs[1].getStatus(5, key); st != protocol.StatusKeyNotFound {
 		t.Fatalf("node 1, which the map names: status %#x, want served on its peers' word", st)
+	}
+}
+
+// TestStaleTermsAreRefused: a node keeps the newest leader's term it has
+// seen (in a control request's CAS field, or a lease grant's epoch) and
+// refuses requests of an older one, changing nothing; term 0 (an
+// operator's request) is always served.
+func TestStaleTermsAreRefused(t *testing.T) {
+	_, addr := startCluster(t, nil)
+	c, err := admin.Dial(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b := dialBin(t, addr)
+	c.Term = 7
+	if err := c.SetVBucket(3, vbucket.Replica); err != nil {
+		t.Fatalf("SET_VBUCKET of term 7: %v", err)
+	}
+	c.Term = 5 // a deposed leader
+	for what, err := range map[string]error{
+		"SET_VBUCKET":        c.SetVBucket(3, vbucket.Active),
+		"DEL_VBUCKET":        c.DelVBucket(3),
+		"REPLICATE":          c.Replicate(3, "127.0.0.1:1"),
+		"STOP_REPLICATION":   c.StopReplication(3),
+		"SET_CLUSTER_CONFIG": c.SetClusterConfig(terseConfig(t, []string{addr}, 9), 0, 9),
+	} {
+		if !admin.IsStatus(err, protocol.StatusKeyExists) || !strings.Contains(err.Error(), "stale term 5") {
+			t.Errorf("%s of term 5 after 7: %v, want KEY_EEXISTS (stale term)", what, err)
+		}
+	}
+	if _, err := c.Lease(time.Second, 5, 1, 0, addr, []string{addr}); !admin.IsStatus(err, protocol.StatusKeyExists) {
+		t.Errorf("a lease grant of term 5 after 7: %v, want KEY_EEXISTS", err)
+	}
+	if st := b.state(3); st != vbucket.Replica {
+		t.Fatalf("vbucket 3 is %s after the stale requests, want replica", st)
+	}
+	c.Term = 0 // an operator
+	if err := c.SetVBucket(3, vbucket.Active); err != nil {
+		t.Fatalf("SET_VBUCKET of no term: %v", err)
+	}
+	c.Term = 8 // a newer leader
+	if err := c.SetVBucket(3, vbucket.Dead); err != nil {
+		t.Fatalf("SET_VBUCKET of term 8: %v", err)
+	}
+	if got := b.stat("vbucket", "term"); got != "8" {
+		t.Errorf("stats vbucket term %q, want 8", got)
+	}
+	if got := b.stat("vbucket", "term_refused"); got != "6" {
+		t.Errorf("stats vbucket term_refused %q, want 6", got)
 	}
 }
