@@ -86,6 +86,9 @@ type leaseRec struct {
 	quorums []sentQuorum
 	// stopped: no more grants (the node is being failed over).
 	stopped bool
+	// inc is the node's incarnation as its last answer said (0: not
+	// known): an answer from another is a new process (answeredBy).
+	inc uint64
 }
 
 // sentQuorum is a quorum set sent with the grants from number from on.
@@ -126,6 +129,27 @@ func (r *leaseRec) answered(p leaseParams, seq uint64, sent, at time.Time, acked
 			r.quorums = r.quorums[1:]
 		}
 	}
+}
+
+// answeredBy is answered for an answer that says the node's incarnation
+// (known, inc). An answer from another incarnation than the last one
+// recorded comes from a new process at the node's address (restarted),
+// which handled no grant before this one: what its predecessor held is
+// forgotten (it vouches for no one), and this grant, which ran from a
+// grant the new process never handled, extends nothing. It reports such
+// a restart. The vbcache_unsafe_incarnation build tag ignores
+// incarnations.
+func (r *leaseRec) answeredBy(p leaseParams, known bool, inc, seq uint64, sent, at time.Time, acked uint64, ackedSent time.Time) (restarted bool) {
+	if known && incarnations {
+		restarted = r.inc != 0 && r.inc != inc
+		r.inc = inc
+	}
+	if restarted {
+		r.heldFrom, r.heldUntil = time.Time{}, time.Time{}
+		acked = 0
+	}
+	r.answered(p, seq, sent, at, acked, ackedSent)
+	return restarted
 }
 
 // managerLeaseEnd is when node's lease from the managers has surely

@@ -380,7 +380,7 @@ func (m *Manager) grant(ctx context.Context, addr string, quorum []string) (admi
 		// which waits for it, sees every answer.
 		m.mu.Lock()
 		if m.leases[addr] == r && m.epoch == epoch {
-			r.answered(lp, seq, sent, at, acked, ackedSent)
+			r.answeredBy(lp, ans.Known, ans.Incarnation, seq, sent, at, acked, ackedSent)
 		}
 		m.mu.Unlock()
 		return nil

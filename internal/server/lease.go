@@ -343,6 +343,12 @@ func (cl *cluster) leaseAnswer(dst []byte) []byte {
 // successor's 5 s leases by its own would find none of them in the
 // manager's contact, and serve on their word without end). An older
 // node's answer has 20 bytes and is judged by the asker's duration.
+//
+// A node granted no lease since its start (a new process at a member's
+// address, restarted) vouches for no one: its lease duration is 0, and an
+// asker counts it neither way (it still learns the map revision). Its "I
+// hear no manager" would otherwise count towards the majority of a peer
+// that the manager may be failing over (issue 43).
 func (c *conn) queryLease() {
 	cl := c.s.cl
 	var v [queryAnswerLen]byte
@@ -353,7 +359,9 @@ func (c *conn) queryLease() {
 		binary.BigEndian.PutUint64(v[4:12], uint64(cc.revEpoch))
 		binary.BigEndian.PutUint64(v[12:20], uint64(cc.rev))
 	}
-	binary.BigEndian.PutUint32(v[20:24], uint32(cl.lease.dur.Load()/int64(time.Millisecond)))
+	if cl.lease.on.Load() { // 0: granted nothing since its start
+		binary.BigEndian.PutUint32(v[20:24], uint32(max(cl.lease.dur.Load()/int64(time.Millisecond), 1)))
+	}
 	c.binOK(0, nil, nil, v[:])
 }
 
@@ -396,6 +404,7 @@ func (s *Server) leaseLoop() {
 type peerAnswer struct {
 	addr      string
 	held      bool // it holds a manager's lease
+	abstain   bool // it was granted nothing since its start: it vouches for no one
 	epoch, rv int64
 }
 
@@ -429,10 +438,12 @@ func (s *Server) askPeers(d int64) {
 			}
 			left := int64(binary.BigEndian.Uint32(v[0:4])) * int64(time.Millisecond)
 			judge := d // an older peer's lease, judged by this node's duration
+			abstain := false
 			if len(v) == queryAnswerLen && leaseTerms {
 				judge = int64(binary.BigEndian.Uint32(v[20:24])) * int64(time.Millisecond)
+				abstain = judge == 0 && incarnations // granted nothing since its start
 			}
-			answers <- peerAnswer{addr: a, held: left > 0 && left >= judge/vouchFraction,
+			answers <- peerAnswer{addr: a, held: left > 0 && left >= judge/vouchFraction, abstain: abstain,
 				epoch: int64(binary.BigEndian.Uint64(v[4:12])), rv: int64(binary.BigEndian.Uint64(v[12:20]))}
 		}()
 	}
@@ -444,7 +455,7 @@ func (s *Server) askPeers(d int64) {
 	}
 	var newest *peerAnswer
 	for a := range answers {
-		if !a.held {
+		if !a.held && !a.abstain {
 			notHeard++
 		}
 		if cl.config.Load().olderThan(a.epoch, a.rv) && (newest == nil || a.epoch > newest.epoch || a.epoch == newest.epoch && a.rv > newest.rv) {

@@ -167,3 +167,26 @@ func TestStaleTermsAreRefused(t *testing.T) {
 		t.Errorf("stats vbucket term_refused %q, want 6", got)
 	}
 }
+
+// TestRestartedPeerDoesNotVouch is issue 43's fourth hole at a node:
+// node 0 is cut off from the manager; node 1 hears it; node 2 is a new
+// process at a member's address (restarted: never granted a lease since
+// its start). Node 2's "I hold no manager's lease" used to count towards
+// node 0's majority (node 0 and node 2 of three), and node 0 served on
+// its peers' word while the manager could fail it over. A node granted
+// nothing since its start vouches for no one: it abstains, node 0 has no
+// majority, and it stops when its lease ends.
+func TestRestartedPeerDoesNotVouch(t *testing.T) {
+	addrs, cs := startThree(t)
+	const L = 400 * time.Millisecond
+	for _, seq := range []uint64{1, 2} {
+		for _, i := range []int{0, 1} {
+			cs[i].grant(L, 1, seq, seq-1, addrs[i], addrs...)
+		}
+	}
+	grantEvery(t, L, 2, addrs, 1) // the manager hears node 1 only
+	cs[0].waitStatus(5, keyFor(t, 5), protocol.StatusTmpFail, 3*L+time.Second)
+	if s := cs[0].leaseStats(); s["lease_from_peers"] == "1" {
+		t.Errorf("node 0 took a lease on the word of a peer granted nothing since its start: %v", s)
+	}
+}
