@@ -172,6 +172,9 @@ func ctlFailover(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "%s failed over: its replicas are active, the map is published, replicas are being rebuilt\n", node)
 	fmt.Fprintf(stdout, "%d vbuckets promoted, %d lost (no replica: active, empty, elsewhere), %d replica copies dropped", rep.Promoted, rep.Lost, rep.Replicas)
+	if rep.Reactivated > 0 {
+		fmt.Fprintf(stdout, ", %d moving into it active again on their sources", rep.Reactivated)
+	}
 	if rep.Unactivated > 0 {
 		fmt.Fprintf(stdout, ", %d NOT activated (see the manager's log)", rep.Unactivated)
 	}

@@ -101,11 +101,15 @@
 //
 // # Failover
 //
-// Failover takes a node out: each vbucket it was active for gets its first
-// live replica promoted (the replica holds everything it had
-// acknowledged, so the writes lost are those inside the replication lag);
-// a vbucket without a replica becomes active and empty on the least
-// loaded live member, so the cluster keeps serving.
+// Failover takes a node out: each vbucket it was active for gets the live
+// replica that holds the most of its history promoted (bestReplica: every
+// replica is asked for its position; the writes lost are those that no
+// surviving replica had); a vbucket without a replica becomes active and
+// empty on the least loaded live member, so the cluster keeps serving. A
+// vbucket that a rebalance was moving into the node, not yet committed,
+// is made active again on its source once the node is fenced (the move's
+// TAKEOVER is abandoned at once, move.Options.Abandon: the node may have
+// turned active with its answer lost, and the source's copy is dead).
 //
 // Nothing is promoted before the node has surely stopped serving
 // (fencing.go has the rule and its argument, as pure functions with

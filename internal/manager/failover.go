@@ -27,6 +27,9 @@ type FailoverReport struct {
 	// answers NOT_MY_VBUCKET until an operator activates it (vbcache
 	// ctl) or a rebalance moves it.
 	Unactivated int `json:"unactivated,omitempty"`
+	// Reactivated counts vbuckets moving into the node, not committed,
+	// whose source's dead copy was made active again (reactivate).
+	Reactivated int `json:"reactivated,omitempty"`
 	// Choices lists the vbuckets whose live replicas differed (in how
 	// much of the node's history they held, or in answering), with the
 	// replica promoted and why (bestReplica).
@@ -128,9 +131,10 @@ func (m *Manager) FailoverReport(ctx context.Context, addr string, opt FailoverO
 	return rep, nil
 }
 
-// fence turns every vbucket the failed node holds dead on it, if it
-// answers within a second, and reports whether it did.
-func (m *Manager) fence(ctx context.Context, addr string, s *State, idx int) bool {
+// fence turns every vbucket the failed node holds dead on it (those of
+// its rows, and also, into, those moving into it), if it answers within
+// a second, and reports whether it did.
+func (m *Manager) fence(ctx context.Context, addr string, s *State, idx int, into []int) bool {
 	fctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	c, err := admin.DialWith(fctx, addr, m.credentials())
@@ -141,7 +145,7 @@ func (m *Manager) fence(ctx context.Context, addr string, s *State, idx int) boo
 	c.Timeout = time.Second
 	n := 0
 	for vb, row := range s.Map {
-		if !slices.Contains(row, idx) {
+		if !(idx >= 0 && slices.Contains(row, idx)) && !slices.Contains(into, vb) {
 			continue
 		}
 		if err := c.SetVBucket(vb, vbucket.Dead); err != nil {
@@ -177,6 +181,15 @@ func (m *Manager) stopGrants(addr string, lp leaseParams) (*leaseRec, time.Time)
 	return r, lp.managerLeaseEnd(r, m.leadSince)
 }
 
+// failingOver reports whether a failover of addr is running: the moves
+// of the rebalance it stops abandon their TAKEOVER into or out of addr
+// (move.Options.Abandon) instead of holding the failover up.
+func (m *Manager) failingOver(addr string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.failing[addr] > 0
+}
+
 // resumeGrants undoes stopGrants, for a failover that changed nothing.
 func (m *Manager) resumeGrants(addr string) {
 	m.mu.Lock()
@@ -203,10 +216,14 @@ func (m *Manager) sleepUntil(ctx context.Context, t time.Time) error {
 func (m *Manager) failover(ctx context.Context, addr string, force bool) (rep FailoverReport, err error) {
 	m.mu.Lock()
 	m.failovers++
+	m.failing[addr]++
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
 		m.failovers--
+		if m.failing[addr]--; m.failing[addr] <= 0 {
+			delete(m.failing, addr)
+		}
 		m.mu.Unlock()
 	}()
 	m.opMu.Lock()
@@ -216,6 +233,21 @@ func (m *Manager) failover(ctx context.Context, addr string, force bool) (rep Fa
 	idx := slices.Index(s.Servers, addr)
 	if idx < 0 && !slices.Contains(s.Nodes, addr) {
 		return rep, fmt.Errorf("%s: %w", addr, ErrUnknownNode)
+	}
+	// Moves into the failed node (the forward map's active) that were
+	// not committed: it may have turned active (the handover done, its
+	// answer lost) while the row still names the source, whose copy is
+	// dead then. Once the node is fenced (below), the source's copy,
+	// which holds every write it acknowledged, is made active again
+	// (reactivate), or the vbucket would have no active at all. Read
+	// before the rebalance stops: its end clears the forward map.
+	var intoFailed []int
+	if s.Forward != nil {
+		for vb, row := range s.Map {
+			if vb < len(s.Forward) && len(s.Forward[vb]) > 0 && s.server(s.Forward[vb][0]) == addr && s.server(row[0]) != addr {
+				intoFailed = append(intoFailed, vb)
+			}
+		}
 	}
 	// A running rebalance stops: its plan includes the failed node.
 	if s.Rebalance != nil && s.Rebalance.Running {
@@ -248,7 +280,8 @@ func (m *Manager) failover(ctx context.Context, addr string, force bool) (rep Fa
 	// elsewhere, or a client with an old map could write to it and be
 	// acknowledged. A node that answers is told; one that does not is
 	// waited for until its lease from the managers has run out.
-	fenced := idx < 0 || m.fence(ctx, addr, s, idx)
+	// A node that holds no row and nothing moving into it serves nothing.
+	fenced := (idx < 0 && len(intoFailed) == 0) || m.fence(ctx, addr, s, idx, intoFailed)
 	sure := fenced || force
 	if !sure {
 		end := leaseEnd
@@ -405,16 +438,54 @@ func (m *Manager) failover(ctx context.Context, addr string, force bool) (rep Fa
 			// fences it: the promotions are done then
 			// (finishPromotion), if the map has not changed since.
 			m.mu.Lock()
-			m.unpromoted[addr] = &promotion{ns: ns, changed: changed, lost: lost, keptOld: keptOld}
+			m.unpromoted[addr] = &promotion{ns: ns, changed: changed, lost: lost, keptOld: keptOld, into: intoFailed}
 			m.mu.Unlock()
 			return rep, fmt.Errorf("%w: the map without it is committed, but nothing was promoted (it will be once the node answers and is told it is out): %s", ErrNotSure, v.Why)
 		}
 	}
 	var emptied int
-	rep.Unactivated, emptied = m.promote(ctx, addr, &promotion{ns: ns, changed: changed, lost: lost, keptOld: keptOld})
+	rep.Unactivated, emptied = m.promote(ctx, addr, &promotion{ns: ns, changed: changed, lost: lost, keptOld: keptOld, into: intoFailed})
 	rep.Promoted -= emptied
 	rep.Lost += emptied
+	rep.Reactivated = m.reactivate(ctx, addr, ns, intoFailed)
 	return rep, nil
+}
+
+// reactivate makes active again, on the active the map names, each
+// vbucket of vbs whose move into the failed node addr was not committed
+// and whose copy there is dead (the handover was done, or under way, when
+// addr stopped answering): addr is fenced, so that copy is the only one
+// that may serve, and it holds every write it acknowledged. It returns
+// how many it made active. A copy found active (the handover never
+// began) is left as it is. With the vbcache_unsafe_takeoverwatch build
+// tag it does nothing, as before.
+func (m *Manager) reactivate(ctx context.Context, addr string, ns *State, vbs []int) int {
+	if !takeoverWatch {
+		return 0
+	}
+	n := 0
+	for _, vb := range vbs {
+		a := ns.server(ns.Map[vb][0])
+		if a == "" || a == addr {
+			continue
+		}
+		err := m.conn(ctx, a, func(c *admin.Conn) error {
+			st, err := c.GetVBucket(vb)
+			if err != nil || st != vbucket.Dead {
+				return err
+			}
+			n++
+			return c.SetVBucket(vb, vbucket.Active)
+		})
+		if err != nil {
+			m.cfg.Logf("manager: failover of %s: vbucket %d, moving into it, could not be made active again on %s: %v", addr, vb, a, err)
+			continue
+		}
+	}
+	if n > 0 {
+		m.cfg.Logf("manager: failover of %s: %d vbuckets whose move into it was not committed are active again on their sources", addr, n)
+	}
+	return n
 }
 
 // promotion is what a failover of a node promotes: the vbuckets of
@@ -422,6 +493,7 @@ func (m *Manager) failover(ctx context.Context, addr string, force bool) (rep Fa
 type promotion struct {
 	ns                     *State
 	changed, lost, keptOld map[int]bool
+	into                   []int // vbuckets moving into the node, for reactivate
 }
 
 // promote does p's promotions (activate) and points the surviving
@@ -474,6 +546,7 @@ func (m *Manager) finishPromotion(ctx context.Context, addr string) {
 		return
 	}
 	unact, emptied := m.promote(ctx, addr, p)
+	m.reactivate(ctx, addr, p.ns, p.into)
 	m.cfg.Logf("manager: %s was told it is out: its failover's promotions done: %d vbuckets promoted, %d lost, %d NOT activated",
 		addr, len(p.changed)-len(p.lost)-emptied-unact, len(p.lost)+emptied, unact)
 }

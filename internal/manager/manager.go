@@ -195,6 +195,8 @@ type Manager struct {
 	// runs, its new actives may not be active yet, which the restart
 	// check must not take for a restart (restart.go).
 	failovers int
+	// failing counts the failovers running per node (failingOver).
+	failing map[string]int
 	// The current leadership's leases (fencing.go): the grants' epoch,
 	// when the leadership began, what each node was granted. Reset when
 	// a leadership begins.
@@ -287,7 +289,7 @@ func New(cfg Config) (*Manager, error) {
 	m := &Manager{cfg: cfg, cli: cfg.Etcd, health: map[string]*nodeHealth{}, subs: map[chan struct{}]struct{}{},
 		pool: connPool{idle: map[string][]*admin.Conn{}}, moving: map[int]bool{}, told: map[string]bool{}, telling: map[string]chan struct{}{},
 		unpromoted: map[string]*promotion{}, samples: map[string]*nodeSample{}, sampleConns: map[string]*nodeConn{},
-		leases: map[string]*leaseRec{}, grantConns: map[string]*nodeConn{}}
+		leases: map[string]*leaseRec{}, grantConns: map[string]*nodeConn{}, failing: map[string]int{}}
 	m.pubCond = sync.NewCond(&m.pubMu)
 	m.obs = newObserved()
 	m.logins.Store(&logins{admin: cfg.Credentials, readers: cfg.Readers})

@@ -378,6 +378,11 @@ func (m *Manager) moveVBucket(ctx context.Context, vb int) error {
 			continue
 		case stepMove, stepRecover:
 			opt := m.moveOptions(ctx, st.Src)
+			// A failover of either end abandons the move's TAKEOVER and
+			// its recovery's waits: the failover settles the vbucket
+			// (failover.go, reactivate), and waits for the rebalance.
+			src, dst := st.Src, st.Node
+			opt.Abandon = func() bool { return m.failingOver(src) || m.failingOver(dst) }
 			var res move.Result
 			var err error
 			t0 := time.Now()

@@ -117,6 +117,18 @@
 // TAKEOVER connection does not stop the move on the target (the request
 // runs on the node, not on the connection), so recovery always runs,
 // bounded by Settle, even after ctx ended.
+//
+// A target that stops answering while its TAKEOVER is in flight (paused,
+// or cut off) may have turned active and its answer be lost: Move does not
+// wait MoveTimeout for it. A watchdog asks the target for the vbucket's
+// state on a second connection about once a second and abandons the
+// request once the target has been silent for Settle, or at once when
+// Options.Abandon says the caller is failing an end of the move over
+// (recovery's waits stop then too); recovery then finds the target
+// silent, and the move is unresolved, for the failover to settle: it
+// fences the target and makes the source's copy active again (the
+// manager's failover.go). The build tag vbcache_unsafe_takeoverwatch
+// turns the watchdog off, for tests.
 package move
 
 import (
@@ -145,6 +157,11 @@ type Options struct {
 	RequestTimeout time.Duration
 	// Logf, if set, receives a line per step.
 	Logf func(format string, args ...any)
+	// Abandon, if set, is asked every 50 ms while the TAKEOVER
+	// request is in flight: true (an end of the move is being failed
+	// over) abandons the request at once, as a target silent for Settle
+	// does (see takeover); recovery follows.
+	Abandon func() bool
 	// Credentials log the move's control connections in (the cluster
 	// administrator's); nil: none, for nodes run with --insecure-cluster.
 	Credentials *admin.Credentials
@@ -603,6 +620,13 @@ type mover struct {
 
 // takeover sends TAKEOVER to the target and waits for its answer. The
 // connection is closed if ctx ends; the move itself goes on on the node.
+//
+// While the request is in flight a watchdog asks the target for the
+// vbucket's state on a second connection, about once a second: a target
+// that has not answered for Settle (paused, or cut off: its answer to
+// TAKEOVER may never come, and MoveTimeout is ten minutes) has the
+// request abandoned, and so does Options.Abandon saying so. Abandoning
+// closes the connection; what the nodes did is for recovery to read.
 func (m *mover) takeover(ctx context.Context) error {
 	c, err := admin.DialWith(ctx, m.to, m.opt.Credentials)
 	if err != nil {
@@ -611,12 +635,87 @@ func (m *mover) takeover(ctx context.Context) error {
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
+	wctx, wstop := context.WithCancel(ctx)
+	why := make(chan string, 1)
+	watched := make(chan struct{})
+	go func() { // owned by takeover, which waits for it (watched)
+		defer close(watched)
+		if r := m.watchTarget(wctx); r != "" {
+			why <- r
+			c.Close()
+		}
+	}()
 	c.MoveTimeout = m.opt.MoveTimeout
 	err = c.Takeover(m.vb, m.from)
+	wstop()
+	<-watched
+	select {
+	case r := <-why:
+		if err != nil {
+			return fmt.Errorf("TAKEOVER abandoned: %s (%v)", r, err)
+		}
+	default:
+	}
 	if err != nil && ctx.Err() != nil {
 		return fmt.Errorf("%w (%v)", ctx.Err(), err)
 	}
 	return err
+}
+
+// watchTarget is takeover's watchdog: it returns why the TAKEOVER is to
+// be abandoned, or "" when ctx ends first.
+func (m *mover) watchTarget(ctx context.Context) string {
+	if !takeoverWatch {
+		<-ctx.Done()
+		return ""
+	}
+	// Abandon is asked every tick (it takes no I/O), the target every
+	// ping.
+	const tick = 50 * time.Millisecond
+	every := min(time.Second, max(m.opt.Settle/5, tick))
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	var c *admin.Conn
+	defer func() {
+		if c != nil {
+			c.Close()
+		}
+	}()
+	lastOK, lastPing := time.Now(), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return ""
+		case <-t.C:
+		}
+		if m.opt.Abandon != nil && m.opt.Abandon() {
+			return "the caller is failing an end of the move over"
+		}
+		if time.Since(lastPing) < every {
+			continue
+		}
+		lastPing = time.Now()
+		ok := false
+		if c == nil {
+			dctx, cancel := context.WithTimeout(ctx, every)
+			c, _ = admin.DialWith(dctx, m.to, m.opt.Credentials)
+			cancel()
+		}
+		if c != nil {
+			c.Timeout = every
+			if _, err := c.GetVBucket(m.vb); err == nil {
+				ok = true
+			} else {
+				c.Close()
+				c = nil
+			}
+		}
+		if ok {
+			lastOK = time.Now()
+		} else if silent := time.Since(lastOK); silent >= m.opt.Settle {
+			return fmt.Sprintf("the target %s has not answered for %v", m.to, silent.Round(time.Millisecond))
+		}
+	}
 }
 
 // finish publishes the map after the vbucket became active on the target

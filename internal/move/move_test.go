@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -686,4 +687,68 @@ func TestMoveAbortedKeepsReplica(t *testing.T) {
 	q := "consumer:" + na.Addr + ":vb_" + strconv.Itoa(vb) + ":"
 	waitStat(t, b, vb, q+"seqno", "300")
 	waitStat(t, b, vb, q+"items_received", "100")
+}
+
+// TestMoveTargetPausedInTakeover is issue 43's second hole at a move: the
+// target stops answering (SIGSTOP: paused, or cut off) while its
+// TAKEOVER is in flight. Move used to wait for the TAKEOVER's answer
+// until MoveTimeout (10 minutes by default), and a failover of the target
+// waited for the move. Now the move watches the target on a second
+// connection and abandons the request once the target has not answered
+// for Settle; recovery then finds the target silent and leaves the
+// states alone (unresolved), for the failover of the target to settle.
+// Abandon does the same at once when the caller knows an end of the move
+// is being failed over.
+func TestMoveTargetPausedInTakeover(t *testing.T) {
+	for _, abandon := range []bool{false, true} {
+		t.Run(fmt.Sprintf("abandon=%v", abandon), func(t *testing.T) {
+			na, nb := startNode(t, failpoint), startNode(t)
+			a, b := dial(t, na.Addr), dial(t, nb.Addr)
+			const vb = 9
+			if err := a.SetVBucket(vb, vbucket.Active); err != nil {
+				t.Fatal(err)
+			}
+			setKeys(t, a, vb, keysFor(vb, 100))
+			var gone atomic.Bool
+			opt := Options{Credentials: creds, Settle: time.Second, MoveTimeout: time.Minute, Logf: t.Logf}
+			if abandon {
+				opt.Settle = 30 * time.Second // only Abandon can end it early
+				opt.Abandon = func() bool { return gone.Load() }
+			}
+			type out struct {
+				res Result
+				err error
+			}
+			done := make(chan out, 1)
+			go func() {
+				res, err := Move(context.Background(), vb, na.Addr, nb.Addr, opt)
+				done <- out{res, err}
+			}()
+			waitState(t, b, vb, vbucket.Pending)
+			if err := nb.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			defer nb.Signal(syscall.SIGCONT)
+			paused := time.Now()
+			gone.Store(true)
+			var o out
+			select {
+			case o = <-done:
+			case <-time.After(40 * time.Second):
+				t.Fatalf("Move still waiting %v after its target was paused", time.Since(paused).Round(time.Millisecond))
+			}
+			took := time.Since(paused)
+			t.Logf("Move returned %v after the pause: %s, %v", took.Round(time.Millisecond), o.res.String(), o.err)
+			if o.err == nil || o.res.Outcome == Moved {
+				t.Fatalf("Move into a paused target: %v, %v", o.res.Outcome, o.err)
+			}
+			limit := 8 * time.Second
+			if abandon {
+				limit = 5 * time.Second
+			}
+			if took > limit {
+				t.Errorf("Move took %v after its target was paused, want under %v", took.Round(time.Millisecond), limit)
+			}
+		})
+	}
 }

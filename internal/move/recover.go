@@ -201,7 +201,8 @@ func decide(f, t view) (a action, rule string) {
 
 // settle looks at both ends and applies decide, every Settle/50, until a
 // rule acts or Settle runs out (then actUnresolved, the rule that was
-// waiting suffixed "-timeout"). res.Rule and res.Detail are set. The error
+// waiting suffixed "-timeout") or Options.Abandon says so (suffixed
+// "-abandoned"). res.Rule and res.Detail are set. The error
 // is non-nil only when Halt (or ctx) ended the wait; res.Outcome is then
 // Unresolved. A fenced source (Promote) is not asked; the target's
 // streams are then not looked at (Promote says why).
@@ -230,6 +231,13 @@ func (m *mover) settle(ctx context.Context, res *Result) (action, view, error) {
 		}
 		a, rule = decide(f, t)
 		if a != actWait {
+			break
+		}
+		if takeoverWatch && m.opt.Abandon != nil && m.opt.Abandon() {
+			// The caller is failing an end over: it settles the
+			// vbucket, and the wait would only hold it up.
+			a = actUnresolved
+			rule += "-abandoned"
 			break
 		}
 		if time.Now().After(deadline) {

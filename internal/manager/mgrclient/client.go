@@ -128,14 +128,16 @@ func (c *Client) Failover(ctx context.Context, addr string, force bool) error {
 // FailoverReport is what a failover did (the manager's FailoverReport):
 // how many vbuckets were promoted, lost (no replica: active, empty,
 // elsewhere) and not activated, how many replica copies left the map,
-// and, for each vbucket whose live replicas differed, which one was
-// promoted and why.
+// how many vbuckets moving into it were made active again on their
+// sources, and, for each vbucket whose live replicas differed, which one
+// was promoted and why.
 type FailoverReport struct {
 	Node        string `json:"node"`
 	Promoted    int    `json:"promoted"`
 	Lost        int    `json:"lost"`
 	Replicas    int    `json:"replicas"`
 	Unactivated int    `json:"unactivated"`
+	Reactivated int    `json:"reactivated"`
 	Choices     []struct {
 		VBucket  int    `json:"vbucket"`
 		Promoted string `json:"promoted"`
