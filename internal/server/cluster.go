@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -110,11 +111,24 @@ type cluster struct {
 	// Synchronous replication (Config.SyncReplication): writes that
 	// waited for their vbucket's streams, and those whose wait ran out.
 	syncWaits, syncTimeouts atomic.Uint64
+	// syncDone is, per vbucket, a sequence number its streams are known
+	// to have acknowledged, with the log's generation it belongs to
+	// (syncMark): a command under synchronous replication waits only
+	// while its vbucket's last mutation is above it. Allocated with
+	// Config.SyncReplication.
+	syncDone []atomic.Uint64
+	// syncReadWaits and syncReadTimeouts count the reads that waited for
+	// their vbucket's writes to be replicated, and those whose wait ran
+	// out (answered as unsure).
+	syncReadWaits, syncReadTimeouts atomic.Uint64
 }
 
 func newCluster(cfg *Config) *cluster {
 	cl := &cluster{vbs: vbucket.NewTable(cfg.VBuckets),
 		ops: make([]atomic.Uint64, cfg.VBuckets), refused: make([]atomic.Uint64, cfg.VBuckets)}
+	if cfg.SyncReplication {
+		cl.syncDone = make([]atomic.Uint64, cfg.VBuckets)
+	}
 	cl.parkCtx, cl.parkStop = context.WithCancel(context.Background())
 	cl.lease.kick = make(chan struct{}, 1)
 	for cl.incarnation == 0 {
@@ -207,6 +221,15 @@ func (c *conn) admit(vb int) admission {
 // failover that promotes a replica then keeps every write a client saw
 // acknowledged. The wait comes after Leave, so a takeover fencing writes
 // does not wait for it.
+//
+// A read waits too (syncReads): what it returns may be a write that no
+// replica has yet, which a failover would undo, so a client could see a
+// value and then its absence. It waits while its vbucket's last mutation
+// is not acknowledged by the streams, which is rare and short where
+// nothing is being written (a per-vbucket atomic says so at the cost of
+// one load), and a read whose wait runs out is answered as unsure
+// (syncReadUnsure). The vbucket-wide mark is coarser than the key: a
+// read may wait for another key's write in its vbucket.
 func (c *conn) leaveVB() {
 	if c.entered == 0 {
 		return
@@ -215,29 +238,125 @@ func (c *conn) leaveVB() {
 	cl := c.s.cl
 	cl.vbs.Leave(vb)
 	c.entered = 0
-	if !c.s.cfg.SyncReplication || c.tx.Mutations() == c.mutsAtAdmit {
+	if !c.s.cfg.SyncReplication {
+		return
+	}
+	wrote := c.tx.Mutations() != c.mutsAtAdmit
+	if !wrote && !syncReads {
 		return
 	}
 	// Every sequence number up to High(vb) was handed out before this
-	// point, this command's too.
-	seq := cl.streams.Log.High(vb)
-	want := func() int { return cl.replicasWanted(vb) }
-	if cl.streams.Replicated(vb, seq, want()) {
+	// point, this command's too (or, for a read, that of the write it
+	// read).
+	seq, gen := cl.streams.Log.HighGen(vb)
+	done := &cl.syncDone[vb]
+	if syncMarked(done.Load(), seq, gen) {
 		return
 	}
-	cl.syncWaits.Add(1)
+	want := func() int { return cl.replicasWanted(vb) }
+	if cl.streams.Replicated(vb, seq, want()) {
+		raise(done, seq, gen)
+		return
+	}
+	if wrote {
+		cl.syncWaits.Add(1)
+	} else {
+		cl.syncReadWaits.Add(1)
+	}
 	c.mayBlock()
 	d := c.s.cfg.VBucketParkTimeout
 	if d <= 0 {
 		d = DefaultVBucketParkTimeout
 	}
 	ctx, cancel := context.WithTimeout(cl.parkCtx, d)
-	if !cl.streams.WaitReplicated(ctx, vb, seq, want) {
+	switch {
+	case cl.streams.WaitReplicated(ctx, vb, seq, want):
+		raise(done, seq, gen)
+	case wrote:
 		cl.syncTimeouts.Add(1)
 		c.syncWriteAmbiguous()
+	default:
+		cl.syncReadTimeouts.Add(1)
+		c.syncReadUnsure()
 	}
 	cancel()
 	c.leaseRead = false // time has passed: the next check reads the clock again
+}
+
+// A sync mark packs a log generation (its low 16 bits) above a sequence
+// number (48 bits): a mark of another generation marks nothing, since a
+// reset history numbers its mutations again from its snapshot's end.
+const syncSeqBits = 48
+
+// syncMarked reports whether mark says seq of generation gen is
+// replicated.
+func syncMarked(mark, seq, gen uint64) bool {
+	return mark>>syncSeqBits == gen&(1<<(64-syncSeqBits)-1) && seq <= mark&(1<<syncSeqBits-1)
+}
+
+// raise marks seq of generation gen replicated in a, unless a already
+// marks a later one of that generation.
+func raise(a *atomic.Uint64, seq, gen uint64) {
+	if seq >= 1<<syncSeqBits {
+		return // never in practice; unmarked only costs a look at the streams
+	}
+	for {
+		cur := a.Load()
+		if syncMarked(cur, seq, gen) {
+			return
+		}
+		next := gen&(1<<(64-syncSeqBits)-1)<<syncSeqBits | seq
+		if a.CompareAndSwap(cur, next) {
+			return
+		}
+	}
+}
+
+// syncReadUnsure replaces the reply of a read whose vbucket's writes were
+// not confirmed replicated within the park timeout: the value it read
+// might not survive a failover. A classic get answers it as a miss (its
+// VALUE block dropped, so a multi-get's reply stays well-formed), a meta
+// command "SERVER_ERROR temporary failure", a binary request TMPFAIL.
+func (c *conn) syncReadUnsure() {
+	if c.outAtAdmit > len(c.out) {
+		return
+	}
+	switch {
+	case c.mode == modeBinary:
+		c.out = c.out[:c.outAtAdmit]
+		c.binError(protocol.StatusTmpFail)
+	case c.req.Tokens.N > 0 && len(c.req.Tokens.T[0]) == 2 && c.req.Tokens.T[0][0] == 'm':
+		c.out = c.out[:c.outAtAdmit]
+		c.out = append(c.out, "SERVER_ERROR temporary failure\r\n"...)
+	default:
+		// A classic get: this key's VALUE block, if it found one, is
+		// dropped; what the command appended after it (END, for its
+		// last key) stays.
+		n := valueBlockLen(c.out[c.outAtAdmit:])
+		c.out = append(c.out[:c.outAtAdmit], c.out[c.outAtAdmit+n:]...)
+	}
+}
+
+// valueBlockLen is the length of the "VALUE key flags bytes [cas]\r\n"
+// block, data and its \r\n included, at the start of b (0 if b does not
+// start with one).
+func valueBlockLen(b []byte) int {
+	if !bytes.HasPrefix(b, []byte("VALUE ")) {
+		return 0
+	}
+	nl := bytes.Index(b, []byte("\r\n"))
+	if nl < 0 {
+		return 0
+	}
+	f := bytes.Fields(b[:nl])
+	if len(f) < 4 {
+		return 0
+	}
+	size, err := strconv.Atoi(string(f[3]))
+	if err != nil || size < 0 || nl+2+size+2 > len(b) {
+		return 0
+	}
+	return nl + 2 + size + 2
 }
 
 // syncWriteAmbiguous replaces the reply of a write whose replication was
@@ -656,5 +775,7 @@ func (c *conn) vbucketStats(only int) {
 	if only < 0 && c.s.cfg.SyncReplication {
 		c.statUint("sync_replication_waits", cl.syncWaits.Load())
 		c.statUint("sync_replication_timeouts", cl.syncTimeouts.Load())
+		c.statUint("sync_replication_read_waits", cl.syncReadWaits.Load())
+		c.statUint("sync_replication_read_timeouts", cl.syncReadTimeouts.Load())
 	}
 }

@@ -329,6 +329,16 @@ func (l *Log) Read(vb int, from, gen uint64, dst []Entry, kbuf []byte) (out []En
 	return out, v.high, true
 }
 
+// HighGen returns vb's last sequence number and its generation (bumped
+// whenever the history is reset or forgotten, the only times the last
+// sequence number may go down).
+func (l *Log) HighGen(vb int) (high, gen uint64) {
+	v := &l.vbs[vb]
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.high, v.gen
+}
+
 // High returns vb's last sequence number.
 func (l *Log) High(vb int) uint64 {
 	v := &l.vbs[vb]

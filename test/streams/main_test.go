@@ -33,6 +33,11 @@ var longFlag = flag.Bool("long", false, "run the long checker and the throughput
 // long reports whether the long tests run.
 func long() bool { return *longFlag || os.Getenv("VBCACHE_LONG") == "1" }
 
+// tagsFlag builds the vbcache under test with build tags: a
+// vbcache_unsafe_* tag shows that a test catches the hole it turns back
+// on (go test ./test/streams -run X -args -vbcache-tags=vbcache_unsafe_syncreads).
+var tagsFlag = flag.String("vbcache-tags", "", "comma-separated build tags for the vbcache under test")
+
 var bin string
 
 func TestMain(m *testing.M) {
@@ -42,7 +47,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	bin, err = nodeproc.BuildVbcache(dir)
+	var tags []string
+	if *tagsFlag != "" {
+		tags = strings.Split(*tagsFlag, ",")
+	}
+	bin, err = nodeproc.BuildVbcacheTags(dir, tags...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

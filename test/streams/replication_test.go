@@ -428,3 +428,74 @@ func TestSyncReplicationTimeoutIsNoAck(t *testing.T) {
 		t.Errorf("sync_replication_timeouts = %d, want 3", n)
 	}
 }
+
+// TestSyncReplicationReadsWaitForReplicas is issue 43's seventh hole:
+// under --sync-replication a write that no replica has confirmed is
+// answered "ambiguous" (it may not survive a failover), yet it was
+// readable on the active at once, so a client could read a value that a
+// failover then undid: not linearizable. Now a read waits until its
+// vbucket's writes are replicated, at most --pending-timeout, and one
+// whose wait runs out does not return the value: binary TMPFAIL, a
+// classic get a miss (a multi-get stays well-formed), meta an error. Once
+// a replica's stream has the write, reads return it.
+func TestSyncReplicationReadsWaitForReplicas(t *testing.T) {
+	nodes := startNodes(t, 2, "--sync-replication", "--pending-timeout", "300ms")
+	a := dialCtl(t, nodes[0].Addr)
+	rows := make([]string, numVBuckets)
+	for i := range rows {
+		rows[i] = "[0,1]"
+	}
+	a.must(a.SetClusterConfig(fmt.Appendf(nil, `{"rev":1,"name":"default","nodeLocator":"vbucket","vBucketServerMap":{"hashAlgorithm":"CRC","numReplicas":1,"serverList":[%q,%q],"vBucketMap":[%s]}}`,
+		nodes[0].Addr, nodes[1].Addr, strings.Join(rows, ",")), 0, 1), "SET_CLUSTER_CONFIG")
+	const vb = 3
+	a.setState(vb, vbucket.Active)
+	keys := keysFor("unsure", vb, 2)
+	if _, err := a.Do(protocol.OpSet, vb, make([]byte, 8), []byte(keys[0]), []byte("v0")); !admin.IsStatus(err, protocol.StatusSyncWriteAmbiguous) {
+		t.Fatalf("binary set with no stream to confirm it: %v, want SyncWriteAmbiguous", err)
+	}
+	if v, err := a.Do(protocol.OpGet, vb, nil, []byte(keys[0]), nil); !admin.IsStatus(err, protocol.StatusTmpFail) {
+		t.Errorf("binary get of a write no replica has: %q, %v; want TMPFAIL", v, err)
+	}
+	nc, err := net.Dial("tcp", nodes[0].Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	br := bufio.NewReader(nc)
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	read := func(req string, lines int) string {
+		fmt.Fprint(nc, req)
+		var out []string
+		for range lines {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				t.Fatalf("%q: %v after %q", req, err, out)
+			}
+			out = append(out, strings.TrimSpace(line))
+		}
+		return strings.Join(out, "|")
+	}
+	if got := read("get "+keys[0]+" "+keys[1]+"\r\n", 1); got != "END" {
+		t.Errorf("text multi-get of an unconfirmed write and a missing key: %q, want END (both misses)", got)
+	}
+	if got := read("mg "+keys[0]+" v\r\n", 1); got != "SERVER_ERROR temporary failure" {
+		t.Errorf("mg of an unconfirmed write: %q, want SERVER_ERROR temporary failure", got)
+	}
+	st := a.stats("vbucket")
+	// The binary get, the multi-get's two keys (the missing one is in the
+	// same vbucket, whose last write is unconfirmed: the wait is per
+	// vbucket), the mg.
+	if n, _ := strconv.Atoi(st["sync_replication_read_timeouts"]); n != 4 {
+		t.Errorf("sync_replication_read_timeouts = %q, want 4", st["sync_replication_read_timeouts"])
+	}
+	// The replica's stream takes the write: reads return it.
+	r := dialCtl(t, nodes[1].Addr)
+	r.must(r.Replicate(vb, a.Addr), "REPLICATE")
+	eventually(t, 10*time.Second, func() (bool, string) {
+		v, err := a.Do(protocol.OpGet, vb, nil, []byte(keys[0]), nil)
+		return err == nil && string(v) == "v0", fmt.Sprintf("get %q, %v", v, err)
+	})
+	if got := read("get "+keys[0]+"\r\n", 3); got != "VALUE "+keys[0]+" 0 2|v0|END" {
+		t.Errorf("text get once replicated: %q", got)
+	}
+}
