@@ -400,12 +400,16 @@ func (m *Manager) failover(ctx context.Context, addr string, force bool) (rep Fa
 		}
 		s.compact()
 		s.Rev++
+		// What is promoted next, for a successor should this leader die
+		// before it is done (intent.go).
+		s.Intents = withIntent(s.Intents, intentOf(addr, s.Rev, s.RevEpoch, changed, lost, keptOld, intoFailed))
 		return nil
 	})
 	if err != nil {
 		return rep, err
 	}
 	committed = true
+	m.runHook("failover-committed", -1)
 	m.mu.Lock()
 	delete(m.told, addr) // it is to be told again that it is out
 	delete(m.unpromoted, addr)
@@ -448,6 +452,9 @@ func (m *Manager) failover(ctx context.Context, addr string, force bool) (rep Fa
 	rep.Promoted -= emptied
 	rep.Lost += emptied
 	rep.Reactivated = m.reactivate(ctx, addr, ns, intoFailed)
+	if ctx.Err() == nil {
+		m.clearIntent(ctx, addr, ns.Rev)
+	}
 	return rep, nil
 }
 
@@ -547,6 +554,9 @@ func (m *Manager) finishPromotion(ctx context.Context, addr string) {
 	}
 	unact, emptied := m.promote(ctx, addr, p)
 	m.reactivate(ctx, addr, p.ns, p.into)
+	if ctx.Err() == nil {
+		m.clearIntent(ctx, addr, p.ns.Rev)
+	}
 	m.cfg.Logf("manager: %s was told it is out: its failover's promotions done: %d vbuckets promoted, %d lost, %d NOT activated",
 		addr, len(p.changed)-len(p.lost)-emptied-unact, len(p.lost)+emptied, unact)
 }

@@ -725,6 +725,17 @@ func (m *Manager) lead(ctx context.Context) {
 	}
 	s := m.State()
 	m.pushConfig(ctx, s)
+	// Failovers a previous leader committed and did not finish
+	// (intent.go), beside the leader's other duties.
+	var intents sync.WaitGroup
+	defer intents.Wait()
+	if len(s.Intents) > 0 {
+		intents.Add(1)
+		go func() { // owned by lead, which waits for it
+			defer intents.Done()
+			m.finishIntents(ctx)
+		}()
+	}
 	if s.Rebalance != nil && s.Rebalance.Running {
 		m.cfg.Logf("manager: resuming the rebalance (%d of %d done)", s.Rebalance.Done, s.Rebalance.Total)
 		m.launchRebalance(ctx)

@@ -43,6 +43,26 @@ type State struct {
 	// --lease before it grants one, and lowers it to its own once no node
 	// can hold a longer one (lease_record.go). Failovers wait by it.
 	LeaseMs int64 `json:"leaseMs,omitempty"`
+
+	// Intents are the promotions of failovers whose map is committed and
+	// whose promotions are not known to be done (intent.go): committed
+	// with the map, cleared once they are; a successor finishes them.
+	Intents []FailoverIntent `json:"intents,omitempty"`
+}
+
+// FailoverIntent is a committed failover's promotions, as the new map
+// (revision Rev) names them: the vbuckets whose active Node was (Changed;
+// of which Lost had no replica and are activated empty, KeptOld are a
+// swap's kept dead copy), and those that were moving into it (Into), to
+// be made active again on their sources.
+type FailoverIntent struct {
+	Node     string `json:"node"`
+	Rev      int64  `json:"rev"`
+	RevEpoch int64  `json:"revEpoch"`
+	Changed  []int  `json:"changed,omitempty"`
+	Lost     []int  `json:"lost,omitempty"`
+	KeptOld  []int  `json:"keptOld,omitempty"`
+	Into     []int  `json:"into,omitempty"`
 }
 
 // Rebalance is a rebalance's progress, kept in the state so a new leader
@@ -58,6 +78,7 @@ func (s *State) clone() *State {
 	c.Forward = cloneRows(s.Forward)
 	c.Nodes = slices.Clone(s.Nodes)
 	c.FailedOver = slices.Clone(s.FailedOver)
+	c.Intents = slices.Clone(s.Intents) // each intent's slices are never changed in place
 	if s.Rebalance != nil {
 		r := *s.Rebalance
 		r.Target = slices.Clone(s.Rebalance.Target)
