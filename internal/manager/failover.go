@@ -463,9 +463,10 @@ func (m *Manager) failover(ctx context.Context, addr string, force bool) (rep Fa
 // and whose copy there is dead (the handover was done, or under way, when
 // addr stopped answering): addr is fenced, so that copy is the only one
 // that may serve, and it holds every write it acknowledged. It returns
-// how many it made active. A copy found active (the handover never
-// began) is left as it is. With the vbcache_unsafe_takeoverwatch build
-// tag it does nothing, as before.
+// how many it made active. A copy found active (the handover not begun)
+// is set active again all the same, which aborts the takeover running
+// there. With the vbcache_unsafe_takeoverwatch build tag it does
+// nothing, as before.
 func (m *Manager) reactivate(ctx context.Context, addr string, ns *State, vbs []int) int {
 	if !takeoverWatch {
 		return 0
@@ -478,10 +479,16 @@ func (m *Manager) reactivate(ctx context.Context, addr string, ns *State, vbs []
 		}
 		err := m.conn(ctx, a, func(c *admin.Conn) error {
 			st, err := c.GetVBucket(vb)
-			if err != nil || st != vbucket.Dead {
+			if err != nil || (st != vbucket.Dead && st != vbucket.Active) {
 				return err
 			}
-			n++
+			if st == vbucket.Dead {
+				n++
+			}
+			// Active too: SET_VBUCKET aborts a takeover still running
+			// there (its stream to the failed node, in backfill), which
+			// would otherwise go on when the node comes back and turn
+			// this copy dead and the failed node's active.
 			return c.SetVBucket(vb, vbucket.Active)
 		})
 		if err != nil {

@@ -814,7 +814,13 @@ func (m *Manager) conn(ctx context.Context, addr string, fn func(c *admin.Conn) 
 		c.Timeout = 5 * time.Second
 	}
 	c.Term = m.term.Load()
+	// A request in flight gives up when ctx ends (admin.Conn's requests
+	// heed only their timeout): the connection is closed, and dropped.
+	stop := context.AfterFunc(ctx, func() { c.Close() })
 	err := fn(c)
+	if !stop() && err == nil {
+		err = ctx.Err()
+	}
 	var se *admin.StatusError
 	if err != nil && !errors.As(err, &se) {
 		c.Close()

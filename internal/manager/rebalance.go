@@ -346,6 +346,24 @@ const moveSettle = 30 * time.Second
 // decided from what is there, so a new leader finishes a move its
 // predecessor left half done.
 func (m *Manager) moveVBucket(ctx context.Context, vb int) error {
+	// A failover of the node the vbucket moves into, its source being
+	// no failover's, ends the move at once: its steps would otherwise
+	// wait out the node's timeouts (dials, logins, requests), holding
+	// the failover up, and the failover settles the vbucket itself
+	// (failover.go, reactivate). A move out of a failing node goes on:
+	// its target may be active, and only the move publishes that.
+	ctx, cancel := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() { // owned by moveVBucket, which ends it and waits for it
+		defer close(watched)
+		if takeoverWatch {
+			m.cancelOnTargetFailover(ctx, vb, cancel)
+		}
+	}()
+	defer func() {
+		cancel()
+		<-watched
+	}()
 	oldDeleted := false
 	var bytes, replBytes uint64
 	for range maxVBSteps {
@@ -459,6 +477,31 @@ func (m *Manager) look(ctx context.Context, s *State, vb int, oldDeleted bool) v
 	}
 	f.To = move.Observe(ctx, vb, to, cur, opt)
 	return f
+}
+
+// cancelOnTargetFailover calls cancel, and returns, once a failover of
+// the node vb moves into (the forward row's active) has begun while none
+// of the map row's active has; it looks every 50 ms until ctx ends.
+func (m *Manager) cancelOnTargetFailover(ctx context.Context, vb int, cancel context.CancelFunc) {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s := m.view()
+		if s.Forward == nil || vb >= len(s.Forward) || len(s.Forward[vb]) == 0 || s.Forward[vb][0] < 0 {
+			continue
+		}
+		to, from := s.server(s.Forward[vb][0]), s.server(s.Map[vb][0])
+		if to != from && m.failingOver(to) && !m.failingOver(from) {
+			m.cfg.Logf("manager: vbucket %d: its move into %s ends: %s is being failed over", vb, to, to)
+			cancel()
+			return
+		}
+	}
 }
 
 // moveOptions are the options of the manager's moves of a vbucket whose

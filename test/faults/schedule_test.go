@@ -64,9 +64,15 @@ const (
 	fCutManagerEtcd   = "cut-manager-etcd"   // the leading manager (and its etcd member) cut off from the other etcd members, until another leads
 	fKillLeaderMidReb = "kill-leader-mid-rb" // kill -9 of the leading manager while a rebalance moves vbuckets
 	fKillNodeMidReb   = "kill-node-mid-rb"   // kill -9 of a node while a rebalance moves vbuckets, then as kill-node
+	// The fourth node joins, and is paused (SIGSTOP) while the rebalance
+	// moves vbuckets into it, until its failover, then SIGCONT: a move's
+	// target paused during its handover, with faults composed (issue 43):
+	// the rebalance, the failover of a node that holds vbuckets it was
+	// given and others still moving into it, and its return.
+	fPauseTargetMidReb = "pause-target-mid-rb"
 )
 
-var allFaults = []string{fCutFromManagers, fIsolateNode, fPauseNode, fKillNode, fRestartNode, fCutClientNode, fCutManagerEtcd, fKillLeaderMidReb, fKillNodeMidReb}
+var allFaults = []string{fCutFromManagers, fIsolateNode, fPauseNode, fKillNode, fRestartNode, fCutClientNode, fCutManagerEtcd, fKillLeaderMidReb, fKillNodeMidReb, fPauseTargetMidReb}
 
 // sched is the cluster a schedule runs on: three managers (each with an
 // embedded etcd member of one three-member cluster), four nodes (three
@@ -752,11 +758,22 @@ func (s *sched) runFault(l *load, rng *rand.Rand, f string) stepResult {
 	vi := members[rng.IntN(len(members))]
 	victim := s.nodeHosts[vi]
 	va := victim.Addr(11211)
+	if f == fPauseTargetMidReb {
+		// The victim is the fourth node, which must join: if it is a
+		// member, it leaves first.
+		spare := s.nodeHosts[3].Addr(11211)
+		if slices.Contains(members, 3) {
+			s.must("DELETE", "/nodes", url.Values{"node": {spare}})
+			s.rebalance(2 * time.Minute)
+			members = s.members()
+		}
+		vi, victim, va = 3, s.nodeHosts[3], spare
+	}
 	r.victim = va
 	s.t.Logf("%s: %s on %s", time.Now().Format("15:04:05.000"), f, va)
 	failedOver := func() bool { return slices.Contains(s.leaderStatus().FailedOver, va) }
 	var healAt time.Time // when the fault ended: healed, or the killed node failed over
-	if s.async && (f == fCutFromManagers || f == fIsolateNode || f == fPauseNode || f == fKillNode || f == fRestartNode || f == fKillNodeMidReb) {
+	if s.async && (f == fCutFromManagers || f == fIsolateNode || f == fPauseNode || f == fKillNode || f == fRestartNode || f == fKillNodeMidReb || f == fPauseTargetMidReb) {
 		r.lossy, r.vbs = true, map[int]bool{}
 		activeOn(s.config(), va, r.vbs)
 		r.sampled = l.rec.Now()
@@ -856,6 +873,20 @@ func (s *sched) runFault(l *load, rng *rand.Rand, f string) stepResult {
 		ended()
 		healAt = time.Now()
 		s.startNode(vi)
+	case fPauseTargetMidReb:
+		s.movingRebalance(members) // the victim joins: vbuckets move into it
+		if r.lossy {
+			// What it holds or is being given by now, and how far its
+			// streams are behind, for the writes it may lose.
+			activeOn(s.config(), va, r.vbs)
+			r.behind = s.behind(va)
+		}
+		start = time.Now()
+		s.nodes[vi].Signal(syscall.SIGSTOP)
+		s.waitFor("the failover of "+va, 60*time.Second, failedOver)
+		ended()
+		s.nodes[vi].Signal(syscall.SIGCONT)
+		healAt = time.Now()
 	case fKillLeaderMidReb:
 		lead := s.movingRebalance(members)
 		r.victim = "manager" + fmt.Sprint(lead+1)
