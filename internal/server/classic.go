@@ -3,6 +3,7 @@ package server
 import (
 	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/store"
+	"github.com/vbcache/vbcache/internal/vbmap"
 )
 
 // Storage command kinds, as memcached's NREAD_* values, in the order of
@@ -177,6 +178,16 @@ func (c *conn) get() {
 		exptime = s.relTime(r.Exptime)
 	}
 	first := r.First
+	if s.cl != nil && s.cfg.SyncReplication && syncReads && !touch {
+		// Each hit waits for its own key's replication, after it is
+		// read (below), not for the admissions' keys (leaveVB). A gat
+		// writes: it waits as writes do, at its end.
+		c.readsChecked = true
+		defer func() {
+			c.leaveVB()
+			c.readsChecked = false
+		}()
+	}
 	if s.cl != nil {
 		// Cluster mode: the whole command is refused when one key is not
 		// in an active vbucket (keys too long are left to the loop). This
@@ -214,6 +225,7 @@ func (c *conn) get() {
 				}
 				c.tx.Bump()
 				v := c.tx.Value()
+				at := len(c.out)
 				c.out = append(c.out, "VALUE "...)
 				c.out = append(c.out, key...)
 				c.out = append(c.out, ' ')
@@ -229,6 +241,15 @@ func (c *conn) get() {
 				c.out = append(c.out, '\r', '\n')
 				cls := classIdx(c.tx.ClassID())
 				c.tx.End()
+				if c.readsChecked {
+					// --sync-replication: the value may not be on its
+					// replicas yet (leaveVB). A read holds no vbucket
+					// admission while it waits.
+					c.leaveVB()
+					if !c.syncWait(vbmap.VBucket(key, s.cl.vbs.Len()), key, false) {
+						c.syncReadUnsure(at)
+					}
+				}
 				if len(c.out) > flushAt {
 					if !touch && (c.nc != nil || c.lp != nil) {
 						// Written now, not held (input.go): a get

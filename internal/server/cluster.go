@@ -228,8 +228,9 @@ func (c *conn) admit(vb int) admission {
 // is not acknowledged by the streams, which is rare and short where
 // nothing is being written (a per-vbucket atomic says so at the cost of
 // one load), and a read whose wait runs out is answered as unsure
-// (syncReadUnsure). The vbucket-wide mark is coarser than the key: a
-// read may wait for another key's write in its vbucket.
+// (syncReadUnsure). A
+// read of a text or meta command waits for its own key's last write
+// (Log.KeySeq), a binary read for its vbucket's last.
 func (c *conn) leaveVB() {
 	if c.entered == 0 {
 		return
@@ -241,22 +242,52 @@ func (c *conn) leaveVB() {
 	if !c.s.cfg.SyncReplication {
 		return
 	}
-	wrote := c.tx.Mutations() != c.mutsAtAdmit
-	if !wrote && !syncReads {
+	if c.tx.Mutations() != c.mutsAtAdmit {
+		if !c.syncWait(vb, nil, true) {
+			c.syncWriteAmbiguous()
+		}
 		return
 	}
-	// Every sequence number up to High(vb) was handed out before this
-	// point, this command's too (or, for a read, that of the write it
-	// read).
+	if !syncReads || c.readsChecked {
+		return
+	}
+	var key []byte
+	if c.syncKeyOK {
+		key = c.syncKey
+	}
+	if !c.syncWait(vb, key, false) {
+		c.syncReadUnsure(c.outAtAdmit)
+	}
+}
+
+// syncWait waits, at most the park timeout, until vb's streams have
+// acknowledged its last mutation, or, for a read of key (nil: any key),
+// key's last mutation, and reports whether they did. Every sequence
+// number up to the vbucket's last was handed out before it looks, a
+// write's own and, for a read, that of the write it read.
+func (c *conn) syncWait(vb int, key []byte, wrote bool) bool {
+	cl := c.s.cl
 	seq, gen := cl.streams.Log.HighGen(vb)
 	done := &cl.syncDone[vb]
-	if syncMarked(done.Load(), seq, gen) {
-		return
+	mark := done.Load()
+	if syncMarked(mark, seq, gen) {
+		return true
+	}
+	if key != nil {
+		// A read waits for its key's last write only, not for every
+		// write of its vbucket: the ring says which that is.
+		floor := uint64(0)
+		if mark>>syncSeqBits == gen&(1<<(64-syncSeqBits)-1) {
+			floor = mark & (1<<syncSeqBits - 1)
+		}
+		if seq = cl.streams.Log.KeySeq(vb, key, gen, floor); syncMarked(mark, seq, gen) {
+			return true
+		}
 	}
 	want := func() int { return cl.replicasWanted(vb) }
 	if cl.streams.Replicated(vb, seq, want()) {
 		raise(done, seq, gen)
-		return
+		return true
 	}
 	if wrote {
 		cl.syncWaits.Add(1)
@@ -269,18 +300,18 @@ func (c *conn) leaveVB() {
 		d = DefaultVBucketParkTimeout
 	}
 	ctx, cancel := context.WithTimeout(cl.parkCtx, d)
-	switch {
-	case cl.streams.WaitReplicated(ctx, vb, seq, want):
+	defer cancel()
+	c.leaseRead = false // time will have passed: the next check reads the clock again
+	if cl.streams.WaitReplicated(ctx, vb, seq, want) {
 		raise(done, seq, gen)
-	case wrote:
-		cl.syncTimeouts.Add(1)
-		c.syncWriteAmbiguous()
-	default:
-		cl.syncReadTimeouts.Add(1)
-		c.syncReadUnsure()
+		return true
 	}
-	cancel()
-	c.leaseRead = false // time has passed: the next check reads the clock again
+	if wrote {
+		cl.syncTimeouts.Add(1)
+	} else {
+		cl.syncReadTimeouts.Add(1)
+	}
+	return false
 }
 
 // A sync mark packs a log generation (its low 16 bits) above a sequence
@@ -317,23 +348,23 @@ func raise(a *atomic.Uint64, seq, gen uint64) {
 // might not survive a failover. A classic get answers it as a miss (its
 // VALUE block dropped, so a multi-get's reply stays well-formed), a meta
 // command "SERVER_ERROR temporary failure", a binary request TMPFAIL.
-func (c *conn) syncReadUnsure() {
-	if c.outAtAdmit > len(c.out) {
+func (c *conn) syncReadUnsure(at int) {
+	if at > len(c.out) {
 		return
 	}
 	switch {
 	case c.mode == modeBinary:
-		c.out = c.out[:c.outAtAdmit]
+		c.out = c.out[:at]
 		c.binError(protocol.StatusTmpFail)
 	case c.req.Tokens.N > 0 && len(c.req.Tokens.T[0]) == 2 && c.req.Tokens.T[0][0] == 'm':
-		c.out = c.out[:c.outAtAdmit]
+		c.out = c.out[:at]
 		c.out = append(c.out, "SERVER_ERROR temporary failure\r\n"...)
 	default:
 		// A classic get: this key's VALUE block, if it found one, is
 		// dropped; what the command appended after it (END, for its
 		// last key) stays.
-		n := valueBlockLen(c.out[c.outAtAdmit:])
-		c.out = append(c.out[:c.outAtAdmit], c.out[c.outAtAdmit+n:]...)
+		n := valueBlockLen(c.out[at:])
+		c.out = append(c.out[:at], c.out[at+n:]...)
 	}
 }
 
@@ -405,6 +436,10 @@ func (c *conn) textAdmit(key []byte, say func(string)) bool {
 	cl := c.s.cl
 	if cl == nil {
 		return true
+	}
+	c.leaveVB() // the previous key's, before this key is noted
+	if c.s.cfg.SyncReplication {
+		c.syncKey, c.syncKeyOK = append(c.syncKey[:0], key...), true
 	}
 	switch c.admit(vbmap.VBucket(key, cl.vbs.Len())) {
 	case admitServe:
@@ -509,6 +544,8 @@ func (c *conn) binCluster(op protocol.Opcode, extras, key, rest []byte, vlen, hk
 	}
 	switch {
 	case isKeyOp(op):
+		c.leaveVB()
+		c.syncKeyOK = false // a binary read waits for its vbucket's last write
 		switch c.admit(vb) {
 		case admitServe:
 			return 0, 0, false

@@ -133,6 +133,9 @@ type conn struct {
 	entered      int    // 1 + the vbucket the current command was admitted to (cluster mode), or 0
 	mutsAtAdmit  uint64 // c.tx.Mutations() when it was admitted (leaveVB)
 	outAtAdmit   int    // len(c.out) when it was admitted: where its reply starts (leaveVB)
+	syncKey      []byte // under --sync-replication, the key of a text or meta command admitted (leaveVB)
+	syncKeyOK    bool   // syncKey is the admitted command's key
+	readsChecked bool   // a multi-get checks its reads' replication itself (leaveVB)
 	// leaseNow is the monotonic clock as the lease check reads it
 	// (leaseClock), once per processInput call: requests that arrived
 	// in one read are checked against one reading, taken after they

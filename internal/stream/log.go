@@ -339,6 +339,45 @@ func (l *Log) HighGen(vb int) (high, gen uint64) {
 	return v.high, v.gen
 }
 
+// KeySeq returns the sequence number of key's last mutation in vb as far
+// as the ring tells, for a read that must not return a value its replicas
+// lack (internal/server, leaveVB): scanning from the newest entry down to
+// floor (a number known replicated), it returns the first entry of key, or
+// floor when the scan reaches it without one, or the number below which
+// the ring holds nothing when key is not in it at all. Without a ring, or
+// in another generation than gen, it returns the vbucket's last number,
+// which covers every key.
+func (l *Log) KeySeq(vb int, key []byte, gen, floor uint64) uint64 {
+	v := &l.vbs[vb]
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	r := v.ring
+	if r == nil || v.gen != gen {
+		return v.high
+	}
+	for i := r.n - 1; i >= 0; i-- {
+		e := r.at(i)
+		if e.seq <= floor {
+			return floor
+		}
+		if int(e.klen) == len(key) && r.keyEqual(e, key) {
+			return e.seq
+		}
+	}
+	return r.dropped
+}
+
+// keyEqual reports whether e's key, which may wrap around the end of
+// r.keys, is key (of e's length).
+func (r *ring) keyEqual(e entry, key []byte) bool {
+	off, n := int(e.koff), int(e.klen)
+	if end := off + n; end <= len(r.keys) {
+		return string(r.keys[off:end]) == string(key)
+	}
+	k := len(r.keys) - off
+	return string(r.keys[off:]) == string(key[:k]) && string(r.keys[:n-k]) == string(key[k:])
+}
+
 // High returns vb's last sequence number.
 func (l *Log) High(vb int) uint64 {
 	v := &l.vbs[vb]

@@ -160,3 +160,57 @@ func TestLogReadWrappedKeys(t *testing.T) {
 		t.Fatalf("the ring held from %d of %d: the test did not wrap or held too little", first, n)
 	}
 }
+
+// TestLogKeySeq: the last entry of a key (its keys wrapping around the
+// ring's key buffer too), the floor where a scan stops, the ring's start
+// for a key it does not hold, the last number without a ring or in another
+// generation.
+func TestLogKeySeq(t *testing.T) {
+	l := newTestLog(t, 16<<10)
+	for range 3 {
+		l.Mutated(1, store.MutStore, []byte("early"), 10, 0) // before the ring: 1..3
+	}
+	if s := l.KeySeq(1, []byte("early"), 0, 0); s != 3 {
+		t.Fatalf("without a ring: %d, want the last number 3", s)
+	}
+	_, _, gen := l.Open(1, func() uint64 { return 1 })
+	key := func(i int) string { return fmt.Sprintf("k%d-%s", i%50, "abcdefghijklmnopqrstuvwxyz"[:i%27]) }
+	const n = 20000
+	last := map[string]uint64{}
+	for i := 4; i <= n; i++ {
+		l.Mutated(1, store.MutStore, []byte(key(i)), 10, 0)
+		last[key(i)] = uint64(i)
+	}
+	dropped := l.vbs[1].ring.dropped
+	if dropped < 3 || dropped > n-100 {
+		t.Fatalf("the ring holds from %d of %d: the test did not wrap, or holds too little", dropped, n)
+	}
+	held := 0
+	for k, seq := range last {
+		if seq <= dropped {
+			if got := l.KeySeq(1, []byte(k), gen, 0); got != dropped {
+				t.Fatalf("KeySeq(%q), last written at %d, before the ring's start %d: %d", k, seq, dropped, got)
+			}
+			continue
+		}
+		held++
+		if got := l.KeySeq(1, []byte(k), gen, 0); got != seq {
+			t.Fatalf("KeySeq(%q) = %d, want %d", k, got, seq)
+		}
+		if got := l.KeySeq(1, []byte(k), gen, seq); got != seq {
+			t.Fatalf("KeySeq(%q, floor %d) = %d, want the floor", k, seq, got)
+		}
+		if got := l.KeySeq(1, []byte(k), gen, seq-1); got != seq {
+			t.Fatalf("KeySeq(%q, floor %d) = %d, want %d", k, seq-1, got, seq)
+		}
+	}
+	if held < 40 {
+		t.Fatalf("only %d keys in the ring", held)
+	}
+	if got := l.KeySeq(1, []byte("early"), gen, 0); got != dropped {
+		t.Fatalf("KeySeq of a key not in the ring = %d, want where the ring starts, %d", got, dropped)
+	}
+	if got := l.KeySeq(1, []byte("early"), gen+1, 0); got != n {
+		t.Fatalf("KeySeq in another generation = %d, want the last number %d", got, n)
+	}
+}

@@ -1,7 +1,8 @@
 #!/usr/bin/perl
 # Cache::Memcached through the proxy (test/proxy); see py_client.py.
 # usage: perl_client.pl ADDR SECONDS PREFIX
-# Prints "LOST T" per stale read, as py_client.py does; exits 1 when the
+# Prints "LOST T" per stale read, "ERR T" per failed write and "UNSURE T"
+# per miss of a key whose last write failed, as py_client.py does; exits 1 when the
 # functional pass failed or a request got an error.
 use strict;
 use warnings;
@@ -29,7 +30,7 @@ eval {
     1;
 } or do { chomp(my $e = $@); $func = "FAIL:$e"; };
 
-my (%acked, %acked_at, @lost, %maybe, @err_at); # %maybe: a failed write may still have been applied
+my (%acked, %acked_at, @lost, %maybe, @err_at, @unsure_at); # %maybe: a failed write may still have been applied
 my @keys = map { "$prefix:k$_" } 0..99;
 my ($ops, $errors, $stale, $maxlat, $i) = (0, 0, 0, 0, 0);
 my @notes;
@@ -43,14 +44,16 @@ while (time() < $end) {
     if ($c->set($k, $v)) { $acked{$k} = $v; $acked_at{$k} = time(); delete $maybe{$k} } else { $errors++; push @err_at, time(); push @notes, "set $k failed" }
     my $got = $c->get($k);
     if (exists $maybe{$k} && defined $got && $got eq $maybe{$k}) { $acked{$k} = delete $maybe{$k} }
-    if (exists $acked{$k} && ($got // '<undef>') ne $acked{$k}) { $stale++; push @lost, $acked_at{$k}; push @notes, "get $k = " . ($got // 'undef') . " want $acked{$k}" }
+    if (exists $maybe{$k} && !defined $got) { push @unsure_at, time() }
+    elsif (exists $acked{$k} && ($got // '<undef>') ne $acked{$k}) { $stale++; push @lost, $acked_at{$k}; push @notes, "get $k = " . ($got // 'undef') . " want $acked{$k}" }
     if ($i % 10 == 0) {
         my $b = int($i / 10) % 10 * 10;
         my @ks = @keys[$b .. $b + 9];
         my $m = $c->get_multi(@ks);
         for my $kk (@ks) {
             if (exists $maybe{$kk} && defined $m->{$kk} && $m->{$kk} eq $maybe{$kk}) { $acked{$kk} = delete $maybe{$kk} }
-            if (exists $acked{$kk} && ($m->{$kk} // '<undef>') ne $acked{$kk}) { $stale++; push @lost, $acked_at{$kk}; push @notes, "get_multi $kk" }
+            if (exists $maybe{$kk} && !defined $m->{$kk}) { push @unsure_at, time() }
+            elsif (exists $acked{$kk} && ($m->{$kk} // '<undef>') ne $acked{$kk}) { $stale++; push @lost, $acked_at{$kk}; push @notes, "get_multi $kk" }
         }
     }
     $ops++;
@@ -61,4 +64,5 @@ printf "cache-memcached functional=%s ops=%d errors=%d stale=%d maxlat_ms=%d\n",
 print "   $_\n" for @notes[0 .. ($#notes < 9 ? $#notes : 9)];
 printf "LOST %.6f\n", $_ for @lost;
 printf "ERR %.6f\n", $_ for @err_at;
+printf "UNSURE %.6f\n", $_ for @unsure_at;
 exit($func eq "ok" ? 0 : 1);

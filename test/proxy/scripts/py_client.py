@@ -10,8 +10,12 @@ acknowledged version. Prints one line:
   LIB functional=ok|FAIL:why ops=N errors=N stale=N maxlat_ms=N
 then up to 10 notes, then for each stale read "LOST T": T (unix seconds)
 is when the write it missed was acknowledged, for the caller to judge
-(a failover loses the writes inside the replication lag). Exits 1 when
-the functional pass failed or a request got an error.
+(a failover loses the writes inside the replication lag), for each
+failed write "ERR T", and for each miss of a key whose last write failed
+"UNSURE T": under --sync-replication a read of a write not yet on its
+replicas is answered as a miss (internal/server, syncReadUnsure), which
+tells nothing lost. Exits 1 when the functional pass failed or a request
+got an error.
 """
 import sys
 import time
@@ -94,6 +98,7 @@ acked = {}
 acked_at = {}
 maybe = {}  # a write that failed may still have been applied (its replication timed out)
 err_at = []
+unsure_at = []
 lost = []
 keys = [prefix + ":k%d" % i for i in range(100)]
 ops = errors = stale = 0
@@ -119,7 +124,9 @@ while time.time() < end:
         got = c.get(k)
         if k in maybe and b(got) == maybe[k]:
             acked[k] = maybe.pop(k)  # it was applied after all
-        if k in acked and b(got) != acked[k]:
+        if k in maybe and got is None:
+            unsure_at.append(time.time())
+        elif k in acked and b(got) != acked[k]:
             stale += 1
             lost.append(acked_at[k])
             notes.append("get %s = %r want %r" % (k, got, acked[k]))
@@ -129,7 +136,9 @@ while time.time() < end:
             for kk in ks:
                 if kk in maybe and b(m.get(kk)) == maybe[kk]:
                     acked[kk] = maybe.pop(kk)
-                if kk in acked and b(m.get(kk)) != acked[kk]:
+                if kk in maybe and m.get(kk) is None:
+                    unsure_at.append(time.time())
+                elif kk in acked and b(m.get(kk)) != acked[kk]:
                     stale += 1
                     lost.append(acked_at[kk])
                     notes.append("get_multi %s = %r want %r" % (kk, m.get(kk), acked[kk]))
@@ -146,4 +155,6 @@ for t in lost:
     print("LOST %.6f" % t)
 for t in err_at:
     print("ERR %.6f" % t)
+for t in unsure_at:
+    print("UNSURE %.6f" % t)
 sys.exit(0 if func == "ok" else 1)
