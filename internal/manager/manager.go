@@ -816,13 +816,18 @@ func (m *Manager) conn(ctx context.Context, addr string, fn func(c *admin.Conn) 
 	c.Term = m.term.Load()
 	// A request in flight gives up when ctx ends (admin.Conn's requests
 	// heed only their timeout): the connection is closed, and dropped.
-	stop := context.AfterFunc(ctx, func() { c.Close() })
+	// The func gets its own copy of c, which is set to nil below once
+	// pooled: stop may return false when the func has begun but not yet
+	// run (it ran nil's Close, and a leader's process died of it).
+	inFlight := c
+	stop := context.AfterFunc(ctx, func() { inFlight.Close() })
 	err := fn(c)
-	if !stop() && err == nil {
+	closed := !stop()
+	if closed && err == nil {
 		err = ctx.Err()
 	}
 	var se *admin.StatusError
-	if err != nil && !errors.As(err, &se) {
+	if closed || err != nil && !errors.As(err, &se) {
 		c.Close()
 		p.drop(addr)
 		return err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/vbcache/vbcache/internal/admin"
+	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/server"
 )
 
@@ -75,5 +76,35 @@ func TestPoolAfterNodeRestart(t *testing.T) {
 	}
 	if got := len(m.pool.idle[n.addr]); got != 1 {
 		t.Errorf("%d idle connections after sequential requests, want 1", got)
+	}
+}
+
+// TestConnEndedByItsContextIsNotPooled: a request whose context ends
+// while it is in flight has its connection closed by conn's AfterFunc;
+// that connection is not pooled, whatever fn returned. It was when fn
+// returned a node's answer: a closed connection went back to the pool and
+// c was set to nil while the AfterFunc's goroutine, started but not yet
+// run, was about to close it (a leader's process died of the nil Close in
+// TestScheduleAsync's cut-manager-etcd).
+func TestConnEndedByItsContextIsNotPooled(t *testing.T) {
+	n := startNode(t, "")
+	m := &Manager{pool: connPool{idle: map[string][]*admin.Conn{}}}
+	m.logins.Store(&logins{})
+	for i := range 100 {
+		ctx, cancel := context.WithCancel(context.Background())
+		err := m.conn(ctx, n.addr, func(c *admin.Conn) error {
+			_, err := c.Stats("")
+			cancel() // the leadership ends as the node answers
+			if err != nil {
+				return err
+			}
+			return &admin.StatusError{Status: protocol.StatusKeyExists}
+		})
+		if err == nil {
+			t.Fatalf("request %d: no error", i)
+		}
+		if got := len(m.pool.idle[n.addr]); got != 0 {
+			t.Fatalf("request %d (%v): %d connections pooled, want none (conn closed each when its context ended)", i, err, got)
+		}
 	}
 }
