@@ -225,7 +225,6 @@ func (c *conn) get() {
 				}
 				c.tx.Bump()
 				v := c.tx.Value()
-				at := len(c.out)
 				c.out = append(c.out, "VALUE "...)
 				c.out = append(c.out, key...)
 				c.out = append(c.out, ' ')
@@ -247,7 +246,14 @@ func (c *conn) get() {
 					// admission while it waits.
 					c.leaveVB()
 					if !c.syncWait(vbmap.VBucket(key, s.cl.vbs.Len()), key, false) {
-						c.syncReadUnsure(at)
+						// Not a miss, which would say the key is
+						// absent: an error that a proxy or a client
+						// retries, ending the command as memcached's
+						// failed multi-get does (the replies not yet
+						// sent dropped).
+						c.dropOut(c.mark)
+						c.replyErr("SERVER_ERROR temporary failure")
+						return
 					}
 				}
 				if len(c.out) > flushAt {

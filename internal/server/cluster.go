@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -224,13 +223,12 @@ func (c *conn) admit(vb int) admission {
 //
 // A read waits too (syncReads): what it returns may be a write that no
 // replica has yet, which a failover would undo, so a client could see a
-// value and then its absence. It waits while its vbucket's last mutation
-// is not acknowledged by the streams, which is rare and short where
-// nothing is being written (a per-vbucket atomic says so at the cost of
-// one load), and a read whose wait runs out is answered as unsure
-// (syncReadUnsure). A
-// read of a text or meta command waits for its own key's last write
-// (Log.KeySeq), a binary read for its vbucket's last.
+// value and then its absence. A text or meta read that found a value
+// waits while its key's last write (Log.KeySeq) is not acknowledged by
+// the streams, a binary read while its vbucket's last is not; that is
+// rare and short where nothing is being written (a per-vbucket atomic
+// marks what is known replicated, at the cost of one load), and a read
+// whose wait runs out is answered with a refusal (syncReadUnsure).
 func (c *conn) leaveVB() {
 	if c.entered == 0 {
 		return
@@ -343,51 +341,23 @@ func raise(a *atomic.Uint64, seq, gen uint64) {
 	}
 }
 
-// syncReadUnsure replaces the reply of a read whose vbucket's writes were
-// not confirmed replicated within the park timeout: the value it read
-// might not survive a failover. A classic get answers it as a miss (its
-// VALUE block dropped, so a multi-get's reply stays well-formed), a meta
-// command "SERVER_ERROR temporary failure", a binary request TMPFAIL.
+// syncReadUnsure replaces the reply of a read, from at, whose key's last
+// write was not confirmed replicated within the park timeout: the value
+// it read might not survive a failover. A text or meta command answers
+// "SERVER_ERROR temporary failure", a binary one TMPFAIL: refusals that a
+// proxy and a vbucket client send again (a miss would say the key is
+// absent, and a failover may well keep it). A classic multi-get does the
+// same in its own loop (classic.go).
 func (c *conn) syncReadUnsure(at int) {
 	if at > len(c.out) {
 		return
 	}
-	switch {
-	case c.mode == modeBinary:
-		c.out = c.out[:at]
+	c.out = c.out[:at]
+	if c.mode == modeBinary {
 		c.binError(protocol.StatusTmpFail)
-	case c.req.Tokens.N > 0 && len(c.req.Tokens.T[0]) == 2 && c.req.Tokens.T[0][0] == 'm':
-		c.out = c.out[:at]
-		c.out = append(c.out, "SERVER_ERROR temporary failure\r\n"...)
-	default:
-		// A classic get: this key's VALUE block, if it found one, is
-		// dropped; what the command appended after it (END, for its
-		// last key) stays.
-		n := valueBlockLen(c.out[at:])
-		c.out = append(c.out[:at], c.out[at+n:]...)
+		return
 	}
-}
-
-// valueBlockLen is the length of the "VALUE key flags bytes [cas]\r\n"
-// block, data and its \r\n included, at the start of b (0 if b does not
-// start with one).
-func valueBlockLen(b []byte) int {
-	if !bytes.HasPrefix(b, []byte("VALUE ")) {
-		return 0
-	}
-	nl := bytes.Index(b, []byte("\r\n"))
-	if nl < 0 {
-		return 0
-	}
-	f := bytes.Fields(b[:nl])
-	if len(f) < 4 {
-		return 0
-	}
-	size, err := strconv.Atoi(string(f[3]))
-	if err != nil || size < 0 || nl+2+size+2 > len(b) {
-		return 0
-	}
-	return nl + 2 + size + 2
+	c.out = append(c.out, "SERVER_ERROR temporary failure\r\n"...)
 }
 
 // syncWriteAmbiguous replaces the reply of a write whose replication was

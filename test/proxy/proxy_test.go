@@ -660,9 +660,11 @@ func TestProxyClusterClients(t *testing.T) {
 				// machine, in the moments after the rebalance, when a
 				// moved vbucket's writes wait for its new replica's
 				// stream to open (replicasWanted). Only then. A read of
-				// such a write waits as long and is then answered as a
-				// miss (UNSURE: syncReadUnsure), not a value a failover
-				// could undo.
+				// such a write waits as long and is then refused
+				// (syncReadUnsure), not given a value a failover could
+				// undo; the proxy sends it again and, past its retries,
+				// answers an error, which Cache::Memcached returns as
+				// undef (UNSURE: the key's last write had failed).
 				s, _ := strconv.ParseFloat(f[1], 64)
 				at := time.Unix(0, int64(s*1e9))
 				afterMove := !at.Before(start) && !at.After(rebalanced.Add(3*time.Second))

@@ -433,11 +433,12 @@ func TestSyncReplicationTimeoutIsNoAck(t *testing.T) {
 // under --sync-replication a write that no replica has confirmed is
 // answered "ambiguous" (it may not survive a failover), yet it was
 // readable on the active at once, so a client could read a value that a
-// failover then undid: not linearizable. Now a read waits until its
-// vbucket's writes are replicated, at most --pending-timeout, and one
-// whose wait runs out does not return the value: binary TMPFAIL, a
-// classic get a miss (a multi-get stays well-formed), meta an error. Once
-// a replica's stream has the write, reads return it.
+// failover then undid: not linearizable. Now a read waits until the write
+// is replicated, at most --pending-timeout, and one whose wait runs out
+// does not return the value: binary TMPFAIL, text and meta "SERVER_ERROR
+// temporary failure" (refusals a proxy or a vbucket client sends again;
+// a miss would say the key is absent). Once a replica's stream has the
+// write, reads return it.
 func TestSyncReplicationReadsWaitForReplicas(t *testing.T) {
 	nodes := startNodes(t, 2, "--sync-replication", "--pending-timeout", "300ms")
 	a := dialCtl(t, nodes[0].Addr)
@@ -475,8 +476,8 @@ func TestSyncReplicationReadsWaitForReplicas(t *testing.T) {
 		}
 		return strings.Join(out, "|")
 	}
-	if got := read("get "+keys[0]+" "+keys[1]+"\r\n", 1); got != "END" {
-		t.Errorf("text multi-get of an unconfirmed write and a missing key: %q, want END (both misses)", got)
+	if got := read("get "+keys[0]+" "+keys[1]+"\r\n", 1); got != "SERVER_ERROR temporary failure" {
+		t.Errorf("text multi-get of an unconfirmed write and a missing key: %q, want SERVER_ERROR temporary failure", got)
 	}
 	if got := read("mg "+keys[0]+" v\r\n", 1); got != "SERVER_ERROR temporary failure" {
 		t.Errorf("mg of an unconfirmed write: %q, want SERVER_ERROR temporary failure", got)
@@ -502,12 +503,13 @@ func TestSyncReplicationReadsWaitForReplicas(t *testing.T) {
 // TestSyncReplicationReadsWaitForTheirKey: under --sync-replication a text
 // or meta read waits for its own key's last write, not for its vbucket's.
 // It was the vbucket's: once a replica was gone, a write of one key made
-// every key of its vbucket read as a miss until the failover, values
-// replicated long before included (TestProxyClusterClients saw such a
-// miss as a lost write), and a multi-get whose wait ran out dropped its
-// first VALUE block, whichever key was unsure. Now a key replicated before
-// the replica went is read, another key of the same vbucket written since
-// is not, wherever it stands in a multi-get.
+// every key of its vbucket unreadable until the failover, values
+// replicated long before included (a miss, which TestProxyClusterClients
+// saw as a lost write), and a multi-get whose wait ran out dropped its
+// first VALUE block, whichever key was unsure, so it returned the unsure
+// value. Now a key replicated before the replica went is read, and a
+// multi-get with a key written since fails as a whole, wherever the key
+// stands.
 func TestSyncReplicationReadsWaitForTheirKey(t *testing.T) {
 	nodes := startNodes(t, 2, "--sync-replication", "--pending-timeout", "300ms")
 	a := dialCtl(t, nodes[0].Addr)
@@ -552,11 +554,19 @@ func TestSyncReplicationReadsWaitForTheirKey(t *testing.T) {
 		}
 		return strings.Join(out, "|")
 	}
-	want := "VALUE " + keys[0] + " 0 2|v0|END"
-	for _, req := range []string{"get " + keys[0] + " " + keys[1], "get " + keys[1] + " " + keys[0], "get " + keys[0]} {
-		if got := read(req+"\r\n", 3); got != want {
-			t.Errorf("%s (the first key replicated, the second written since the replica went): %q, want %q", req, got, want)
+	if got, want := read("get "+keys[0]+"\r\n", 3), "VALUE "+keys[0]+" 0 2|v0|END"; got != want {
+		t.Errorf("get of the replicated key: %q, want %q", got, want)
+	}
+	// A multi-get with the unsure key fails as a whole, wherever the key
+	// stands (memcached's failed multi-get: the replies not sent yet
+	// dropped, one error line).
+	for _, req := range []string{"get " + keys[0] + " " + keys[1], "get " + keys[1] + " " + keys[0], "gets " + keys[1]} {
+		if got := read(req+"\r\n", 1); got != "SERVER_ERROR temporary failure" {
+			t.Errorf("%s (the first key replicated, the second written since the replica went): %q, want SERVER_ERROR temporary failure", req, got)
 		}
+	}
+	if got, want := read("get "+keys[0]+" "+keys[0]+"\r\n", 5), "VALUE "+keys[0]+" 0 2|v0|VALUE "+keys[0]+" 0 2|v0|END"; got != want {
+		t.Errorf("multi-get of the replicated key twice: %q, want %q", got, want)
 	}
 	if got := read("mg "+keys[0]+" v\r\n", 2); got != "VA 2|v0" {
 		t.Errorf("mg of the replicated key: %q, want VA 2|v0", got)

@@ -13,9 +13,11 @@ is when the write it missed was acknowledged, for the caller to judge
 (a failover loses the writes inside the replication lag), for each
 failed write "ERR T", and for each miss of a key whose last write failed
 "UNSURE T": under --sync-replication a read of a write not yet on its
-replicas is answered as a miss (internal/server, syncReadUnsure), which
-tells nothing lost. Exits 1 when the functional pass failed or a request
-got an error.
+replicas is refused (internal/server, syncReadUnsure), which the proxy
+sends again and, past its retries, answers with an error; a library that
+gives None for an error as for a miss (Cache::Memcached does) shows it as
+a miss, which tells nothing lost. Exits 1 when the functional pass
+failed or a request got an error.
 """
 import sys
 import time
