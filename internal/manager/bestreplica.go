@@ -19,6 +19,7 @@ type copyPos struct {
 	State string // "active", "replica", "pending", "dead"
 	UUID  uint64
 	Seqno uint64
+	Items uint64
 }
 
 // holds reports whether the copy can be promoted as it is: a live copy,
@@ -85,6 +86,8 @@ func parsePositions(lines [][2]string) map[int]copyPos {
 			p.UUID, _ = strconv.ParseUint(kv[1], 10, 64)
 		case "high_seqno":
 			p.Seqno, _ = strconv.ParseUint(kv[1], 10, 64)
+		case "items":
+			p.Items, _ = strconv.ParseUint(kv[1], 10, 64)
 		default:
 			continue
 		}

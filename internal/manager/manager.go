@@ -66,9 +66,13 @@ type Config struct {
 	// the leader stops hearing from stops serving within it, and a
 	// failover waits for it (fencing.go). Default 5 s; at least
 	// 4*ProbeInterval.
-	Lease      time.Duration
-	MaxMoves   int // vbucket moves at once in a rebalance (default 4)
-	SessionTTL int // seconds; the leader's lease (default 5)
+	Lease time.Duration
+	// JanitorInterval is how often the leader's janitor compares the map
+	// with what the nodes hold and repairs what no other duty will
+	// (janitor.go); default DefaultJanitorInterval, negative: never.
+	JanitorInterval time.Duration
+	MaxMoves        int // vbucket moves at once in a rebalance (default 4)
+	SessionTTL      int // seconds; the leader's lease (default 5)
 
 	// Clock is the time of leases and of the failover's waits for them
 	// (fencing.go): real time when nil; tests drive a fake (clock.Fake).
@@ -99,6 +103,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.ProbeInterval == 0 {
 		c.ProbeInterval = time.Second
+	}
+	if c.JanitorInterval == 0 {
+		c.JanitorInterval = DefaultJanitorInterval
 	}
 	if c.MaxMoves == 0 {
 		c.MaxMoves = 4
@@ -197,6 +204,9 @@ type Manager struct {
 	failovers int
 	// failing counts the failovers running per node (failingOver).
 	failing map[string]int
+	// janitorSaid is, per vbucket, the last reason the janitor gave for
+	// not repairing it: said once, not every round (janitor.go).
+	janitorSaid map[int]string
 	// The current leadership's leases (fencing.go): the grants' epoch,
 	// when the leadership began, what each node was granted. Reset when
 	// a leadership begins.
@@ -289,7 +299,8 @@ func New(cfg Config) (*Manager, error) {
 	m := &Manager{cfg: cfg, cli: cfg.Etcd, health: map[string]*nodeHealth{}, subs: map[chan struct{}]struct{}{},
 		pool: connPool{idle: map[string][]*admin.Conn{}}, moving: map[int]bool{}, told: map[string]bool{}, telling: map[string]chan struct{}{},
 		unpromoted: map[string]*promotion{}, samples: map[string]*nodeSample{}, sampleConns: map[string]*nodeConn{},
-		leases: map[string]*leaseRec{}, grantConns: map[string]*nodeConn{}, failing: map[string]int{}}
+		leases: map[string]*leaseRec{}, grantConns: map[string]*nodeConn{}, failing: map[string]int{},
+		janitorSaid: map[int]string{}}
 	m.pubCond = sync.NewCond(&m.pubMu)
 	m.obs = newObserved()
 	m.logins.Store(&logins{admin: cfg.Credentials, readers: cfg.Readers})
@@ -726,13 +737,14 @@ func (m *Manager) lead(ctx context.Context) {
 	s := m.State()
 	m.pushConfig(ctx, s)
 	// Failovers a previous leader committed and did not finish
-	// (intent.go), beside the leader's other duties.
-	var intents sync.WaitGroup
-	defer intents.Wait()
+	// (intent.go), and the janitor (janitor.go), beside the leader's
+	// other duties.
+	var aside sync.WaitGroup
+	defer aside.Wait()
 	if len(s.Intents) > 0 {
-		intents.Add(1)
+		aside.Add(1)
 		go func() { // owned by lead, which waits for it
-			defer intents.Done()
+			defer aside.Done()
 			m.finishIntents(ctx)
 		}()
 	}
@@ -740,6 +752,11 @@ func (m *Manager) lead(ctx context.Context) {
 		m.cfg.Logf("manager: resuming the rebalance (%d of %d done)", s.Rebalance.Done, s.Rebalance.Total)
 		m.launchRebalance(ctx)
 	}
+	aside.Add(1)
+	go func() { // owned by lead, which waits for it
+		defer aside.Done()
+		m.janitorLoop(ctx)
+	}()
 	m.probeLoop(ctx)
 	m.mu.Lock()
 	done := m.rebDone

@@ -23,6 +23,7 @@ type observed struct {
 	moveSecs     *prometheus.HistogramVec // by result: moved, failed
 	takeoverSecs prometheus.Histogram
 	failovers    *prometheus.CounterVec // by trigger (api, automatic) and result (done, not_sure, failed)
+	janitor      *prometheus.CounterVec // the janitor's repairs, by kind (janitor.go)
 }
 
 func newObserved() observed {
@@ -38,6 +39,12 @@ func newObserved() observed {
 		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "vbcache_manager_failovers_total", Help: "Failovers this manager ran, by trigger (api: asked for; automatic: the probes') and result.",
 		}, []string{"trigger", "result"}),
+		janitor: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "vbcache_manager_janitor_repairs_total", Help: "What this manager's janitor repaired, by kind: deactivated (a stray active), activated (a vbucket no member had active), dropped (an orphan copy), unrepaired (said, not done).",
+		}, []string{"kind"}),
+	}
+	for _, k := range janitorKinds {
+		o.janitor.WithLabelValues(k)
 	}
 	for _, r := range []string{"moved", "failed"} {
 		o.moveSecs.WithLabelValues(r) // every series from the start, at 0
@@ -115,6 +122,7 @@ func (c *managerMetrics) Describe(ch chan<- *prometheus.Desc) {
 	c.m.obs.moveSecs.Describe(ch)
 	c.m.obs.takeoverSecs.Describe(ch)
 	c.m.obs.failovers.Describe(ch)
+	c.m.obs.janitor.Describe(ch)
 }
 
 func (c *managerMetrics) Collect(ch chan<- prometheus.Metric) {
@@ -130,6 +138,7 @@ func (c *managerMetrics) Collect(ch chan<- prometheus.Metric) {
 	c.m.obs.moveSecs.Collect(ch)
 	c.m.obs.takeoverSecs.Collect(ch)
 	c.m.obs.failovers.Collect(ch)
+	c.m.obs.janitor.Collect(ch)
 	c.m.mu.Lock()
 	moving := len(c.m.moving)
 	c.m.mu.Unlock()

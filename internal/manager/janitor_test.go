@@ -1,0 +1,152 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vbcache/vbcache/internal/admin"
+	"github.com/vbcache/vbcache/internal/protocol"
+	"github.com/vbcache/vbcache/internal/vbucket"
+)
+
+// TestJanitorPlan: what the janitor asks for, from the map and the
+// members' answers alone.
+func TestJanitorPlan(t *testing.T) {
+	s := &State{Servers: []string{"a", "b", "c"}, Map: [][]int{
+		{0, 1},  // 0: a active, b replica: as it should be
+		{0, 1},  // 1: a dead with items, nobody active
+		{1, 2},  // 2: b active, c active too (a stray)
+		{2, 0},  // 3: c active; b holds an orphan replica
+		{0, 1},  // 4: a dead, b ahead of it on the same lineage
+		{1, -1}, // 5: b pending (a takeover left it), no replica
+		{2, 1},  // 6: c holds no copy, b none either: activated empty
+		{0, 2},  // 7: a holds no copy, its replica c does: not overruled
+	}, Chain: false}
+	pos := map[string]map[int]copyPos{
+		"a": {0: {"active", 7, 10, 1}, 1: {"dead", 7, 30, 3}, 3: {"replica", 8, 5, 1}, 4: {"dead", 9, 10, 2}},
+		"b": {0: {"replica", 7, 10, 1}, 1: {"replica", 7, 30, 3}, 2: {"active", 1, 4, 1}, 3: {"replica", 8, 5, 1}, 4: {"replica", 9, 12, 2}, 5: {"pending", 2, 6, 1}},
+		"c": {2: {"active", 1, 4, 1}, 3: {"active", 8, 5, 1}, 7: {"replica", 3, 4, 2}},
+	}
+	var got []string
+	for _, r := range janitorPlan(s, pos) {
+		got = append(got, fmt.Sprintf("%s %d %s %s", r.Kind, r.VB, r.Node, r.Source))
+	}
+	want := []string{
+		"deactivated 2 c b", // the row's replica: follows the active again
+		"activated 1 a ",
+		"unrepaired 4 a ",
+		"activated 5 b ",
+		"activated 6 c ",
+		"unrepaired 7 a ",
+		"dropped 3 b ",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("plan:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestJanitorRepairs: with every member answering and nothing running,
+// the leader's janitor repairs, on real nodes, what no other duty would:
+// a vbucket whose map active was left dead (a TAKEOVER whose answer was
+// lost and whose target never took it) and one left pending are active
+// again, with their items; a stray active on the row's replica is a
+// replica again, following its active; an orphan replica is dropped.
+// Without the janitor (the vbcache_unsafe_janitor tag) they stay so: the
+// test fails.
+func TestJanitorRepairs(t *testing.T) {
+	cli := startTestEtcd(t)
+	nodes := []*testNode{startNode(t, ""), startNode(t, ""), startNode(t, "")}
+	tm := newTestManager(t, cli, "janitor")
+	tm.m.cfg.JanitorInterval = 100 * time.Millisecond
+	tm.start(t)
+	ctx := context.Background()
+	for _, n := range nodes {
+		if err := tm.m.AddNode(ctx, n.addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tm.m.StartRebalance(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := waitRebalanced(t, tm.m)
+	var withReplica []int
+	for vb, row := range s.Map {
+		if row[0] >= 0 && len(row) > 1 && row[1] >= 0 {
+			withReplica = append(withReplica, vb)
+		}
+	}
+	if len(withReplica) < 4 {
+		t.Fatalf("%d vbuckets with a replica: %v", len(withReplica), s.Map)
+	}
+	dead, pending, stray, orphanVB := withReplica[0], withReplica[1], withReplica[2], withReplica[3]
+	activeOf := func(vb int) string { return s.server(s.Map[vb][0]) }
+	replicaOf := func(vb int) string { return s.server(s.Map[vb][1]) }
+	orphanAt := ""
+	for _, n := range nodes {
+		if !slices.Contains(s.Map[orphanVB], slices.Index(s.Servers, n.addr)) {
+			orphanAt = n.addr
+		}
+	}
+	if orphanAt == "" {
+		t.Fatalf("every node holds vbucket %d", orphanVB)
+	}
+	// Items in the vbuckets to be stranded, to see they survive.
+	for _, vb := range []int{dead, pending} {
+		c := testDial(t, activeOf(vb))
+		for i := range 3 {
+			if _, err := c.Do(protocol.OpSet, uint16(vb), make([]byte, 8), fmt.Appendf(nil, "k%d-%d", vb, i), []byte("v")); err != nil {
+				t.Fatalf("set in vbucket %d: %v", vb, err)
+			}
+		}
+	}
+	set := func(addr string, vb int, st vbucket.State) {
+		t.Helper()
+		if err := testDial(t, addr).SetVBucket(vb, st); err != nil {
+			t.Fatalf("vbucket %d %s on %s: %v", vb, st, addr, err)
+		}
+	}
+	set(activeOf(dead), dead, vbucket.Dead)
+	set(activeOf(pending), pending, vbucket.Pending)
+	set(replicaOf(stray), stray, vbucket.Active)
+	set(orphanAt, orphanVB, vbucket.Replica)
+	conns := map[string]*admin.Conn{} // one per node: the polls below would use up its connections
+	for _, n := range nodes {
+		conns[n.addr] = testDial(t, n.addr)
+	}
+	state := func(addr string, vb int) vbucket.State {
+		st, err := conns[addr].GetVBucket(vb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	waitFor(t, 10*time.Second, "the janitor's repairs", func() bool {
+		return state(activeOf(dead), dead) == vbucket.Active && state(activeOf(pending), pending) == vbucket.Active &&
+			state(replicaOf(stray), stray) == vbucket.Replica && state(orphanAt, orphanVB) == vbucket.Dead
+	})
+	for _, vb := range []int{dead, pending} {
+		c := testDial(t, activeOf(vb))
+		for i := range 3 {
+			if v, err := c.Do(protocol.OpGet, uint16(vb), nil, fmt.Appendf(nil, "k%d-%d", vb, i), nil); err != nil || string(v) != "v" {
+				t.Errorf("vbucket %d, key %d, after the repair: %q, %v", vb, i, v, err)
+			}
+		}
+	}
+	// The stray follows its active again: a write there reaches it.
+	c := testDial(t, activeOf(stray))
+	if _, err := c.Do(protocol.OpSet, uint16(stray), make([]byte, 8), []byte("after"), []byte("w")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the repaired replica to take a new write", func() bool {
+		lines, err := conns[replicaOf(stray)].Stats("vbucket")
+		if err != nil {
+			return false
+		}
+		p := parsePositions(lines)[stray]
+		return p.State == "replica" && p.Items >= 1
+	})
+}
