@@ -45,6 +45,12 @@
 //     vbucket turned dead there first, and its grants, stopped by its
 //     failover, resume); RemoveNode takes it out of the members.
 //     Neither moves data: a rebalance does.
+//   - Finish the failovers a previous leader committed and did not
+//     finish (their intents in the state: intent.go).
+//   - The janitor (janitor.go): at the start and every JanitorInterval,
+//     when every member answers and nothing runs, compare the map with
+//     the copies the nodes report and repair a stray active, a vbucket no
+//     member has active and an orphan copy, each logged and counted.
 //
 // # Rebalance
 //
@@ -155,8 +161,9 @@
 // dead leader: the vbucket ends active on its source (R3, R4: the move
 // is retried, up to maxFailures times) or on the target (R1, R5: the
 // manager commits it). They settle a failover's promotion too (R5, R1;
-// above). What stays stuck until an operator or a failover acts: two
-// actives (never produced by the streams; nothing is touched), a source
+// above). What stays stuck until an operator, a failover or the janitor
+// acts: two actives (never produced by the streams; the janitor makes
+// dead the one the map does not name, once every member answers), a source
 // that does not answer (failover's), a target that does not answer (the
 // move is given up; the vbucket stays on its source; in a failover, the
 // vbucket is left without an active, counted in Unactivated). A new
