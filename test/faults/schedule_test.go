@@ -70,9 +70,20 @@ const (
 	// the rebalance, the failover of a node that holds vbuckets it was
 	// given and others still moving into it, and its return.
 	fPauseTargetMidReb = "pause-target-mid-rb"
+	// A node killed and, once the leader has begun its failover (its log
+	// says so), started again empty at the same address: the failover
+	// meets the new incarnation, which holds nothing and vouches for no
+	// one (issue 43: a node restart during a failover).
+	fRestartDuringFailover = "restart-in-failover"
+	// The leading manager paused (SIGSTOP, its etcd member with it) while
+	// a rebalance moves vbuckets, until another leads, then SIGCONT: it
+	// runs again believing it leads until it finds its session gone, and
+	// its requests meanwhile carry a term the nodes have seen superseded
+	// (issue 43: a manager paused past its session).
+	fPauseLeaderMidReb = "pause-leader-mid-rb"
 )
 
-var allFaults = []string{fCutFromManagers, fIsolateNode, fPauseNode, fKillNode, fRestartNode, fCutClientNode, fCutManagerEtcd, fKillLeaderMidReb, fKillNodeMidReb, fPauseTargetMidReb}
+var allFaults = []string{fCutFromManagers, fIsolateNode, fPauseNode, fKillNode, fRestartNode, fCutClientNode, fCutManagerEtcd, fKillLeaderMidReb, fKillNodeMidReb, fPauseTargetMidReb, fRestartDuringFailover, fPauseLeaderMidReb}
 
 // sched is the cluster a schedule runs on: three managers (each with an
 // embedded etcd member of one three-member cluster), four nodes (three
@@ -773,7 +784,7 @@ func (s *sched) runFault(l *load, rng *rand.Rand, f string) stepResult {
 	s.t.Logf("%s: %s on %s", time.Now().Format("15:04:05.000"), f, va)
 	failedOver := func() bool { return slices.Contains(s.leaderStatus().FailedOver, va) }
 	var healAt time.Time // when the fault ended: healed, or the killed node failed over
-	if s.async && (f == fCutFromManagers || f == fIsolateNode || f == fPauseNode || f == fKillNode || f == fRestartNode || f == fKillNodeMidReb || f == fPauseTargetMidReb) {
+	if s.async && (f == fCutFromManagers || f == fIsolateNode || f == fPauseNode || f == fKillNode || f == fRestartNode || f == fKillNodeMidReb || f == fPauseTargetMidReb || f == fRestartDuringFailover) {
 		r.lossy, r.vbs = true, map[int]bool{}
 		activeOn(s.config(), va, r.vbs)
 		r.sampled = l.rec.Now()
@@ -887,6 +898,41 @@ func (s *sched) runFault(l *load, rng *rand.Rand, f string) stepResult {
 		ended()
 		s.nodes[vi].Signal(syscall.SIGCONT)
 		healAt = time.Now()
+	case fRestartDuringFailover:
+		lead := s.leader()
+		for lead < 0 {
+			s.leaderStatus()
+			lead = s.leader()
+		}
+		mark := len(s.mgrs[lead].Output())
+		s.nodes[vi].Signal(syscall.SIGKILL)
+		<-s.nodes[vi].Done()
+		s.waitFor("the failover of "+va+" to begin", 60*time.Second, func() bool {
+			return strings.Contains(s.mgrs[lead].Output()[mark:], va+" down since")
+		})
+		s.startNode(vi)
+		s.waitFor("the failover of "+va, 60*time.Second, failedOver)
+		ended()
+		healAt = time.Now()
+	case fPauseLeaderMidReb:
+		lead := s.movingRebalance(members)
+		r.victim = "manager" + fmt.Sprint(lead+1)
+		start = time.Now()
+		s.mgrs[lead].Signal(syscall.SIGSTOP)
+		s.waitFor("another leader", 60*time.Second, func() bool {
+			for i := range s.mgrHosts {
+				if i == lead {
+					continue // paused: its API does not answer
+				}
+				if st, ok := s.status(i); ok && st.Leading {
+					return true
+				}
+			}
+			return false
+		})
+		r.effect = time.Since(start)
+		s.mgrs[lead].Signal(syscall.SIGCONT)
+		healAt = time.Now()
 	case fKillLeaderMidReb:
 		lead := s.movingRebalance(members)
 		r.victim = "manager" + fmt.Sprint(lead+1)
@@ -931,13 +977,13 @@ func (s *sched) runFault(l *load, rng *rand.Rand, f string) stepResult {
 	s.waitFor("the rebalance to end", 2*time.Minute, notRunning)
 	st := s.leaderStatus()
 	for _, a := range st.FailedOver {
-		if a != va || f == fCutClientNode || f == fCutManagerEtcd || f == fKillLeaderMidReb {
+		if a != va || f == fCutClientNode || f == fCutManagerEtcd || f == fKillLeaderMidReb || f == fPauseLeaderMidReb {
 			t.Logf("%s: %s was failed over too", f, a)
 			r.spurious++
 		}
 		s.must("POST", "/nodes", url.Values{"node": {a}})
 	}
-	if len(st.FailedOver) > 0 || f == fKillLeaderMidReb || f == fKillNodeMidReb || (st.Rebalance != nil && st.Rebalance.Err != "") {
+	if len(st.FailedOver) > 0 || f == fKillLeaderMidReb || f == fPauseLeaderMidReb || f == fKillNodeMidReb || (st.Rebalance != nil && st.Rebalance.Err != "") {
 		s.rebalance(2 * time.Minute)
 	}
 	s.oneActiveEach()
