@@ -2,6 +2,7 @@ package memcache
 
 import (
 	"encoding/binary"
+	"errors"
 	"strconv"
 
 	"github.com/vbcache/vbcache/internal/protocol"
@@ -124,6 +125,9 @@ func binStatusError(status protocol.Status, body []byte) error {
 	msg := "status 0x" + strconv.FormatUint(uint64(status), 16)
 	if len(body) > 0 && len(body) < 256 {
 		msg += ": " + string(body)
+	}
+	if status == protocol.StatusSyncWriteAmbiguous {
+		return &serverError{msg: msg, wraps: errors.Join(ErrSyncWriteAmbiguous, ErrServerError)}
 	}
 	// 0x82 out of memory, 0x84/0x85/0x86 internal errors and busy:
 	// server errors; the rest are the client's mistakes.

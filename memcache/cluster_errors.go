@@ -12,6 +12,14 @@ var (
 	// Such errors also wrap ErrServerError.
 	ErrTemporaryFailure = errors.New("memcache: temporary failure")
 
+	// ErrSyncWriteAmbiguous means a write was applied on its vbucket's
+	// active, which could not confirm in time that its replicas have it
+	// (a vbcache node under --sync-replication; Couchbase's
+	// SyncWriteAmbiguous, binary status 0xa3): a failover may still lose
+	// it, and nothing applies it again later. Such errors also wrap
+	// ErrServerError. A client does not send the write again.
+	ErrSyncWriteAmbiguous = errors.New("memcache: sync write ambiguous")
+
 	// errTemporaryFailureAnswer is one server's TMPFAIL answer. It is a
 	// server error, as every other status from 0x82 up.
 	errTemporaryFailureAnswer = &serverError{msg: "server answered TMPFAIL (temporary failure)",

@@ -252,3 +252,13 @@ func TestClusterForwardMap(t *testing.T) {
 		t.Fatalf("counts: %s, want %s", got, want)
 	}
 }
+
+// TestSyncWriteAmbiguousStatus: binary status 0xa3 is
+// ErrSyncWriteAmbiguous, a server error, and not a temporary failure (a
+// cluster client does not send the write again).
+func TestSyncWriteAmbiguousStatus(t *testing.T) {
+	err := binStatusError(protocol.StatusSyncWriteAmbiguous, []byte("sync replication timed out"))
+	if !errors.Is(err, ErrSyncWriteAmbiguous) || !errors.Is(err, ErrServerError) || errors.Is(err, ErrTemporaryFailure) {
+		t.Fatalf("status 0xa3: %v; want ErrSyncWriteAmbiguous and ErrServerError, not ErrTemporaryFailure", err)
+	}
+}

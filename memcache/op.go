@@ -276,7 +276,12 @@ func line(b []byte) (l []byte, n int, err error) {
 func answerLine(k protocol.ReplyKind, l []byte) error {
 	switch k {
 	case protocol.ReplyServerError:
-		return &serverError{msg: "server error: " + string(bytes.TrimSpace(l[len("SERVER_ERROR"):])), isServer: true}
+		msg := bytes.TrimSpace(l[len("SERVER_ERROR"):])
+		if bytes.HasPrefix(msg, []byte("sync replication timed out")) {
+			// A vbcache node's text answer for ErrSyncWriteAmbiguous.
+			return &serverError{msg: "server error: " + string(msg), wraps: errors.Join(ErrSyncWriteAmbiguous, ErrServerError)}
+		}
+		return &serverError{msg: "server error: " + string(msg), isServer: true}
 	case protocol.ReplyClientError:
 		return &serverError{msg: "client error: " + string(bytes.TrimSpace(l[len("CLIENT_ERROR"):]))}
 	case protocol.ReplyError:

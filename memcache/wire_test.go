@@ -109,6 +109,7 @@ func TestParseText(t *testing.T) {
 		{name: "bare-lf", o: &op{kind: opGet, key: "k"}, in: "END\n", bad: true},
 		{name: "stored", o: &op{kind: opStore}, in: "STORED\r\n"},
 		{name: "not-stored", o: &op{kind: opStore}, in: "NOT_STORED\r\n", wantErr: ErrNotStored},
+		{name: "sync-ambiguous", o: &op{kind: opStore}, in: "SERVER_ERROR sync replication timed out; the write may not survive a failover\r\n", wantErr: ErrSyncWriteAmbiguous},
 		{name: "exists", o: &op{kind: opStore}, in: "EXISTS\r\n", wantErr: ErrCASConflict},
 		{name: "not-found", o: &op{kind: opStore}, in: "NOT_FOUND\r\n", wantErr: ErrCacheMiss},
 		{name: "deleted", o: &op{kind: opDelete}, in: "DELETED\r\n"},

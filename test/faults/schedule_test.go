@@ -494,12 +494,19 @@ func (l *load) set(cl int, mc *memcache.Client, key, v string) {
 	end(history.Output{Outcome: history.OK})
 }
 
-// outcomeOf is what a failed write of client cl did. The vbucket client
-// (clients 0 and 1) sends a request again only after an answer that did
-// nothing (NOT_MY_VBUCKET, TMPFAIL before admission) or a dial that
-// failed, and gives up with the last of them: then nothing happened. Any
-// other error, and any through the proxy, may have taken effect.
+// outcomeOf is what a failed write of client cl did. A write the node
+// answered as ambiguous (--sync-replication could not confirm it) took
+// effect before that answer or never, through the proxy too (it passes
+// the answer on; it sends a write again only after a refusal, which did
+// nothing). The vbucket client (clients 0 and 1) sends a request again
+// only after an answer that did nothing (NOT_MY_VBUCKET, TMPFAIL before
+// admission) or a dial that failed, and gives up with the last of them:
+// then nothing happened. Any other error, and any other through the
+// proxy, may have taken effect, at any later moment.
 func outcomeOf(cl int, err error) history.Outcome {
+	if errors.Is(err, memcache.ErrSyncWriteAmbiguous) {
+		return history.Ambiguous
+	}
 	if cl >= 2 {
 		return history.Unknown
 	}

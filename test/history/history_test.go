@@ -20,10 +20,11 @@ func set(k, v string) Input { return Input{Kind: Set, Key: k, Value: v} }
 func get(k string) Input    { return Input{Kind: Get, Key: k} }
 
 var (
-	ok      = Output{Outcome: OK}
-	miss    = Output{Outcome: OK}
-	unknown = Output{Outcome: Unknown}
-	failed  = Output{Outcome: Failed}
+	ok        = Output{Outcome: OK}
+	miss      = Output{Outcome: OK}
+	unknown   = Output{Outcome: Unknown}
+	failed    = Output{Outcome: Failed}
+	ambiguous = Output{Outcome: Ambiguous}
 )
 
 func hit(v string) Output { return Output{Outcome: OK, Hit: true, Value: v} }
@@ -62,6 +63,13 @@ func TestModel(t *testing.T) {
 			op(1, get("a"), 3, 4, hit("1")), op(1, get("a"), 5, 6, hit("2"))}},
 		{"or never", true, true, []porcupine.Operation{
 			op(0, set("a", "1"), 0, 1, ok), op(0, set("a", "2"), 2, math.MaxInt64, unknown), op(1, get("a"), 5, 6, hit("1"))}},
+		{"an ambiguous write may have landed before its answer", true, true, []porcupine.Operation{
+			op(0, set("a", "1"), 0, 1, ok), op(0, set("a", "2"), 2, 3, ambiguous), op(1, get("a"), 4, 5, hit("2"))}},
+		{"or never", true, true, []porcupine.Operation{
+			op(0, set("a", "1"), 0, 1, ok), op(0, set("a", "2"), 2, 3, ambiguous), op(1, get("a"), 4, 5, hit("1"))}},
+		{"but never after its answer", false, false, []porcupine.Operation{
+			op(0, set("a", "1"), 0, 1, ok), op(0, set("a", "2"), 2, 3, ambiguous), op(0, set("a", "3"), 4, 5, ok),
+			op(1, get("a"), 6, 7, hit("2"))}},
 		{"a refused write did nothing", false, false, []porcupine.Operation{
 			op(0, set("a", "1"), 0, 1, ok), op(0, set("a", "2"), 2, 3, failed), op(1, get("a"), 5, 6, hit("2"))}},
 		{"keys are independent", true, true, []porcupine.Operation{
