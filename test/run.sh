@@ -80,13 +80,13 @@ mkdir -p "$VBCACHE_ARTIFACTS"
 echo "== go test -race (log: $VBCACHE_ARTIFACTS/go-test.log)"
 # -timeout bounds each package's test binary: a hang ends in a goroutine
 # dump, not at CI's limit. test/faults runs the fault schedule (each fault
-# 10 times with and without --sync-replication, about 18 minutes); every
+# 10 times with and without --sync-replication, about 22 minutes); every
 # other package took at most 67-125 s under -race on a 2-core machine
 # shared with other test runs (load average up to 15); keep each bound
 # well above its package.
 go test -race -timeout 6m $(go list ./... | grep -v '/test/faults$') 2>&1 | tee "$VBCACHE_ARTIFACTS/go-test.log" &
 others=$!
-go test -race -timeout 25m -v ./test/faults/ > "$VBCACHE_ARTIFACTS/faults-test.log" 2>&1 &
+go test -race -timeout 35m -v ./test/faults/ > "$VBCACHE_ARTIFACTS/faults-test.log" 2>&1 &
 faults=$!
 wait "$others" || { wait "$faults"; tail -50 "$VBCACHE_ARTIFACTS/faults-test.log"; exit 1; }
 
