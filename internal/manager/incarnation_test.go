@@ -1,5 +1,3 @@
-//go:build !vbcache_unsafe_incarnation
-
 package manager
 
 import (

@@ -36,11 +36,16 @@ import (
 //     and follows its source again when the row names it a replica (its
 //     own branch is then rebuilt from the active, internal/stream);
 //   - a vbucket with no active: when no member reports it active, its
-//     map active is made active again if its copy holds at least what its
-//     replicas hold (a TAKEOVER whose source turned dead and whose target
-//     never took it; a source left pending). A replica that holds more is
-//     not overruled here: the janitor says so and counts it unrepaired
-//     (a failover of the map's active promotes the best replica);
+//     map active is made active again if its copy is dead or pending and
+//     holds at least what its replicas hold (a TAKEOVER whose source
+//     turned dead and whose target never took it; a source left pending).
+//     A replica that holds more is not overruled here: the janitor says
+//     so and counts it unrepaired (a failover of the map's active
+//     promotes the best replica). Nor is a map active that holds a
+//     replica: that is a promotion not done, a failover's, which first
+//     makes sure the node it failed over stopped serving; the janitor,
+//     which asks only members, cannot (without intents, it would promote
+//     beside a failed node that still serves);
 //   - an orphan: a replica or dead copy on a member that neither the map
 //     nor a planned move names for its vbucket is dropped (DEL_VBUCKET).
 //
@@ -129,6 +134,14 @@ func janitorPlan(s *State, pos map[string]map[int]copyPos) []janitorRepair {
 			continue // the map's active is not a member that answered: the failover's
 		}
 		p, listed := pos[active][vb]
+		if listed && p.State == "replica" {
+			// A promotion not done: a failover's, which makes sure the
+			// node it failed over stopped serving first (fencing.go). The
+			// janitor asks only members, and cannot.
+			acts = append(acts, janitorRepair{Kind: "unrepaired", VB: vb, Node: active,
+				Why: fmt.Sprintf("no member has it active, and the map's active %s holds a replica: a promotion that only a failover, fenced, may do", active)})
+			continue
+		}
 		var ahead []string
 		for _, r := range rowNames[1:] {
 			q, ok := pos[r][vb]

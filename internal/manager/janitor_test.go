@@ -25,11 +25,12 @@ func TestJanitorPlan(t *testing.T) {
 		{1, -1}, // 5: b pending (a takeover left it), no replica
 		{2, 1},  // 6: c holds no copy, b none either: activated empty
 		{0, 2},  // 7: a holds no copy, its replica c does: not overruled
+		{2, 0},  // 8: c holds a replica, nobody active: a failover's promotion, not the janitor's
 	}, Chain: false}
 	pos := map[string]map[int]copyPos{
 		"a": {0: {"active", 7, 10, 1}, 1: {"dead", 7, 30, 3}, 3: {"replica", 8, 5, 1}, 4: {"dead", 9, 10, 2}},
 		"b": {0: {"replica", 7, 10, 1}, 1: {"replica", 7, 30, 3}, 2: {"active", 1, 4, 1}, 3: {"replica", 8, 5, 1}, 4: {"replica", 9, 12, 2}, 5: {"pending", 2, 6, 1}},
-		"c": {2: {"active", 1, 4, 1}, 3: {"active", 8, 5, 1}, 7: {"replica", 3, 4, 2}},
+		"c": {2: {"active", 1, 4, 1}, 3: {"active", 8, 5, 1}, 7: {"replica", 3, 4, 2}, 8: {"replica", 4, 9, 1}},
 	}
 	var got []string
 	for _, r := range janitorPlan(s, pos) {
@@ -42,6 +43,7 @@ func TestJanitorPlan(t *testing.T) {
 		"activated 5 b ",
 		"activated 6 c ",
 		"unrepaired 7 a ",
+		"unrepaired 8 c ",
 		"dropped 3 b ",
 	}
 	if !slices.Equal(got, want) {
