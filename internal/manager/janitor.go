@@ -89,22 +89,14 @@ func janitorPlan(s *State, pos map[string]map[int]copyPos) []janitorRepair {
 	var out []janitorRepair
 	var acts, orphans []janitorRepair
 	for vb, row := range s.Map {
-		names := func(r []int) []string {
-			var a []string
-			for _, i := range r {
-				if x := s.server(i); x != "" {
-					a = append(a, x)
-				}
-			}
-			return a
-		}
 		rowNames := make([]string, len(row))
 		for j, i := range row {
 			rowNames[j] = s.server(i)
 		}
-		named := names(row)
-		if s.Forward != nil && vb < len(s.Forward) {
-			named = append(named, names(s.Forward[vb])...)
+		// named: the map or a planned move names a's copy.
+		named := func(a string) bool {
+			i := slices.Index(s.Servers, a)
+			return i >= 0 && (slices.Contains(row, i) || s.Forward != nil && vb < len(s.Forward) && slices.Contains(s.Forward[vb], i))
 		}
 		active := rowNames[0]
 		activeSeen := false
@@ -122,7 +114,7 @@ func janitorPlan(s *State, pos map[string]map[int]copyPos) []janitorRepair {
 					r.Source = replicaSource(rowNames, j, s.Chain)
 				}
 				out = append(out, r)
-			case (p.State == "replica" || p.State == "dead") && !slices.Contains(named, a):
+			case (p.State == "replica" || p.State == "dead") && !named(a):
 				orphans = append(orphans, janitorRepair{Kind: "dropped", VB: vb, Node: a,
 					Why: fmt.Sprintf("a %s copy of %d items the map does not name", p.State, p.Items)})
 			}

@@ -274,9 +274,9 @@ func (c *conn) syncWait(vb int, key []byte, wrote bool) bool {
 	if key != nil {
 		// A read waits for its key's last write only, not for every
 		// write of its vbucket: the ring says which that is.
-		floor := uint64(0)
-		if mark>>syncSeqBits == gen&(1<<(64-syncSeqBits)-1) {
-			floor = mark & (1<<syncSeqBits - 1)
+		floor, ok := syncMarkedUpTo(mark, gen)
+		if !ok {
+			floor = 0
 		}
 		if seq = cl.streams.Log.KeySeq(vb, key, gen, floor); syncMarked(mark, seq, gen) {
 			return true
@@ -320,7 +320,14 @@ const syncSeqBits = 48
 // syncMarked reports whether mark says seq of generation gen is
 // replicated.
 func syncMarked(mark, seq, gen uint64) bool {
-	return mark>>syncSeqBits == gen&(1<<(64-syncSeqBits)-1) && seq <= mark&(1<<syncSeqBits-1)
+	upTo, ok := syncMarkedUpTo(mark, gen)
+	return ok && seq <= upTo
+}
+
+// syncMarkedUpTo is the sequence number up to which mark says generation
+// gen is replicated; ok is false when mark is of another generation.
+func syncMarkedUpTo(mark, gen uint64) (upTo uint64, ok bool) {
+	return mark & (1<<syncSeqBits - 1), mark>>syncSeqBits == gen&(1<<(64-syncSeqBits)-1)
 }
 
 // raise marks seq of generation gen replicated in a, unless a already
