@@ -22,6 +22,7 @@ checks=(
   "takeoverwatch ./internal/move    TestMoveTargetPausedInTakeover"
   "intents       ./internal/manager TestSuccessorFinishesAHalfDoneFailover"
   "janitor       ./internal/manager TestJanitorRepairs"
+  "restartactives ./internal/manager TestRestartedNodeGivenAReplica"
   "syncreads     ./test/streams     TestSyncReplicationReadsWaitForReplicas,TestSyncReplicationReadsWaitForTheirKey -vbcache-tags=vbcache_unsafe_syncreads"
 )
 

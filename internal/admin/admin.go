@@ -259,6 +259,10 @@ type LeaseAnswer struct {
 	// Held counts the vbuckets the node holds as active, replica or
 	// pending.
 	Held int
+	// Actives counts those it holds as active; ActivesKnown says the
+	// node said (a node before it answers 12 bytes).
+	Actives      int
+	ActivesKnown bool
 }
 
 // Lease grants the node a lease of d to serve its active vbuckets, as
@@ -266,9 +270,10 @@ type LeaseAnswer struct {
 // epoch whose answer came back (0: none), which the lease runs from.
 // self is the node's address as the manager names it and quorum the
 // members whose majority may extend it (internal/server, lease.go). It
-// returns what the node answered: its incarnation and the number of
-// vbuckets it holds (bytes 0-7 and 8-11 of the value; bytes past them,
-// which a later node may add, are ignored).
+// returns what the node answered: its incarnation, the number of
+// vbuckets it holds and the number it holds active (bytes 0-7, 8-11 and
+// 12-15 of the value; an older node stops at 12; bytes past 16, which a
+// later node may add, are ignored).
 func (c *Conn) Lease(d time.Duration, epoch, seq, acked uint64, self string, quorum []string) (LeaseAnswer, error) {
 	ex := make([]byte, 28)
 	binary.BigEndian.PutUint32(ex, uint32(d/time.Millisecond))
@@ -284,7 +289,11 @@ func (c *Conn) Lease(d time.Duration, epoch, seq, acked uint64, self string, quo
 	case len(v) < 12:
 		return LeaseAnswer{}, fmt.Errorf("LEASE: %d-byte answer", len(v))
 	}
-	return LeaseAnswer{Known: true, Incarnation: binary.BigEndian.Uint64(v[0:8]), Held: int(binary.BigEndian.Uint32(v[8:12]))}, nil
+	a := LeaseAnswer{Known: true, Incarnation: binary.BigEndian.Uint64(v[0:8]), Held: int(binary.BigEndian.Uint32(v[8:12]))}
+	if len(v) >= 16 {
+		a.Actives, a.ActivesKnown = int(binary.BigEndian.Uint32(v[12:16])), true
+	}
+	return a, nil
 }
 
 // LeaseInfo is a node's answer to LEASE_QUERY.

@@ -91,8 +91,8 @@ func (m *Manager) Status() Status {
 				ns.DownFor = time.Since(h.DownSince).Round(time.Second).String()
 			}
 			if h.restart.known {
-				held := h.restart.held
-				ns.Incarnation, ns.Holds = fmt.Sprintf("%016x", h.restart.incarnation), &held
+				held, active := h.restart.held, h.restart.actives
+				ns.Incarnation, ns.Holds, ns.HoldsActive = fmt.Sprintf("%016x", h.restart.incarnation), &held, &active
 				ns.Restarted = h.restart.lost()
 			}
 		}

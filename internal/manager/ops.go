@@ -236,6 +236,10 @@ func (m *Manager) probeLoop(ctx context.Context) {
 			h := m.health[a]
 			down := h != nil && !h.OK && !h.DownSince.IsZero() && now.Sub(h.DownSince) >= m.cfg.FailoverAfter
 			lost := h != nil && h.OK && h.restart.lost() && !rebalancing(s)
+			holds := 0
+			if lost {
+				holds = h.restart.actives
+			}
 			m.mu.Unlock()
 			actives := 0
 			if lost {
@@ -252,7 +256,7 @@ func (m *Manager) probeLoop(ctx context.Context) {
 					if s.Replicas == 0 {
 						off = "the cluster has no replicas"
 					}
-					m.cfg.Logf("manager: %s restarted (it holds no vbuckets, the map gives it %d actives): not failing it over (%s); its vbuckets answer NOT_MY_VBUCKET until it is failed over by hand (vbcache ctl failover)", a, actives, off)
+					m.cfg.Logf("manager: %s restarted (it holds %d of the %d actives the map gives it): not failing it over (%s); its vbuckets answer NOT_MY_VBUCKET until it is failed over by hand (vbcache ctl failover)", a, holds, actives, off)
 				}
 			}
 			if !(down || lost) || !auto || !holdsVBuckets(s, a) || ctx.Err() != nil {
@@ -265,7 +269,7 @@ func (m *Manager) probeLoop(ctx context.Context) {
 			}
 			why := fmt.Sprintf("%s down since %v", a, m.healthOf(a).DownSince.Format(time.RFC3339))
 			if lost {
-				why = fmt.Sprintf("%s restarted (it holds no vbuckets, the map gives it %d actives)", a, actives)
+				why = fmt.Sprintf("%s restarted (it holds %d of the %d actives the map gives it)", a, holds, actives)
 			}
 			workers.Add(1)
 			go func() { // owned by probeLoop, which waits for it
@@ -297,7 +301,7 @@ func (m *Manager) grantLoop(ctx context.Context, addr string) {
 			var f restartFacts
 			if err == nil {
 				count := addr
-				if !ans.Known || ans.Held > 0 {
+				if !ans.Known {
 					count = "" // the rule needs no count
 				}
 				f = m.restartFacts(count)
@@ -321,7 +325,7 @@ func (m *Manager) grantLoop(ctx context.Context, addr string) {
 			}
 			m.mu.Unlock()
 			if seen.Was != 0 {
-				m.cfg.Logf("manager: %s restarted (incarnation %016x, was %016x): it holds %d vbuckets, the map gives it %d actives", addr, ans.Incarnation, seen.Was, ans.Held, activesOf(m.State(), addr))
+				m.cfg.Logf("manager: %s restarted (incarnation %016x, was %016x): it holds %d vbuckets (%d active), the map gives it %d actives", addr, ans.Incarnation, seen.Was, ans.Held, ans.Actives, activesOf(m.State(), addr))
 			}
 		}
 		select {

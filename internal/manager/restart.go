@@ -15,15 +15,28 @@ import (
 // leader fails it over, as it would a node that is down.
 //
 // Each grant's answer says what the node is (internal/server, lease.go):
-// its incarnation, chosen at its start, and how many vbuckets it holds
-// as active, replica or pending. The rule: a node that answers, twice in
-// a row, that it holds none while the map names it the active of at
-// least one vbucket, with no rebalance and no failover running when
-// either grant was sent or answered and the map unchanged across each,
-// has restarted and lost its data. It is failed over at once (probeLoop,
-// the automatic failover's path, one at a time, Rebuild on) when
-// automatic failover is on (FailoverAfter > 0) and the cluster has
-// replicas; otherwise a warning is logged once.
+// its incarnation, chosen at its start, how many vbuckets it holds as
+// active, replica or pending, and how many of them active. The rule: a
+// node that answers, twice in a row, that it holds no active while the
+// map names it the active of at least one vbucket, with no rebalance and
+// no failover running when either grant was sent or answered and the map
+// unchanged across each, has restarted and lost its data. It is failed
+// over at once (probeLoop, the automatic failover's path, one at a time,
+// Rebuild on) when automatic failover is on (FailoverAfter > 0) and the
+// cluster has replicas; otherwise a warning is logged once.
+//
+// The actives are counted, not every copy: an operation begun before the
+// restart (a move's or a failover's REPLICATE) may make the new process
+// a replica within its first probe, and a replica serves none of the
+// vbuckets it lost (the schedule met that, issue 43: the node then held
+// one replica, and its 21 actives were served by no one for as long as
+// the cluster ran). An older node, which does not say its actives, is
+// judged by all it holds.
+//
+// Once an answer has shown a new incarnation, the node is known to have
+// lost what it held, and answers holding fewer actives than the map
+// gives it count too (a move into it, begun before the restart, may have
+// given it one active back); the mark ends when it holds as many.
 //
 // The guards are for the moments when a node rightly holds less than
 // the map says, which are short: a move commits its new active only once
@@ -42,9 +55,11 @@ import (
 // membership (AddNode drops the node's health): answers counted before
 // a node was failed over and added back must not fail it over again.
 //
-// An incarnation that differs from the previous answer's is a restart
-// too, even when the node holds vbuckets again by then (something set
-// them); it is logged, and it fails nothing over by itself.
+// An incarnation that differs from the previous answer's is logged, and
+// fails nothing over by itself.
+//
+// The vbcache_unsafe_restartactives build tag (restartCountsActives
+// false) counts every copy again, for tests to show the hole.
 
 // restartAnswers is how many answers in a row must hold nothing, while
 // the map gives the node actives, before the node counts as restarted.
@@ -56,7 +71,9 @@ type restartWatch struct {
 	known       bool   // the last answer said what follows (an older node's does not)
 	incarnation uint64 // the last answer's
 	held        int    // the vbuckets it held, as the last answer said
-	empty       int    // answers in a row holding nothing while the map gave it actives, nothing running
+	actives     int    // of them active (an older node's answer: all it held)
+	restarted   bool   // an answer showed a new incarnation, and none since held as many actives as the map gave
+	empty       int    // answers in a row holding too few actives (the rule), nothing running
 	warned      bool   // the warning that it is not failed over was logged (for this run of empty answers)
 }
 
@@ -78,9 +95,17 @@ func (w *restartWatch) answered(a admin.LeaseAnswer, actives int, busy bool) res
 	}
 	if w.known && w.incarnation != a.Incarnation {
 		seen.Was = w.incarnation
+		w.restarted = true
 	}
-	w.known, w.incarnation, w.held = true, a.Incarnation, a.Held
-	if a.Held == 0 && actives > 0 && !busy {
+	have := a.Held
+	if a.ActivesKnown && restartCountsActives {
+		have = a.Actives
+	}
+	w.known, w.incarnation, w.held, w.actives = true, a.Incarnation, a.Held, have
+	if have >= actives && !busy {
+		w.restarted = false
+	}
+	if (have == 0 || restartCountsActives && w.restarted && have < actives) && actives > 0 && !busy {
 		w.empty++
 	} else {
 		w.empty, w.warned = 0, false

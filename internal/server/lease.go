@@ -299,27 +299,34 @@ func (c *conn) grantLease(extras, key, value []byte) {
 }
 
 // leaseAnswerLen is the length of LEASE's answer.
-const leaseAnswerLen = 12
+const leaseAnswerLen = 16
 
 // leaseAnswer appends LEASE's answer to dst:
 //
-//	byte  0                               8               12
-//	      +-------------------------------+---------------+
-//	      | incarnation (8, big-endian)   | held (4, b-e) |
-//	      +-------------------------------+---------------+
+//	byte  0                               8               12              16
+//	      +-------------------------------+---------------+---------------+
+//	      | incarnation (8, big-endian)   | held (4, b-e) | active (4)    |
+//	      +-------------------------------+---------------+---------------+
 //
 // incarnation is the node's (cluster.incarnation); held counts the
-// vbuckets in a state other than dead: active, replica, pending.
+// vbuckets in a state other than dead (active, replica, pending), active
+// those active. The manager's restart rule (internal/manager, restart.go)
+// counts the actives: a restarted node soon holds replicas again, which
+// do not serve the vbuckets it has lost.
 func (cl *cluster) leaseAnswer(dst []byte) []byte {
-	held := 0
+	held, active := 0, 0
 	for vb := range cl.vbs.Len() {
 		switch cl.vbs.Get(vb) {
-		case vbucket.Active, vbucket.Replica, vbucket.Pending:
+		case vbucket.Active:
+			active++
+			held++
+		case vbucket.Replica, vbucket.Pending:
 			held++
 		}
 	}
 	dst = binary.BigEndian.AppendUint64(dst, cl.incarnation)
-	return binary.BigEndian.AppendUint32(dst, uint32(held))
+	dst = binary.BigEndian.AppendUint32(dst, uint32(held))
+	return binary.BigEndian.AppendUint32(dst, uint32(active))
 }
 
 // queryLease answers LEASE_QUERY from a peer: the milliseconds left on

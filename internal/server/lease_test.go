@@ -130,9 +130,9 @@ func TestLeaseGrants(t *testing.T) {
 	}
 }
 
-// TestLeaseAnswer: a grant's answer is the node's incarnation and the
-// number of vbuckets it holds as active, replica or pending (golden
-// bytes); a stale grant is answered alike, a malformed one with Invalid
+// TestLeaseAnswer: a grant's answer is the node's incarnation, the
+// number of vbuckets it holds as active, replica or pending and the
+// number it holds active (golden bytes); a stale grant is answered alike, a malformed one with Invalid
 // arguments; admin.Conn.Lease reads it; a node restarted at the same
 // address answers with another incarnation, holding nothing.
 func TestLeaseAnswer(t *testing.T) {
@@ -152,26 +152,27 @@ func TestLeaseAnswer(t *testing.T) {
 		h, body := b.do(protocol.OpLease, 0, ex, []byte(addr), []byte(addr))
 		return h, body[int(h.ExtLen)+int(h.KeyLen):]
 	}
-	want := func(held uint32) []byte {
+	want := func(held, active uint32) []byte {
 		return []byte{
 			byte(inc >> 56), byte(inc >> 48), byte(inc >> 40), byte(inc >> 32), // incarnation
 			byte(inc >> 24), byte(inc >> 16), byte(inc >> 8), byte(inc),
 			byte(held >> 24), byte(held >> 16), byte(held >> 8), byte(held), // vbuckets held
+			byte(active >> 24), byte(active >> 16), byte(active >> 8), byte(active), // of them active
 		}
 	}
-	if h, v := grant(1, 0); h.Status != protocol.StatusOK || !bytes.Equal(v, want(0)) {
-		t.Fatalf("first grant: status %#x value % x, want % x", h.Status, v, want(0))
+	if h, v := grant(1, 0); h.Status != protocol.StatusOK || !bytes.Equal(v, want(0, 0)) {
+		t.Fatalf("first grant: status %#x value % x, want % x", h.Status, v, want(0, 0))
 	}
 	b.setState(1, vbucket.Active)
 	b.setState(2, vbucket.Replica)
 	b.setState(3, vbucket.Pending)
 	b.setState(4, vbucket.Dead)
 	b.setState(uint16(testVBuckets-1), vbucket.Active)
-	if h, v := grant(2, 1); h.Status != protocol.StatusOK || !bytes.Equal(v, want(4)) {
-		t.Fatalf("grant with 4 held: status %#x value % x, want % x", h.Status, v, want(4))
+	if h, v := grant(2, 1); h.Status != protocol.StatusOK || !bytes.Equal(v, want(4, 2)) {
+		t.Fatalf("grant with 4 held, 2 active: status %#x value % x, want % x", h.Status, v, want(4, 2))
 	}
-	if h, v := grant(1, 0); h.Status != protocol.StatusOK || !bytes.Equal(v, want(4)) {
-		t.Fatalf("stale grant: status %#x value % x, want % x", h.Status, v, want(4))
+	if h, v := grant(1, 0); h.Status != protocol.StatusOK || !bytes.Equal(v, want(4, 2)) {
+		t.Fatalf("stale grant: status %#x value % x, want % x", h.Status, v, want(4, 2))
 	}
 	if h, v := grant(3, 3); h.Status != protocol.StatusInvalid || string(v) != protocol.StatusInvalid.Text() {
 		t.Fatalf("malformed grant: status %#x value %q, want Invalid and its text", h.Status, v)
@@ -182,7 +183,7 @@ func TestLeaseAnswer(t *testing.T) {
 	}
 	a, err := c.Lease(time.Second, 7, 4, 2, addr, []string{addr})
 	c.Close()
-	if err != nil || a != (admin.LeaseAnswer{Known: true, Incarnation: inc, Held: 4}) {
+	if err != nil || a != (admin.LeaseAnswer{Known: true, Incarnation: inc, Held: 4, Actives: 2, ActivesKnown: true}) {
 		t.Fatalf("admin Lease: %+v, %v", a, err)
 	}
 
@@ -202,7 +203,7 @@ func TestLeaseAnswer(t *testing.T) {
 	}
 	defer c.Close()
 	a, err = c.Lease(time.Second, 7, 5, 4, addr, []string{addr})
-	if err != nil || !a.Known || a.Held != 0 || a.Incarnation == 0 || a.Incarnation == inc {
+	if err != nil || !a.Known || a.Held != 0 || a.Actives != 0 || !a.ActivesKnown || a.Incarnation == 0 || a.Incarnation == inc {
 		t.Fatalf("admin Lease after the restart: %+v, %v (the first incarnation %#x)", a, err, inc)
 	}
 }

@@ -101,7 +101,7 @@ func TestRestartedNodeIsFailedOver(t *testing.T) {
 	detected := time.Since(restarted)
 	t.Logf("after the restart: a grant failed %v, the new incarnation answered %v, restarted %v, failed over %v (--failover-after %v)",
 		seenDown.Round(time.Millisecond), seenInc.Round(time.Millisecond), seenRestarted.Round(time.Millisecond), detected.Round(time.Millisecond), failoverAfter)
-	want := fmt.Sprintf("manager: %s restarted (it holds no vbuckets, the map gives it %d actives): failing it over", victim.Addr, owned)
+	want := fmt.Sprintf("manager: %s restarted (it holds 0 of the %d actives the map gives it): failing it over", victim.Addr, owned)
 	if !strings.Contains(mp.Stderr(), want) {
 		t.Errorf("the manager's log lacks %q", want)
 	}

@@ -30,15 +30,17 @@ type NodeStatus struct {
 	// Lease is what this leader's grants gave the node (internal/manager,
 	// fencing.go).
 	Lease *LeaseStatus `json:"lease,omitempty"`
-	// Incarnation and Holds are what the node's last answer to a grant
-	// said (internal/manager, restart.go): its incarnation, in hex,
-	// chosen at its start, and the vbuckets it holds as active, replica
-	// or pending. Absent when not known (no answer yet, or a node too old
-	// to say).
+	// Incarnation, Holds and HoldsActive are what the node's last answer
+	// to a grant said (internal/manager, restart.go): its incarnation, in
+	// hex, chosen at its start, the vbuckets it holds as active, replica
+	// or pending, and those it holds active. Absent when not known (no
+	// answer yet, or a node too old to say).
 	Incarnation string `json:"incarnation,omitempty"`
 	Holds       *int   `json:"holds,omitempty"`
+	HoldsActive *int   `json:"holdsActive,omitempty"`
 	// Restarted: the node answered, twice in a row, that it holds no
-	// vbuckets while the map gives it actives: it restarted and lost its
+	// active vbucket (or, after a new incarnation, fewer than the map
+	// gives it) while the map gives it actives: it restarted and lost its
 	// data, and is failed over (or, with automatic failover off or no
 	// replicas, waits for an operator's).
 	Restarted bool `json:"restarted,omitempty"`
