@@ -75,9 +75,13 @@ func NodeTLS(addr string) *tls.Config {
 	return v.(*tls.Config)
 }
 
-// noteTLS records the TLS configuration of a node started with flags.
+// noteTLS records the TLS configuration of a node started with flags at
+// addr, or that it speaks no TLS: a port is used again by the tests that
+// run after (FreePort), and a plain node must not be dialled with the
+// configuration of an earlier test's TLS node at the same address.
 func noteTLS(addr string, flags []string) error {
 	if !slices.Contains(flags, "-Z") && !slices.Contains(flags, "--enable-ssl") {
+		tlsNodes.Delete(addr)
 		return nil
 	}
 	for _, f := range flags {

@@ -268,6 +268,8 @@ func startNoCleanup(kind Kind, vbcacheBin string, env, flags []string) (*Node, e
 		if err := noteTLS(n.Addr, flags); err != nil {
 			return nil, err
 		}
+	} else {
+		tlsNodes.Delete(n.Addr) // a memcached or nutcracker speaks no TLS here
 	}
 	if err := n.launch(); err != nil {
 		return nil, err
