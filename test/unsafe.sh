@@ -23,6 +23,7 @@ checks=(
   "intents       ./internal/manager TestSuccessorFinishesAHalfDoneFailover"
   "janitor       ./internal/manager TestJanitorRepairs"
   "restartactives ./internal/manager TestRestartedNodeGivenAReplica"
+  "emptysource   ./internal/move    TestRecoverAfterSourceRestart"
   "syncreads     ./test/streams     TestSyncReplicationReadsWaitForReplicas,TestSyncReplicationReadsWaitForTheirKey -vbcache-tags=vbcache_unsafe_syncreads"
 )
 

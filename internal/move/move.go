@@ -78,7 +78,12 @@
 //     NOT promote a replica target here, though the source "sent
 //     everything before go active": sent is not received. When the
 //     connection broke after the last mutations were written, the target
-//     may lack some of them, while the source certainly has them.
+//     may lack some of them, while the source certainly has them. A dead
+//     source that holds nothing (no item, no sequence number) while the
+//     target is a replica holding items is not R4's: its process was
+//     replaced (Recover knows no process ids to tell) and it counts as
+//     lost, for R5 (issue 43; the vbcache_unsafe_emptysource build tag
+//     turns that off).
 //   - R5 the source is lost and the target is settled as a replica → the
 //     handover had begun, or the target was the vbucket's replica, fed
 //     from the source, before the move (a target that fails before it
@@ -435,11 +440,13 @@ func Move(ctx context.Context, vb int, from, to string, opt Options) (res Result
 // Move's.
 //
 // Recover knows no process ids from a preflight, so a node that
-// restarted in the meantime is not recognised as lost unless it refuses
-// connections: a restarted source (every vbucket dead there, its copy
-// gone) reads as R4's dead source, which is set active again, empty, and
-// the target's copy is dropped. That is never two actives, but it loses
-// the vbucket's items, which R5 would have kept on the target.
+// restarted in the meantime is recognised by what it holds: a restarted
+// source holds the vbucket dead and empty, and when the target is a
+// replica holding items, the source counts as lost and the target is
+// promoted (R5; before issue 43 it read as R4's dead source, set active
+// again, empty, and the target's copy was dropped). A restarted source
+// whose target holds nothing either is R4's: set active, empty, which
+// loses nothing more.
 //
 // To Recover, an active source with no takeover stream open is R3, an
 // aborted move: call it only when the takeover may have begun (the target

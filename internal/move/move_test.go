@@ -752,3 +752,46 @@ func TestMoveTargetPausedInTakeover(t *testing.T) {
 		})
 	}
 }
+
+// TestRecoverAfterSourceRestart is issue 43's restarted move source: a
+// move's source killed and started again at its address (a crash and a
+// supervisor's restart) holds every vbucket dead and empty, and Recover,
+// which knows no process ids from a preflight (a new leader finishing
+// its predecessor's move), used to read it as R4's dead source: it set
+// the empty source active again and dropped the target's full copy, so
+// every key was lost though the target held them all. A dead source that
+// holds nothing while the target holds items is lost (R5): the target is
+// promoted, with every key.
+func TestRecoverAfterSourceRestart(t *testing.T) {
+	na, nb := startNode(t), startNode(t)
+	a, b := dial(t, na.Addr), dial(t, nb.Addr)
+	const vb = 5
+	if err := a.SetVBucket(vb, vbucket.Active); err != nil {
+		t.Fatal(err)
+	}
+	keys := keysFor(vb, 300)
+	setKeys(t, a, vb, keys)
+	if err := b.Replicate(vb, na.Addr); err != nil {
+		t.Fatal(err)
+	}
+	waitStat(t, b, vb, "consumer:"+na.Addr+":vb_"+strconv.Itoa(vb)+":items_received", strconv.Itoa(len(keys)))
+
+	if err := na.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	na2 := na.Restart(t)
+	if st := state(t, dial(t, na2.Addr), vb); st != vbucket.Dead {
+		t.Fatalf("the restarted source holds vbucket %d %s", vb, st)
+	}
+
+	res, err := Recover(vb, na.Addr, nb.Addr, Options{Credentials: creds, Settle: 5 * time.Second, Logf: t.Logf,
+		Publish: func(ctx context.Context, vb int, to string) (int64, error) { return 9, nil }})
+	t.Logf("%s\n%s", res.String(), res.Detail)
+	if err != nil || res.Outcome != Promoted || res.Rule != "R5" {
+		t.Fatalf("Recover: %v (%s): %v", res.Outcome, res.Rule, err)
+	}
+	if st := state(t, b, vb); st != vbucket.Active {
+		t.Fatalf("target: %s", st)
+	}
+	checkKeys(t, b, vb, keys)
+}

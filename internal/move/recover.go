@@ -29,7 +29,14 @@ type view struct {
 	pid       string        // the process id ("stats" pid)
 	restarted bool          // pid differs from the preflight's: its copies are gone
 	streaming bool          // a stream of the vbucket between the two ends is open here
+	items     uint64        // the vbucket's items there ("stats vbucket N")
+	high      uint64        // its high seqno there (0: none, or not listed: dead and empty)
 }
+
+// empty reports whether the node holds nothing of the vbucket: no item
+// and no sequence number (a node lists a dead vbucket in "stats vbucket"
+// only while it holds items).
+func (v view) empty() bool { return v.reach == reachOK && v.items == 0 && v.high == 0 }
 
 // lost reports whether the node's copy of the vbucket is certainly gone,
 // or as good as gone: its process is gone or was replaced, or it is
@@ -51,6 +58,11 @@ func (v view) String() string {
 	s := v.state.String()
 	if v.restarted {
 		s += ", restarted (pid " + v.pid + ")"
+	}
+	if v.empty() {
+		s += ", empty"
+	} else {
+		s += fmt.Sprintf(", %d items to seqno %d", v.items, v.high)
 	}
 	if v.streaming {
 		s += ", stream open"
@@ -79,6 +91,19 @@ func (m *mover) observe(ctx context.Context, addr, pid0, peer string) view {
 			return err
 		}
 		v.streaming = streamOpen(streams, m.vb, peer)
+		vbs, err := c.Stats("vbucket " + strconv.Itoa(m.vb))
+		if err != nil {
+			return err
+		}
+		p := "vb_" + strconv.Itoa(m.vb) + ":"
+		for _, kv := range vbs {
+			switch kv[0] {
+			case p + "items":
+				v.items, _ = strconv.ParseUint(kv[1], 10, 64)
+			case p + "high_seqno":
+				v.high, _ = strconv.ParseUint(kv[1], 10, 64)
+			}
+		}
 		st, err := c.GetVBucket(m.vb)
 		if err != nil {
 			return err
@@ -168,10 +193,18 @@ func decide(f, t view) (a action, rule string) {
 		}
 		return actAborted, "R3"
 	}
+	// A dead source that holds nothing while the target, a replica,
+	// holds items is a restarted process that Recover, which knows no process ids, did
+	// not recognise (issue 43): a source that handed over keeps its
+	// copy, dead, until the move deletes it. Lost, as R5 has it: set
+	// active again, it would be active empty, and the target's copy
+	// dropped.
+	emptied := emptySourceLost && f.reach == reachOK && !f.restarted && (f.state == vbucket.Dead || f.state == vbucket.Unknown) &&
+		f.empty() && t.reach == reachOK && !t.restarted && t.state == vbucket.Replica && t.items > 0
 	// R4. The source is dead and holds every write it acknowledged; the
 	// target is not active and cannot become so (settled here, or its
 	// process is gone). One active again: the source.
-	if f.reach == reachOK && !f.restarted && (f.state == vbucket.Dead || f.state == vbucket.Unknown) {
+	if f.reach == reachOK && !f.restarted && (f.state == vbucket.Dead || f.state == vbucket.Unknown) && !emptied {
 		if t.lost() || t.reach == reachOK {
 			return actReactivate, "R4"
 		}
@@ -183,7 +216,7 @@ func decide(f, t view) (a action, rule string) {
 	// before the move and holds what a replica holds: promote it. A fenced source
 	// (Promote, a failover) serves nothing either, and the target is a
 	// replica of it.
-	if f.lost() {
+	if f.lost() || emptied {
 		if t.reach == reachOK && !t.restarted && t.state == vbucket.Replica {
 			return actPromote, "R5"
 		}

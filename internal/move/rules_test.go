@@ -15,6 +15,7 @@ func TestDecide(t *testing.T) {
 	ok := func(st vbucket.State) view { return view{reach: reachOK, state: st} }
 	streaming := func(v view) view { v.streaming = true; return v }
 	restarted := func(v view) view { v.restarted = true; return v }
+	holding := func(v view, items, high uint64) view { v.items, v.high = items, high; return v }
 	refused := view{reach: reachRefused}
 	silent := view{reach: reachNoReply}
 	fenced := view{reach: reachFenced} // Promote: never asked, so never streaming or restarted
@@ -49,6 +50,13 @@ func TestDecide(t *testing.T) {
 		{"source dead, target restarted", ok(D), restarted(ok(D)), actReactivate, "R4"},
 		{"source dead, target silent", ok(D), silent, actWait, "R4-wait"},
 		{"source gone, target replica", refused, ok(R), actPromote, "R5"},
+		// Issue 43: a source restarted where Recover knows no pid holds
+		// nothing; a target replica that holds items is promoted.
+		{"source dead and empty, target replica with items", ok(D), holding(ok(R), 300, 300), actPromote, "R5"},
+		{"source dead with items, target replica with items", holding(ok(D), 300, 300), holding(ok(R), 300, 300), actReactivate, "R4"},
+		{"source dead, only its seqno left, target replica with items", holding(ok(D), 0, 300), holding(ok(R), 300, 300), actReactivate, "R4"},
+		{"source dead and empty, target replica empty", ok(D), ok(R), actReactivate, "R4"},
+		{"source dead and empty, target dead with items", ok(D), holding(ok(D), 300, 300), actReactivate, "R4"},
 		{"source restarted, target replica", restarted(ok(D)), ok(R), actPromote, "R5"},
 		{"source restarted and active", restarted(ok(A)), ok(R), actUnresolved, "source-restarted-active"},
 		{"source restarted and active, target active", restarted(ok(A)), ok(A), actUnresolved, "both-active"},
