@@ -25,6 +25,7 @@ checks=(
   "restartactives ./internal/manager TestRestartedNodeGivenAReplica"
   "emptysource   ./internal/move    TestRecoverAfterSourceRestart"
   "syncreads     ./test/streams     TestSyncReplicationReadsWaitForReplicas,TestSyncReplicationReadsWaitForTheirKey -vbcache-tags=vbcache_unsafe_syncreads"
+  "syncoutsiders ./test/streams     TestSyncReplicationSkipsAFailedOverReplica -vbcache-tags=vbcache_unsafe_syncoutsiders"
 )
 
 log=$(mktemp)

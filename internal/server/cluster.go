@@ -283,7 +283,8 @@ func (c *conn) syncWait(vb int, key []byte, wrote bool) bool {
 		}
 	}
 	want := func() int { return cl.replicasWanted(vb) }
-	if cl.streams.Replicated(vb, seq, want()) {
+	outside := func(name string) bool { return cl.outsideRow(vb, name) }
+	if cl.streams.Replicated(vb, seq, want(), outside) {
 		raise(done, seq, gen)
 		return true
 	}
@@ -300,7 +301,7 @@ func (c *conn) syncWait(vb int, key []byte, wrote bool) bool {
 	ctx, cancel := context.WithTimeout(cl.parkCtx, d)
 	defer cancel()
 	c.leaseRead = false // time will have passed: the next check reads the clock again
-	if cl.streams.WaitReplicated(ctx, vb, seq, want) {
+	if cl.streams.WaitReplicated(ctx, vb, seq, want, outside) {
 		raise(done, seq, gen)
 		return true
 	}
@@ -398,6 +399,43 @@ func (cl *cluster) replicasWanted(vb int) int {
 		return 1
 	}
 	return 0
+}
+
+// clusterName is the name the cluster's map knows this node by, for its
+// consumers' OPEN (stream.Node.ClusterName): the name its manager's lease
+// grants give it, or, before any, its listening address when the stored
+// map names it so; "" when neither says.
+func (cl *cluster) clusterName() string {
+	if self, _ := cl.lease.members(); self != "" {
+		return self
+	}
+	if cc := cl.config.Load(); cc != nil && cc.parsed != nil && slices.Contains(cc.parsed.VBucketServerMap.ServerList, cl.streams.Name) {
+		return cl.streams.Name
+	}
+	return ""
+}
+
+// outsideRow reports whether the stored map names node (as the map names
+// it) in neither vb's row nor its forward row: a replica failed over, or
+// moved away, whose stream may still be open (a paused node keeps its
+// connection). Without a map, nothing is outside.
+func (cl *cluster) outsideRow(vb int, node string) bool {
+	cc := cl.config.Load()
+	if cc == nil || cc.parsed == nil {
+		return false
+	}
+	m := &cc.parsed.VBucketServerMap
+	for _, rows := range [][][]int{m.VBucketMap, m.VBucketMapForward} {
+		if vb >= len(rows) {
+			continue
+		}
+		for _, i := range rows[vb] {
+			if i >= 0 && i < len(m.ServerList) && m.ServerList[i] == node {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // countRefused counts a request refused with NOT_MY_VBUCKET.

@@ -129,13 +129,14 @@ type conn struct {
 	tx store.Tx
 	// producerName is set by a stream OPEN: the connection is handed to
 	// the stream producer once the answer is written.
-	producerName string
-	entered      int    // 1 + the vbucket the current command was admitted to (cluster mode), or 0
-	mutsAtAdmit  uint64 // c.tx.Mutations() when it was admitted (leaveVB)
-	outAtAdmit   int    // len(c.out) when it was admitted: where its reply starts (leaveVB)
-	syncKey      []byte // under --sync-replication, the key of a text or meta command admitted (leaveVB)
-	syncKeyOK    bool   // syncKey is the admitted command's key
-	readsChecked bool   // a multi-get checks its reads' replication itself (leaveVB)
+	producerName  string
+	producerNamed bool   // the OPEN named the consumer as the map does (stream.OpenNamed)
+	entered       int    // 1 + the vbucket the current command was admitted to (cluster mode), or 0
+	mutsAtAdmit   uint64 // c.tx.Mutations() when it was admitted (leaveVB)
+	outAtAdmit    int    // len(c.out) when it was admitted: where its reply starts (leaveVB)
+	syncKey       []byte // under --sync-replication, the key of a text or meta command admitted (leaveVB)
+	syncKeyOK     bool   // syncKey is the admitted command's key
+	readsChecked  bool   // a multi-get checks its reads' replication itself (leaveVB)
 	// leaseNow is the monotonic clock as the lease check reads it
 	// (leaseClock), once per processInput call: requests that arrived
 	// in one read are checked against one reading, taken after they
@@ -248,7 +249,7 @@ func (c *conn) serveLoop() {
 		}
 		if c.producerName != "" {
 			c.state.Store(int32(stateWrite))
-			c.s.cl.streams.ServeProducer(c.nc, c.rbuf[c.r:c.w], c.producerName)
+			c.s.cl.streams.ServeProducer(c.nc, c.rbuf[c.r:c.w], c.producerName, c.producerNamed)
 			return
 		}
 		if c.s.closing.Load() {

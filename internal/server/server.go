@@ -203,6 +203,8 @@ func New(cfg Config) (*Server, error) {
 		s.cl = newCluster(&cfg)
 		s.cl.streams = stream.NewNode(st, s.cl.vbs, cfg.StreamLogBytes)
 		s.cl.streams.Logf = s.log.Printf
+		cl := s.cl
+		s.cl.streams.ClusterName = cl.clusterName
 		// Each dial takes the credentials of the moment, so that a
 		// rotation (SetLogins) reaches the streams opened after it.
 		s.cl.streams.Dial = func(ctx context.Context, addr string, timeout time.Duration) (net.Conn, error) {

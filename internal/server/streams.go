@@ -33,6 +33,7 @@ func (c *conn) binStreams(op protocol.Opcode, extras, key []byte, skip func() (i
 			return skip()
 		}
 		c.producerName = string(key)
+		c.producerNamed = len(extras) == 4 && extras[3]&stream.OpenNamed != 0
 		c.binOK(0, nil, nil, nil)
 		used, need, _ = skip()
 		return used, need, true

@@ -126,7 +126,13 @@ func (c *consumer) run(ctx context.Context) error {
 	c.mu.Lock()
 	c.streams = map[uint16]*cstream{}
 	c.closed = map[uint32]uint16{}
-	out := appendReq(nil, OpOpen, 0, 0, 0, make([]byte, 4), []byte(c.n.Name), nil)
+	name, ex := c.n.Name, make([]byte, 4)
+	if c.n.ClusterName != nil {
+		if cn := c.n.ClusterName(); cn != "" {
+			name, ex[3] = cn, OpenNamed
+		}
+	}
+	out := appendReq(nil, OpOpen, 0, 0, 0, ex, []byte(name), nil)
 	for _, vb := range c.vbs {
 		out = c.requestLocked(out, vb)
 	}

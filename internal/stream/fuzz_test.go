@@ -159,6 +159,6 @@ func FuzzProducer(f *testing.F) {
 			client.Write(data)
 			client.Close()
 		}()
-		n.ServeProducer(server, nil, "fuzz")
+		n.ServeProducer(server, nil, "fuzz", false)
 	})
 }

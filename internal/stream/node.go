@@ -25,6 +25,13 @@ type Node struct {
 	Log    *Log
 	// Name identifies this node to producers (host:port).
 	Name string
+	// ClusterName, if set, is the name the cluster's map knows this node
+	// by ("" while unknown: no manager has granted it a lease). A
+	// consumer sends it in its OPEN instead of Name, marked as the map's
+	// name, so that a producer can tell a stream to a node its map no
+	// longer names for a vbucket (Replicated). Set before the first
+	// stream starts.
+	ClusterName func() string
 	// Logf, if set, receives notable events (aborted takeovers).
 	Logf func(format string, args ...any)
 	// Dial, if set, opens the connection to a producer and logs in to it
@@ -169,7 +176,15 @@ func (n *Node) acked() {
 // feeds (its replicas', and a move's) has acknowledged the mutations up
 // to seq, and at least want streams copy vb. With want 0, a vbucket no
 // stream copies is replicated by definition.
-func (n *Node) Replicated(vb int, seq uint64, want int) bool {
+//
+// A replication stream whose consumer named itself by the map's name
+// for it (ClusterName) and that outside says the map no longer names
+// for vb is not waited for, nor counted: a replica failed over while
+// paused keeps its connection, and its stream, open for as long as it
+// is paused, and would hold every write of vb up until it resumed
+// (issue 43). outside nil: every stream counts. A takeover stream
+// always counts.
+func (n *Node) Replicated(vb int, seq uint64, want int, outside func(name string) bool) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	open := 0
@@ -177,6 +192,9 @@ func (n *Node) Replicated(vb int, seq uint64, want int) bool {
 		p.mu.Lock()
 		for _, s := range p.streams {
 			if int(s.vb) != vb || s.closing.Load() {
+				continue
+			}
+			if outside != nil && p.named && !s.takeover && syncSkipsOutsiders && outside(p.name) {
 				continue
 			}
 			if s.acked.Load() < seq {
@@ -190,10 +208,11 @@ func (n *Node) Replicated(vb int, seq uint64, want int) bool {
 	return open >= want
 }
 
-// WaitReplicated waits until Replicated(vb, seq, want()) or ctx ends, and
-// reports which. want is asked again at each look (Poke makes one).
-func (n *Node) WaitReplicated(ctx context.Context, vb int, seq uint64, want func() int) bool {
-	if n.Replicated(vb, seq, want()) {
+// WaitReplicated waits until Replicated(vb, seq, want(), outside) or ctx
+// ends, and reports which. want and outside are asked again at each look
+// (Poke makes one).
+func (n *Node) WaitReplicated(ctx context.Context, vb int, seq uint64, want func() int, outside func(name string) bool) bool {
+	if n.Replicated(vb, seq, want(), outside) {
 		return true
 	}
 	stop := context.AfterFunc(ctx, n.acked)
@@ -205,7 +224,7 @@ func (n *Node) WaitReplicated(ctx context.Context, vb int, seq uint64, want func
 	n.ackMu.Lock()
 	defer n.ackMu.Unlock()
 	for {
-		if n.Replicated(vb, seq, want()) {
+		if n.Replicated(vb, seq, want(), outside) {
 			return true
 		}
 		if ctx.Err() != nil {

@@ -23,9 +23,10 @@ import (
 // every stream's snapshots and mutations. The writer is the only goroutine
 // that writes to the connection.
 type producer struct {
-	n    *Node
-	nc   net.Conn
-	name string
+	n     *Node
+	nc    net.Conn
+	name  string
+	named bool // name is the map's name for the consumer's node (OpenNamed)
 
 	poke chan struct{} // cap 1: new log entries, acknowledgements, new or closing streams
 	done chan struct{} // closed when the reader stops: the connection is gone
@@ -100,8 +101,11 @@ const (
 // the server has already answered. buffered holds bytes the server read
 // past the OPEN. It returns when the connection ends; the caller closes
 // it.
-func (n *Node) ServeProducer(nc net.Conn, buffered []byte, name string) {
-	p := &producer{n: n, nc: nc, name: name, poke: make(chan struct{}, 1), done: make(chan struct{}),
+//
+// named says the consumer named itself as the cluster's map names it
+// (its OPEN's flag, Node.ClusterName).
+func (n *Node) ServeProducer(nc net.Conn, buffered []byte, name string, named bool) {
+	p := &producer{n: n, nc: nc, name: name, named: named, poke: make(chan struct{}, 1), done: make(chan struct{}),
 		ents: make([]Entry, 0, logBatch)}
 	n.addProducer(p)
 	defer n.removeProducer(p)

@@ -13,7 +13,7 @@ import (
 // Stream opcodes. The numbers are DCP's; the layouts are vbcache's own
 // (doc.go lists them), so a Couchbase DCP client cannot use them.
 const (
-	OpOpen        protocol.Opcode = 0x50 // consumer → producer: key = consumer name
+	OpOpen        protocol.Opcode = 0x50 // consumer → producer: key = consumer name; extras 4 bytes, OpenNamed
 	OpCloseStream protocol.Opcode = 0x52 // consumer → producer: vbucket in header
 	OpStreamReq   protocol.Opcode = 0x53 // consumer → producer: extras flags(4) start(8) uuid(8)
 	OpStreamEnd   protocol.Opcode = 0x55 // producer → consumer: extras reason(4)
@@ -31,6 +31,11 @@ const (
 	OpReplicate       protocol.Opcode = 0xe1 // keep vbucket (header) here as a replica of key
 	OpStopReplication protocol.Opcode = 0xe2 // stop replicating vbucket (header)
 )
+
+// OpenNamed, in the last byte of OPEN's extras, says the key is the name
+// the cluster's map knows the consumer's node by (Node.ClusterName), not
+// only its listening address.
+const OpenNamed = 0x01
 
 // Stream request flags.
 const (

@@ -575,3 +575,68 @@ func TestSyncReplicationReadsWaitForTheirKey(t *testing.T) {
 		t.Errorf("mg of the key written since: %q, want SERVER_ERROR temporary failure", got)
 	}
 }
+
+// TestSyncReplicationSkipsAFailedOverReplica is issue 43's paused replica
+// under --sync-replication: A feeds the replicas R1 and R2 of a vbucket;
+// R1 is paused (SIGSTOP), so its stream stays open and acknowledges
+// nothing, and A's writes wait. The manager fails R1 over and pushes a
+// map whose row is [A, R2]: the waiting write must be answered at once,
+// with R2 holding it. Before, A went on waiting for R1's stream, which a
+// paused node keeps open, and every write of the vbucket was answered
+// "sync replication timed out" until R1 resumed (the two-replica scenario
+// run synchronously: 90 of 90 writes over 90 s). The consumers name
+// themselves as the map does (stream.OpenNamed), which is how A knows
+// whose stream that is.
+func TestSyncReplicationSkipsAFailedOverReplica(t *testing.T) {
+	nodes := startNodes(t, 3, "--sync-replication", "--pending-timeout", "20s")
+	a, r1, r2 := dialCtl(t, nodes[0].Addr), dialCtl(t, nodes[1].Addr), dialCtl(t, nodes[2].Addr)
+	const vb = 5
+	mapJSON := func(rev int, row string) []byte {
+		rows := make([]string, numVBuckets)
+		for i := range rows {
+			rows[i] = "[0,-1,-1]"
+		}
+		rows[vb] = row
+		return fmt.Appendf(nil, `{"rev":%d,"name":"default","nodeLocator":"vbucket","vBucketServerMap":{"hashAlgorithm":"CRC","numReplicas":2,"serverList":[%q,%q,%q],"vBucketMap":[%s]}}`,
+			rev, nodes[0].Addr, nodes[1].Addr, nodes[2].Addr, strings.Join(rows, ","))
+	}
+	for _, c := range []*ctl{a, r1, r2} {
+		c.must(c.SetClusterConfig(mapJSON(1, "[0,1,2]"), 0, 1), "SET_CLUSTER_CONFIG")
+	}
+	a.setState(vb, vbucket.Active)
+	r1.must(r1.Replicate(vb, a.Addr), "REPLICATE")
+	r2.must(r2.Replicate(vb, a.Addr), "REPLICATE")
+	keys := keysFor("outsider", vb, 2)
+	a.set(vb, keys[0], "before") // both streams confirm it
+
+	if err := nodes[1].Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer nodes[1].Signal(syscall.SIGCONT)
+	c := dialCtl(t, nodes[0].Addr)
+	done := make(chan error, 1)
+	go func() { // owned by the test: it reads done before returning
+		_, err := c.Do(protocol.OpSet, vb, make([]byte, 8), []byte(keys[1]), []byte("after"))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("a write was answered (%v) while R1, in the row, was paused", err)
+	case <-time.After(time.Second):
+	}
+	// R1 failed over: the row is [A, R2].
+	a.must(a.SetClusterConfig(mapJSON(2, "[0,2,-1]"), 0, 2), "SET_CLUSTER_CONFIG")
+	start := time.Now()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("set after R1 left the row: %v", err)
+		}
+		t.Logf("answered %v after the map without R1", time.Since(start).Round(time.Millisecond))
+	case <-time.After(10 * time.Second): // the wait itself lasts 20 s
+		t.Fatal("the write still waited for the paused R1 after the map stopped naming it")
+	}
+	if got, ok := r2.getOp(protocol.OpGetReplica, vb, keys[1]); !ok || got != "after" {
+		t.Errorf("R2 has %q (%v) right after the answer, want after", got, ok)
+	}
+}
