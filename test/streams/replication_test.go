@@ -607,7 +607,15 @@ func TestSyncReplicationSkipsAFailedOverReplica(t *testing.T) {
 	r1.must(r1.Replicate(vb, a.Addr), "REPLICATE")
 	r2.must(r2.Replicate(vb, a.Addr), "REPLICATE")
 	keys := keysFor("outsider", vb, 2)
-	a.set(vb, keys[0], "before") // both streams confirm it
+	a.set(vb, keys[0], "before")
+	// Both streams are open (a REPLICATE's stream opens in the
+	// background: until R1's has, R2's alone confirms A's writes).
+	for _, r := range []*ctl{r1, r2} {
+		eventually(t, 10*time.Second, func() (bool, string) {
+			got, ok := r.getOp(protocol.OpGetReplica, vb, keys[0])
+			return ok && got == "before", r.Addr + " does not hold the first write"
+		})
+	}
 
 	if err := nodes[1].Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
