@@ -80,7 +80,8 @@ mkdir -p "$VBCACHE_ARTIFACTS"
 echo "== go test -race (log: $VBCACHE_ARTIFACTS/go-test.log)"
 # -timeout bounds each package's test binary: a hang ends in a goroutine
 # dump, not at CI's limit. test/faults runs the fault schedule (each fault
-# 10 times with and without --sync-replication, about 22 minutes); every
+# 8 times with and without --sync-replication, on a cluster shape drawn
+# from each seed, about 25 minutes under -race); every
 # other package took at most 67-125 s under -race on a 2-core machine
 # shared with other test runs (load average up to 15); keep each bound
 # well above its package.
@@ -91,7 +92,7 @@ faults=$!
 wait "$others" || { wait "$faults"; tail -50 "$VBCACHE_ARTIFACTS/faults-test.log"; exit 1; }
 
 # The rest runs beside the fault schedule, which takes longest (about 18
-# minutes: each fault 10 times with and without --sync-replication), in a
+# minutes), in a
 # subshell of its own (set -e holds there); the schedule ends either way.
 (
 
