@@ -91,8 +91,7 @@ go test -race -timeout 35m -v ./test/faults/ > "$VBCACHE_ARTIFACTS/faults-test.l
 faults=$!
 wait "$others" || { wait "$faults"; tail -50 "$VBCACHE_ARTIFACTS/faults-test.log"; exit 1; }
 
-# The rest runs beside the fault schedule, which takes longest (about 18
-# minutes), in a
+# The rest runs beside the fault schedule, which takes longest, in a
 # subshell of its own (set -e holds there); the schedule ends either way.
 (
 
