@@ -26,6 +26,7 @@ checks=(
   "emptysource   ./internal/move    TestRecoverAfterSourceRestart"
   "syncreads     ./test/streams     TestSyncReplicationReadsWaitForReplicas,TestSyncReplicationReadsWaitForTheirKey -vbcache-tags=vbcache_unsafe_syncreads"
   "syncoutsiders ./test/streams     TestSyncReplicationSkipsAFailedOverReplica -vbcache-tags=vbcache_unsafe_syncoutsiders"
+  "targetwait    ./test/cluster     TestPausedMoveTargetIsFailedOverInTime -vbcache-tags=vbcache_unsafe_targetwait"
 )
 
 log=$(mktemp)

@@ -113,7 +113,15 @@ func (cr *Credentials) DialNet(ctx context.Context, addr string, timeout time.Du
 		if d, ok := ctx.Deadline(); ok && d.Before(dl) {
 			dl = d
 		}
-		if err := login(nc, cr.User, cr.Password, dl); err != nil {
+		// The login heeds ctx too: a node that accepts the connection
+		// and never answers (a paused process: its kernel accepts)
+		// would otherwise hold a cancelled caller for the whole timeout.
+		stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
+		err := login(nc, cr.User, cr.Password, dl)
+		if !stop() && err != nil {
+			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
+		if err != nil {
 			nc.Close()
 			return nil, fmt.Errorf("log in to %s as %s: %w", addr, cr.User, err)
 		}

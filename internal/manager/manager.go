@@ -240,6 +240,11 @@ type Manager struct {
 	pubWant *State // the newest state asked to be published
 	pubDone int64  // the newest rev pushed to every node
 	pubBusy bool   // a push is running
+	// detached counts the config pushes to nodes being failed over,
+	// which no publish waits for (pushConfigAcks); Run waits for them
+	// before it returns. Each ends with its connection's timeout or its
+	// leadership's context.
+	detached sync.WaitGroup
 
 	prof struct { // time spent per step of moves, summed over moves, for the rebalance's log line
 		look, build, move, catchup, commit, push atomic.Int64
@@ -364,6 +369,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	if err := m.load(ctx); err != nil {
 		return err
 	}
+	defer m.detached.Wait() // after the leadership's work has ended (below)
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
@@ -975,15 +981,40 @@ func (m *Manager) pushConfigAcks(ctx context.Context, s *State) (map[string]time
 	targets = slices.Compact(targets)
 	var wg sync.WaitGroup
 	var mu sync.Mutex // protects acks
+	// A node being failed over is pushed to, but not waited for: it is
+	// stopped, paused or cut off, and each push to it would wait out the
+	// connection's timeout, holding up every publish behind it (a
+	// rebalance's commits, which the failover waits for) and the
+	// failover's own push. Its answer counts for nothing (the failover
+	// fences it by other means), so it is not recorded. A push already
+	// waiting for a node when its failover begins is cancelled
+	// (cancelFailing).
+	cancels := map[string]context.CancelFunc{}
 	for _, a := range targets {
-		wg.Add(1)
+		detached := !targetWait && m.failingOver(a)
+		actx := ctx
+		if detached {
+			m.detached.Add(1)
+		} else {
+			wg.Add(1)
+			if !targetWait {
+				actx, cancels[a] = context.WithCancel(ctx)
+			}
+		}
 		go func() {
-			defer wg.Done()
-			err := m.conn(ctx, a, func(c *admin.Conn) error {
+			if detached {
+				defer m.detached.Done()
+			} else {
+				defer wg.Done()
+			}
+			err := m.conn(actx, a, func(c *admin.Conn) error {
 				return c.SetClusterConfig(data, s.RevEpoch, s.Rev)
 			})
 			if err != nil && !admin.IsStatus(err, protocol.StatusKeyExists) {
 				m.cfg.Logf("manager: pushing config rev %d to %s: %v", s.Rev, a, err)
+				return
+			}
+			if detached {
 				return
 			}
 			mu.Lock()
@@ -991,8 +1022,42 @@ func (m *Manager) pushConfigAcks(ctx context.Context, s *State) (map[string]time
 			mu.Unlock()
 		}()
 	}
+	pushed := make(chan struct{})
+	watched := make(chan struct{})
+	go func() { // owned by pushConfigAcks, which waits for it
+		defer close(watched)
+		m.cancelFailing(pushed, cancels)
+	}()
 	wg.Wait()
+	close(pushed)
+	<-watched
+	for _, cancel := range cancels {
+		cancel()
+	}
 	return acks, m.cfg.Clock.Now()
+}
+
+// cancelFailing calls the cancel func of each node (cancels: node → func)
+// once a failover of that node has begun, looking every 50 ms until done
+// is closed.
+func (m *Manager) cancelFailing(done <-chan struct{}, cancels map[string]context.CancelFunc) {
+	if len(cancels) == 0 {
+		return
+	}
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		for a, cancel := range cancels {
+			if m.failingOver(a) {
+				cancel()
+			}
+		}
+	}
 }
 
 // publishedAt notes that s was pushed to every node outside publish.

@@ -401,6 +401,11 @@ func (m *Manager) moveVBucket(ctx context.Context, vb int) error {
 			// (failover.go, reactivate), and waits for the rebalance.
 			src, dst := st.Src, st.Node
 			opt.Abandon = func() bool { return m.failingOver(src) || m.failingOver(dst) }
+			// A failover of the target alone ends the recovery's looks
+			// at once, even one waiting for the target's answer: the
+			// failover fences the target and makes the source active
+			// again.
+			opt.TargetLost = func() bool { return m.failingOver(dst) && !m.failingOver(src) }
 			var res move.Result
 			var err error
 			t0 := time.Now()

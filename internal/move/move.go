@@ -167,6 +167,13 @@ type Options struct {
 	// over) abandons the request at once, as a target silent for Settle
 	// does (see takeover); recovery follows.
 	Abandon func() bool
+	// TargetLost, if set, is asked every 50 ms while recovery looks at
+	// the nodes: true (the caller is failing the target over, not the
+	// source) ends recovery at once, unresolved, even in the middle of
+	// a look at the target. The caller's failover fences the target
+	// and makes the source's copy active again; waiting for a paused
+	// target's answer would only hold that failover up (Settle).
+	TargetLost func() bool
 	// Credentials log the move's control connections in (the cluster
 	// administrator's); nil: none, for nodes run with --insecure-cluster.
 	Credentials *admin.Credentials

@@ -242,6 +242,8 @@ func decide(f, t view) (a action, rule string) {
 func (m *mover) settle(ctx context.Context, res *Result) (action, view, error) {
 	deadline := time.Now().Add(m.opt.Settle)
 	poll := max(m.opt.Settle/50, 20*time.Millisecond)
+	lctx, lost := m.targetLost(ctx)
+	defer lost()
 	var f, t view
 	var a action
 	var rule string
@@ -255,15 +257,29 @@ func (m *mover) settle(ctx context.Context, res *Result) (action, view, error) {
 			res.Detail = fmt.Sprintf("source %s: %v; target %s: %v", m.from, f, m.to, t)
 			return actUnresolved, t, fmt.Errorf("vbucket %d from %s to %s, recovery not decided: %w", m.vb, m.from, m.to, err)
 		}
+		if lctx.Err() != nil {
+			a, rule = actUnresolved, "target-failing-over"
+			break
+		}
 		if m.fenced {
-			t = m.observe(ctx, m.to, m.toPID, "")
+			t = m.observe(lctx, m.to, m.toPID, "")
 			f = view{reach: reachFenced}
 		} else {
-			t = m.observe(ctx, m.to, m.toPID, m.from)
+			t = m.observe(lctx, m.to, m.toPID, m.from)
 			f = m.observe(ctx, m.from, m.fromPID, "")
+		}
+		if lctx.Err() != nil && t.reach != reachOK {
+			// A look at the target cut short is no answer (never a
+			// refusal, which R4 would take for a target gone): no
+			// rule acts on the source alone then.
+			t.reach = reachNoReply
 		}
 		a, rule = decide(f, t)
 		if a != actWait {
+			break
+		}
+		if lctx.Err() != nil {
+			a, rule = actUnresolved, "target-failing-over"
 			break
 		}
 		if takeoverWatch && m.opt.Abandon != nil && m.opt.Abandon() {
@@ -284,6 +300,36 @@ func (m *mover) settle(ctx context.Context, res *Result) (action, view, error) {
 	res.Detail = fmt.Sprintf("source %s: %v; target %s: %v", m.from, f, m.to, t)
 	m.opt.logf("recovery %s: %s", rule, res.Detail)
 	return a, t, nil
+}
+
+// targetLost returns a context that ends with ctx, or once
+// Options.TargetLost says the target is being failed over (asked every
+// 50 ms by a goroutine that the returned func stops and waits for), and
+// that func. Without TargetLost, or in a vbcache_unsafe_targetwait build,
+// the context is ctx.
+func (m *mover) targetLost(ctx context.Context) (context.Context, func()) {
+	if m.opt.TargetLost == nil || targetWait {
+		return ctx, func() {}
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { // owned by targetLost's caller, which stops and waits for it
+		defer close(done)
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for !m.opt.TargetLost() {
+			select {
+			case <-lctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+		cancel()
+	}()
+	return lctx, func() {
+		cancel()
+		<-done
+	}
 }
 
 // recover applies the rules until one acts or Settle runs out.

@@ -5,8 +5,10 @@ package cluster
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,13 +21,23 @@ import (
 
 var vbcacheBin string
 
+// tagsFlag builds the vbcache under test with build tags: a
+// vbcache_unsafe_* tag shows that a test catches the hole it turns back
+// on (go test ./test/cluster -run X -args -vbcache-tags=vbcache_unsafe_targetwait).
+var tagsFlag = flag.String("vbcache-tags", "", "comma-separated build tags for the vbcache under test")
+
 func TestMain(m *testing.M) {
+	flag.Parse()
 	dir, err := os.MkdirTemp("", "vbcache-cluster-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	vbcacheBin, err = nodeproc.BuildVbcache(dir)
+	var tags []string
+	if *tagsFlag != "" {
+		tags = strings.Split(*tagsFlag, ",")
+	}
+	vbcacheBin, err = nodeproc.BuildVbcacheTags(dir, tags...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
