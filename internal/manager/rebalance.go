@@ -536,7 +536,7 @@ func (m *Manager) moveOptions(ctx context.Context, from string) move.Options {
 // the takeover.
 func (m *Manager) buildReplicas(ctx context.Context, vb int, src string, nodes []string) error {
 	for _, r := range nodes {
-		if err := m.conn(ctx, r, func(c *admin.Conn) error { return c.Replicate(vb, src) }); err != nil {
+		if err := m.connUnlessFailing(ctx, r, func(c *admin.Conn) error { return c.Replicate(vb, src) }); err != nil {
 			return fmt.Errorf("building replica %s of vbucket %d before its move: %w", r, vb, err)
 		}
 	}
@@ -548,12 +548,36 @@ func (m *Manager) buildReplicas(ctx context.Context, vb int, src string, nodes [
 	return nil
 }
 
+// connUnlessFailing is conn, ended at once (or not begun) when a failover
+// of addr begins: a move's step on a replica or an old copy there would
+// otherwise wait out a paused or cut-off node's timeouts, and the
+// failover waits for the rebalance to stop (issue 43: a vbucket unserved
+// no longer than the lease plus --failover-after plus a second).
+func (m *Manager) connUnlessFailing(ctx context.Context, addr string, fn func(c *admin.Conn) error) error {
+	if targetWait {
+		return m.conn(ctx, addr, fn)
+	}
+	if m.failingOver(addr) {
+		return fmt.Errorf("%s is being failed over", addr)
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() { // owned by connUnlessFailing, which ends it and waits for it
+		defer close(watched)
+		m.cancelFailing(fctx.Done(), map[string]context.CancelFunc{addr: cancel})
+	}()
+	err := m.conn(fctx, addr, fn)
+	cancel()
+	<-watched
+	return err
+}
+
 // dropBuilt deletes the replicas buildReplicas made for a move that did
 // not happen: in no row, they would be fed (and, under
 // --sync-replication, waited for) for ever.
 func (m *Manager) dropBuilt(ctx context.Context, vb int, nodes []string) {
 	for _, r := range nodes {
-		if err := m.conn(ctx, r, func(c *admin.Conn) error { return c.DelVBucket(vb) }); err != nil {
+		if err := m.connUnlessFailing(ctx, r, func(c *admin.Conn) error { return c.DelVBucket(vb) }); err != nil {
 			m.cfg.Logf("manager: dropping replica %s of vbucket %d, built for a move that did not happen: %v", r, vb, err)
 		}
 	}
@@ -621,11 +645,11 @@ func (m *Manager) finishVB(ctx context.Context, vb int, plan []step, bytes, repl
 		case stepDeleteOld:
 			// A previous leader (or this one's move, halted) committed the
 			// new active and did not delete the old copy.
-			if err := m.conn(ctx, st.Node, func(c *admin.Conn) error { return c.DelVBucket(vb) }); err != nil {
+			if err := m.connUnlessFailing(ctx, st.Node, func(c *admin.Conn) error { return c.DelVBucket(vb) }); err != nil {
 				m.cfg.Logf("manager: deleting vbucket %d on %s after its move: %v", vb, st.Node, err)
 			}
 		case stepReplicate:
-			if err := m.conn(ctx, st.Node, func(c *admin.Conn) error { return c.Replicate(vb, st.Src) }); err != nil {
+			if err := m.connUnlessFailing(ctx, st.Node, func(c *admin.Conn) error { return c.Replicate(vb, st.Src) }); err != nil {
 				return fmt.Errorf("replica %s of vbucket %d: %w", st.Node, vb, err)
 			}
 		case stepCatchUp:
@@ -653,7 +677,7 @@ func (m *Manager) finishVB(ctx context.Context, vb int, plan []step, bytes, repl
 			}
 			m.publish(ctx, ns)
 		case stepDropReplica:
-			m.conn(ctx, st.Node, func(c *admin.Conn) error {
+			m.connUnlessFailing(ctx, st.Node, func(c *admin.Conn) error {
 				c.StopReplication(vb)
 				return c.DelVBucket(vb)
 			})
@@ -715,7 +739,7 @@ func (m *Manager) waitCaughtUp(ctx context.Context, vb int, active, r string) er
 	for {
 		var got uint64
 		found := false
-		err := m.conn(ctx, r, func(c *admin.Conn) error {
+		err := m.connUnlessFailing(ctx, r, func(c *admin.Conn) error {
 			st, err := c.Stats("streams " + strconv.Itoa(vb))
 			if err != nil {
 				return err
