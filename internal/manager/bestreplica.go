@@ -20,6 +20,10 @@ type copyPos struct {
 	UUID  uint64
 	Seqno uint64
 	Items uint64
+	// Source is where a replica is fed from (vb_N:source): "none" when
+	// it follows nothing, "" when the node does not say (not a replica,
+	// or a node from before the field).
+	Source string
 }
 
 // holds reports whether the copy can be promoted as it is: a live copy,
@@ -88,6 +92,8 @@ func parsePositions(lines [][2]string) map[int]copyPos {
 			p.Seqno, _ = strconv.ParseUint(kv[1], 10, 64)
 		case "items":
 			p.Items, _ = strconv.ParseUint(kv[1], 10, 64)
+		case "source":
+			p.Source = kv[1]
 		default:
 			continue
 		}

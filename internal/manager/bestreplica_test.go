@@ -21,18 +21,18 @@ func TestBestReplica(t *testing.T) {
 		want int
 		why  string // a substring of the reason; "" for none
 	}{
-		{"one replica", []int{0, 1}, nil, map[int]p{1: {"replica", 7, 10, 0}}, 1, ""},
-		{"equal", []int{0, 1, 2}, nil, map[int]p{1: {"replica", 7, 300, 0}, 2: {"replica", 7, 300, 0}}, 1, ""},
-		{"second ahead", []int{0, 1, 2}, nil, map[int]p{1: {"replica", 7, 10, 0}, 2: {"replica", 7, 300, 0}}, 2, "seqno 300 of lineage 0000000000000007; n1 at 10"},
-		{"first ahead", []int{0, 1, 2}, nil, map[int]p{1: {"replica", 7, 300, 0}, 2: {"replica", 7, 10, 0}}, 1, "n2 at 10"},
-		{"tie after a laggard", []int{0, 1, 2, 3}, nil, map[int]p{1: {"replica", 7, 5, 0}, 2: {"replica", 7, 9, 0}, 3: {"replica", 7, 9, 0}}, 2, "n1 at 5, n3 at 9"},
-		{"ahead but dead", []int{0, 1, 2}, []int{2}, map[int]p{1: {"replica", 7, 10, 0}, 2: {"replica", 7, 300, 0}}, 1, ""},
-		{"silent before none", []int{0, 1, 2, 3}, nil, map[int]p{1: {"dead", 0, 0, 0}, 3: {"", 0, 0, 0}}, 2, "no replica reported a copy, it is the first whose node did not answer; n1 holds no copy, n3 holds no copy"},
-		{"reported before silent", []int{0, 1, 2}, nil, map[int]p{2: {"replica", 7, 1, 0}}, 2, "n1 did not answer"},
-		{"no copy anywhere", []int{0, 1, 2}, nil, map[int]p{1: {"dead", 0, 0, 0}, 2: {"", 0, 0, 0}}, 1, "no replica holds a copy"},
-		{"a move's target, active", []int{0, 1, 2}, nil, map[int]p{1: {"replica", 7, 10, 0}, 2: {"active", 7, 11, 0}}, 2, "seqno 11"},
+		{"one replica", []int{0, 1}, nil, map[int]p{1: {"replica", 7, 10, 0, ""}}, 1, ""},
+		{"equal", []int{0, 1, 2}, nil, map[int]p{1: {"replica", 7, 300, 0, ""}, 2: {"replica", 7, 300, 0, ""}}, 1, ""},
+		{"second ahead", []int{0, 1, 2}, nil, map[int]p{1: {"replica", 7, 10, 0, ""}, 2: {"replica", 7, 300, 0, ""}}, 2, "seqno 300 of lineage 0000000000000007; n1 at 10"},
+		{"first ahead", []int{0, 1, 2}, nil, map[int]p{1: {"replica", 7, 300, 0, ""}, 2: {"replica", 7, 10, 0, ""}}, 1, "n2 at 10"},
+		{"tie after a laggard", []int{0, 1, 2, 3}, nil, map[int]p{1: {"replica", 7, 5, 0, ""}, 2: {"replica", 7, 9, 0, ""}, 3: {"replica", 7, 9, 0, ""}}, 2, "n1 at 5, n3 at 9"},
+		{"ahead but dead", []int{0, 1, 2}, []int{2}, map[int]p{1: {"replica", 7, 10, 0, ""}, 2: {"replica", 7, 300, 0, ""}}, 1, ""},
+		{"silent before none", []int{0, 1, 2, 3}, nil, map[int]p{1: {"dead", 0, 0, 0, ""}, 3: {"", 0, 0, 0, ""}}, 2, "no replica reported a copy, it is the first whose node did not answer; n1 holds no copy, n3 holds no copy"},
+		{"reported before silent", []int{0, 1, 2}, nil, map[int]p{2: {"replica", 7, 1, 0, ""}}, 2, "n1 did not answer"},
+		{"no copy anywhere", []int{0, 1, 2}, nil, map[int]p{1: {"dead", 0, 0, 0, ""}, 2: {"", 0, 0, 0, ""}}, 1, "no replica holds a copy"},
+		{"a move's target, active", []int{0, 1, 2}, nil, map[int]p{1: {"replica", 7, 10, 0, ""}, 2: {"active", 7, 11, 0, ""}}, 2, "seqno 11"},
 		{"none live", []int{0, 1, 2}, []int{1, 2}, nil, -1, ""},
-		{"empty slots", []int{0, -1, 2}, nil, map[int]p{2: {"replica", 7, 3, 0}}, 2, ""},
+		{"empty slots", []int{0, -1, 2}, nil, map[int]p{2: {"replica", 7, 3, 0, ""}}, 2, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			live := func(i int) bool {
@@ -63,7 +63,7 @@ func TestParsePositions(t *testing.T) {
 		{"vb_12", "dead"}, {"vb_12:uuid", "0"}, {"vb_12:high_seqno", "7"},
 		{"lease_ms_left", "100"}, {"vb_x:uuid", "1"},
 	})
-	want := map[int]copyPos{3: {"replica", 99, 41, 2}, 12: {"dead", 0, 7, 0}}
+	want := map[int]copyPos{3: {"replica", 99, 41, 2, ""}, 12: {"dead", 0, 7, 0, ""}}
 	if len(got) != len(want) || got[3] != want[3] || got[12] != want[12] {
 		t.Fatalf("parsePositions = %v, want %v", got, want)
 	}

@@ -46,6 +46,14 @@ import (
 //     makes sure the node it failed over stopped serving; the janitor,
 //     which asks only members, cannot (without intents, it would promote
 //     beside a failed node that still serves);
+//   - a replica that does not follow its row's source: where the row's
+//     active is active, a member the row names as a replica that holds
+//     no copy, or a replica fed from another node or from none (its
+//     REPLICATE lost with the leader that sent it, a consumer stopped
+//     behind the manager's back), is pointed at the row's source again
+//     (REPLICATE: the active, or in a chain the replica before it). A
+//     node that does not say where its replicas are fed from (no
+//     vb_N:source) is left alone;
 //   - an orphan: a replica or dead copy on a member that neither the map
 //     nor a planned move names for its vbucket is dropped (DEL_VBUCKET).
 //
@@ -75,19 +83,21 @@ func (r janitorRepair) String() string {
 		return fmt.Sprintf("vbucket %d: no member had it active: made active on %s, the map's active (%s)", r.VB, r.Node, r.Why)
 	case "dropped":
 		return fmt.Sprintf("vbucket %d: %s held an orphan copy: dropped (%s)", r.VB, r.Node, r.Why)
+	case "repointed":
+		return fmt.Sprintf("vbucket %d: replica %s made to follow %s again (%s)", r.VB, r.Node, r.Source, r.Why)
 	}
 	return fmt.Sprintf("vbucket %d: NOT repaired: %s", r.VB, r.Why)
 }
 
 // janitorKinds are the repairs' kinds, in the order they are done.
-var janitorKinds = []string{"deactivated", "activated", "dropped", "unrepaired"}
+var janitorKinds = []string{"deactivated", "activated", "repointed", "dropped", "unrepaired"}
 
 // janitorPlan compares s's map with pos, every member's answer, and
 // returns the repairs to do: stray actives first, then vbuckets with no
-// active, then orphans.
+// active, then replicas that do not follow their source, then orphans.
 func janitorPlan(s *State, pos map[string]map[int]copyPos) []janitorRepair {
 	var out []janitorRepair
-	var acts, orphans []janitorRepair
+	var acts, repoints, orphans []janitorRepair
 	for vb, row := range s.Map {
 		rowNames := make([]string, len(row))
 		for j, i := range row {
@@ -117,6 +127,31 @@ func janitorPlan(s *State, pos map[string]map[int]copyPos) []janitorRepair {
 			case (p.State == "replica" || p.State == "dead") && !named(a):
 				orphans = append(orphans, janitorRepair{Kind: "dropped", VB: vb, Node: a,
 					Why: fmt.Sprintf("a %s copy of %d items the map does not name", p.State, p.Items)})
+			}
+		}
+		if activeSeen {
+			for j, r := range rowNames {
+				if j == 0 || r == "" || r == active {
+					continue
+				}
+				q, listed := pos[r]
+				if !listed {
+					continue // not a member that answered
+				}
+				p, holds := q[vb]
+				want := replicaSource(rowNames, j, s.Chain)
+				var why string
+				switch {
+				case !holds:
+					why = "it holds no copy"
+				case p.State != "replica" || p.Source == "" || p.Source == want:
+					continue
+				case p.Source == "none":
+					why = "it followed no node"
+				default:
+					why = "it followed " + p.Source
+				}
+				repoints = append(repoints, janitorRepair{Kind: "repointed", VB: vb, Node: r, Source: want, Why: why})
 			}
 		}
 		if active == "" || activeSeen {
@@ -164,6 +199,7 @@ func janitorPlan(s *State, pos map[string]map[int]copyPos) []janitorRepair {
 		acts = append(acts, janitorRepair{Kind: "activated", VB: vb, Node: active, Why: why})
 	}
 	out = append(out, acts...)
+	out = append(out, repoints...)
 	return append(out, orphans...)
 }
 
@@ -251,6 +287,11 @@ func (m *Manager) janitorRound(ctx context.Context) []janitorRepair {
 			err = m.conn(ctx, r.Node, func(c *admin.Conn) error { return c.SetVBucket(r.VB, vbucket.Active) })
 		case "dropped":
 			err = m.conn(ctx, r.Node, func(c *admin.Conn) error { return c.DelVBucket(r.VB) })
+		case "repointed":
+			if !janitorRepoints {
+				continue
+			}
+			err = m.conn(ctx, r.Node, func(c *admin.Conn) error { return c.Replicate(r.VB, r.Source) })
 		}
 		if err != nil {
 			m.cfg.Logf("manager: janitor: %v: failed: %v", r, err)

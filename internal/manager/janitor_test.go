@@ -26,11 +26,18 @@ func TestJanitorPlan(t *testing.T) {
 		{2, 1},  // 6: c holds no copy, b none either: activated empty
 		{0, 2},  // 7: a holds no copy, its replica c does: not overruled
 		{2, 0},  // 8: c holds a replica, nobody active: a failover's promotion, not the janitor's
+		{0, 1},  // 9: b's replica follows c: pointed at a again
+		{0, 1},  // 10: b's replica follows nothing: pointed at a
+		{0, 1},  // 11: b does not say what its replica follows: left alone
+		{0, 1},  // 12: b holds no copy: made a replica of a
+		{0, 1},  // 13: b follows a: as it should be
 	}, Chain: false}
 	pos := map[string]map[int]copyPos{
-		"a": {0: {"active", 7, 10, 1}, 1: {"dead", 7, 30, 3}, 3: {"replica", 8, 5, 1}, 4: {"dead", 9, 10, 2}},
-		"b": {0: {"replica", 7, 10, 1}, 1: {"replica", 7, 30, 3}, 2: {"active", 1, 4, 1}, 3: {"replica", 8, 5, 1}, 4: {"replica", 9, 12, 2}, 5: {"pending", 2, 6, 1}},
-		"c": {2: {"active", 1, 4, 1}, 3: {"active", 8, 5, 1}, 7: {"replica", 3, 4, 2}, 8: {"replica", 4, 9, 1}},
+		"a": {0: {"active", 7, 10, 1, ""}, 1: {"dead", 7, 30, 3, ""}, 3: {"replica", 8, 5, 1, ""}, 4: {"dead", 9, 10, 2, ""},
+			9: {"active", 5, 1, 1, ""}, 10: {"active", 5, 1, 1, ""}, 11: {"active", 5, 1, 1, ""}, 12: {"active", 5, 1, 1, ""}, 13: {"active", 5, 1, 1, ""}},
+		"b": {0: {"replica", 7, 10, 1, ""}, 1: {"replica", 7, 30, 3, ""}, 2: {"active", 1, 4, 1, ""}, 3: {"replica", 8, 5, 1, ""}, 4: {"replica", 9, 12, 2, ""}, 5: {"pending", 2, 6, 1, ""},
+			9: {"replica", 5, 1, 1, "c"}, 10: {"replica", 5, 1, 1, "none"}, 11: {"replica", 5, 0, 0, ""}, 13: {"replica", 5, 1, 1, "a"}},
+		"c": {2: {"active", 1, 4, 1, ""}, 3: {"active", 8, 5, 1, ""}, 7: {"replica", 3, 4, 2, ""}, 8: {"replica", 4, 9, 1, ""}},
 	}
 	var got []string
 	for _, r := range janitorPlan(s, pos) {
@@ -44,6 +51,9 @@ func TestJanitorPlan(t *testing.T) {
 		"activated 6 c ",
 		"unrepaired 7 a ",
 		"unrepaired 8 c ",
+		"repointed 9 b a",
+		"repointed 10 b a",
+		"repointed 12 b a",
 		"dropped 3 b ",
 	}
 	if !slices.Equal(got, want) {
@@ -151,4 +161,70 @@ func TestJanitorRepairs(t *testing.T) {
 		p := parsePositions(lines)[stray]
 		return p.State == "replica" && p.Items >= 1
 	})
+}
+
+// TestJanitorRepointsAReplica: a replica the map names that follows the
+// wrong node, or nothing (its REPLICATE lost with the leader that sent
+// it, or a consumer stopped behind the manager's back), is pointed at its
+// row's source again by the janitor, and takes the active's writes. It
+// never was before: under --sync-replication every write of the vbucket
+// then waited for it in vain.
+func TestJanitorRepointsAReplica(t *testing.T) {
+	cli := startTestEtcd(t)
+	nodes := []*testNode{startNode(t, ""), startNode(t, ""), startNode(t, "")}
+	tm := newTestManager(t, cli, "janitor-repoint")
+	tm.m.cfg.JanitorInterval = 100 * time.Millisecond
+	tm.start(t)
+	ctx := context.Background()
+	for _, n := range nodes {
+		if err := tm.m.AddNode(ctx, n.addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tm.m.StartRebalance(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s := waitRebalanced(t, tm.m)
+	var withReplica []int
+	for vb, row := range s.Map {
+		if row[0] >= 0 && len(row) > 1 && row[1] >= 0 {
+			withReplica = append(withReplica, vb)
+		}
+	}
+	if len(withReplica) < 2 {
+		t.Fatalf("%d vbuckets with a replica: %v", len(withReplica), s.Map)
+	}
+	stopped, wrong := withReplica[0], withReplica[1]
+	activeOf := func(vb int) string { return s.server(s.Map[vb][0]) }
+	replicaOf := func(vb int) string { return s.server(s.Map[vb][1]) }
+	other := func(vb int) string { // the node that holds no copy of vb
+		for _, n := range nodes {
+			if n.addr != activeOf(vb) && n.addr != replicaOf(vb) {
+				return n.addr
+			}
+		}
+		t.Fatalf("every node holds vbucket %d", vb)
+		return ""
+	}
+	if err := testDial(t, replicaOf(stopped)).StopReplication(stopped); err != nil {
+		t.Fatal(err)
+	}
+	if err := testDial(t, replicaOf(wrong)).Replicate(wrong, other(wrong)); err != nil {
+		t.Fatal(err)
+	}
+	for _, vb := range []int{stopped, wrong} {
+		c := testDial(t, activeOf(vb))
+		if _, err := c.Do(protocol.OpSet, uint16(vb), make([]byte, 8), fmt.Appendf(nil, "after-%d", vb), []byte("w")); err != nil {
+			t.Fatal(err)
+		}
+		rc := testDial(t, replicaOf(vb))
+		waitFor(t, 10*time.Second, fmt.Sprintf("replica %s of vbucket %d to follow %s again and take its write", replicaOf(vb), vb, activeOf(vb)), func() bool {
+			lines, err := rc.Stats("vbucket " + fmt.Sprint(vb))
+			if err != nil {
+				return false
+			}
+			p := parsePositions(lines)[vb]
+			return p.State == "replica" && p.Items >= 1
+		})
+	}
 }

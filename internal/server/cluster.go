@@ -812,6 +812,16 @@ func (c *conn) vbucketStats(only int) {
 		uuid, high := cl.streams.Log.Lineage(vb)
 		c.statUint(p+":uuid", uuid)
 		c.statUint(p+":high_seqno", high)
+		if st == vbucket.Replica {
+			// Where it is fed from, for the manager's janitor, which
+			// points a replica that follows the wrong node, or none,
+			// at its row's source again.
+			src := cl.streams.ReplicaSource(vb)
+			if src == "" {
+				src = "none"
+			}
+			c.statLine(p+":source", src)
+		}
 	}
 	if l := &cl.lease; only < 0 && l.on.Load() {
 		left := max(l.until.Load()-monoNow(), 0)

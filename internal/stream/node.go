@@ -456,6 +456,14 @@ func (n *Node) Replicate(vb int, src string) error {
 	return nil
 }
 
+// ReplicaSource is the node vb is fed from here ("" when none: not a
+// replica, or its replication stopped).
+func (n *Node) ReplicaSource(vb int) string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.repOf[uint16(vb)]
+}
+
 // StopReplication stops feeding vb (it keeps its state and items). When it
 // returns, nothing more is applied to vb by replication.
 func (n *Node) StopReplication(vb int) {
