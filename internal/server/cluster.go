@@ -604,9 +604,10 @@ func (c *conn) binCluster(op protocol.Opcode, extras, key, rest []byte, vlen, hk
 			return skip()
 		}
 		// An operator's state change overrides a takeover running here
-		// (waiting for it to stop).
+		// or from here (waiting for it to stop).
 		c.mayBlock()
 		cl.streams.AbortTakeover(vb)
+		cl.streams.EndTakeoverFrom(vb)
 		if st != vbucket.Replica {
 			// A replica promoted (or dropped) stops following its source.
 			cl.streams.StopReplication(vb)
@@ -651,6 +652,7 @@ func (c *conn) binCluster(op protocol.Opcode, extras, key, rest []byte, vlen, hk
 		// vbucket, never a scan.
 		c.mayBlock()
 		cl.streams.AbortTakeover(vb)
+		cl.streams.EndTakeoverFrom(vb)
 		cl.streams.StopReplication(vb)
 		if _, err := cl.vbs.Set(vb, vbucket.Dead); err != nil {
 			c.binError(protocol.StatusInvalid)

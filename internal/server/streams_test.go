@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -296,6 +297,23 @@ func (b *binClient) stat(group, name string) string {
 	}
 }
 
+// statSuffix is the value of the first stat in group whose name ends in
+// suffix ("" when none).
+func (b *binClient) statSuffix(group, suffix string) string {
+	b.t.Helper()
+	b.send(protocol.OpStat, 0, nil, []byte(group), nil)
+	val := ""
+	for {
+		h, body := b.read()
+		if h.KeyLen == 0 {
+			return val
+		}
+		if name := string(body[:h.KeyLen]); val == "" && strings.HasSuffix(name, suffix) {
+			val = string(body[h.KeyLen:])
+		}
+	}
+}
+
 // TestReplicationAddsAndDropsStreamsLive: a replica node's connection to a
 // source takes vbuckets on and off while it runs. Adding one does not
 // reconnect (the streams already there go on), dropping one stops it at
@@ -496,5 +514,56 @@ func TestResumeAfterPromotionFollowsTheNewBranch(t *testing.T) {
 	}
 	if differ > 0 {
 		t.Errorf("%d of %d keys differ between R1 and the promoted R2 (e.g. %s)", differ, len(keys), sample)
+	}
+}
+
+// TestSetVBucketEndsATakeoverFromHere: SET_VBUCKET on a move's source
+// ends the takeover running from it, as it ends one running into a
+// target. A failover of a move's paused target makes the source active
+// again (once the target is fenced); the handover, held up meanwhile by
+// the silent target, must not go on afterwards. It did (issue 43, the
+// schedule's pause-target-mid-rb): held before the target turned
+// pending, it went on when the target resumed and turned the source dead
+// (the target, told it was out, took nothing: no active for 4 s, until
+// the janitor); held after the source turned dead, it told the target to
+// turn active beside the source set active again.
+func TestSetVBucketEndsATakeoverFromHere(t *testing.T) {
+	for _, hold := range []string{"VBCACHE_FAILPOINT_DRAINED_PAUSE", "VBCACHE_FAILPOINT_HANDOVER_PAUSE"} {
+		t.Run(hold, func(t *testing.T) {
+			t.Setenv(hold, "3s") // the source's Node reads it when it starts
+			_, addrA := startCluster(t, nil)
+			os.Unsetenv(hold)
+			_, addrB := startCluster(t, nil)
+			a, b, mover := dialBin(t, addrA), dialBin(t, addrB), dialBin(t, addrB)
+			const vb = 5
+			a.setState(vb, vbucket.Active)
+			keys := keysFor(vb, 50)
+			for i, k := range keys {
+				a.set(vb, k, fmt.Sprintf("v%d", i))
+			}
+			mover.send(stream.OpTakeover, vb, nil, []byte(addrA), nil)
+			want := vbucket.Pending // the drained hold: the handover has begun, the target not yet pending
+			if hold == "VBCACHE_FAILPOINT_HANDOVER_PAUSE" {
+				want = vbucket.Dead // dead here, pending there
+			}
+			waitFor(t, "the handover to reach its hold", func() bool {
+				if want == vbucket.Dead {
+					return a.state(vb) == vbucket.Dead
+				}
+				return a.statSuffix("streams", ":vb_5:phase") == "handover"
+			})
+			a.setState(vb, vbucket.Active) // as a failover's reactivate does
+			h, body := mover.read()        // the TAKEOVER's answer: whatever it is, it has ended
+			t.Logf("TAKEOVER answered %#x %q", h.Status, body)
+			if st := a.state(vb); st != vbucket.Active {
+				t.Errorf("source: %v after SET_VBUCKET active and the takeover's end, want active", st)
+			}
+			if st := b.state(vb); st == vbucket.Active {
+				t.Errorf("target: active beside the source set active again")
+			}
+			if st, v := a.get(vb, keys[0]); st != protocol.StatusOK || v != "v0" {
+				t.Errorf("source: get %s: %#x %q", keys[0], st, v)
+			}
+		})
 	}
 }

@@ -364,6 +364,39 @@ func (n *Node) AbortTakeover(vb int) {
 	<-run.done
 }
 
+// EndTakeoverFrom ends every takeover of vb from this node to another
+// (an operator's or a failover's SET_VBUCKET or DEL_VBUCKET here
+// overrides it, as AbortTakeover does on the target) and waits until each
+// has finished. A takeover stream has its connection to itself, which is
+// closed: a handover that made vb dead here and had not yet told its
+// consumer to turn active turns it back active (finish); one that had
+// told it leaves it dead. Without this, a handover held up by a silent
+// target (paused) went on when it answered again, after a failover had
+// made this copy active again: it turned it dead, or told the target to
+// turn active beside it (issue 43).
+func (n *Node) EndTakeoverFrom(vb int) {
+	if !endTakeovers {
+		return
+	}
+	var ps []*producer
+	n.mu.Lock()
+	for p := range n.producers {
+		p.mu.Lock()
+		for _, s := range p.streams {
+			if int(s.vb) == vb && s.takeover {
+				ps = append(ps, p)
+				break
+			}
+		}
+		p.mu.Unlock()
+	}
+	n.mu.Unlock()
+	for _, p := range ps {
+		p.nc.Close()
+		<-p.ended
+	}
+}
+
 // replicator keeps one consumer connection to a source node streaming the
 // vbuckets replicated from it, reconnecting with backoff. Its goroutine is
 // owned by the Node (Node.wg) and stops when its cancel is called: by

@@ -28,8 +28,9 @@ type producer struct {
 	name  string
 	named bool // name is the map's name for the consumer's node (OpenNamed)
 
-	poke chan struct{} // cap 1: new log entries, acknowledgements, new or closing streams
-	done chan struct{} // closed when the reader stops: the connection is gone
+	poke  chan struct{} // cap 1: new log entries, acknowledgements, new or closing streams
+	done  chan struct{} // closed when the reader stops: the connection is gone
+	ended chan struct{} // closed when ServeProducer has finished its streams (EndTakeoverFrom)
 
 	// mu protects streams, ctrl and unacked. The connection is never
 	// read, written or closed under it, and the writer is poked after it
@@ -106,9 +107,10 @@ const (
 // (its OPEN's flag, Node.ClusterName).
 func (n *Node) ServeProducer(nc net.Conn, buffered []byte, name string, named bool) {
 	p := &producer{n: n, nc: nc, name: name, named: named, poke: make(chan struct{}, 1), done: make(chan struct{}),
-		ents: make([]Entry, 0, logBatch)}
+		ended: make(chan struct{}), ents: make([]Entry, 0, logBatch)}
 	n.addProducer(p)
 	defer n.removeProducer(p)
+	defer close(p.ended)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
