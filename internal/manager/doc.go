@@ -50,7 +50,8 @@
 //   - The janitor (janitor.go): at the start and every JanitorInterval,
 //     when every member answers and nothing runs, compare the map with
 //     the copies the nodes report and repair a stray active, a vbucket no
-//     member has active and an orphan copy, each logged and counted.
+//     member has active, a replica that does not follow its row's source
+//     and an orphan copy, each logged and counted.
 //
 // # Rebalance
 //
@@ -115,7 +116,17 @@
 // vbucket that a rebalance was moving into the node, not yet committed,
 // is made active again on its source once the node is fenced (the move's
 // TAKEOVER is abandoned at once, move.Options.Abandon: the node may have
-// turned active with its answer lost, and the source's copy is dead).
+// turned active with its answer lost, and the source's copy is dead; the
+// SET_VBUCKET that makes the source active again also ends the handover
+// running from it, which the silent node held up).
+//
+// A failover waits for a running rebalance to stop, so nothing the
+// rebalance does may wait for the node being failed over (a paused
+// node's kernel accepts connections and never answers): config pushes
+// do not wait for it (pushConfigAcks), a move into it ends, its recovery
+// stops looking at it (move.Options.TargetLost), and a move's steps on a
+// replica there end (connUnlessFailing). The vbucket is then unserved for
+// about the lease plus --failover-after, as for any paused node.
 //
 // Nothing is promoted before the node has surely stopped serving
 // (fencing.go has the rule and its argument, as pure functions with

@@ -132,8 +132,10 @@
 // (recovery's waits stop then too); recovery then finds the target
 // silent, and the move is unresolved, for the failover to settle: it
 // fences the target and makes the source's copy active again (the
-// manager's failover.go). The build tag vbcache_unsafe_takeoverwatch
-// turns the watchdog off, for tests.
+// manager's failover.go). When Options.TargetLost says the target alone
+// is being failed over, recovery stops at once, even in the middle of a
+// look at it (vbcache_unsafe_targetwait turns that off). The build tag
+// vbcache_unsafe_takeoverwatch turns the watchdog off, for tests.
 package move
 
 import (
