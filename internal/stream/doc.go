@@ -103,6 +103,12 @@
 // source when the takeover began: that copy stays, a replica no longer
 // fed, since it may be the only one left if the source is gone.
 //
+// SET_VBUCKET or DEL_VBUCKET on either end ends the takeover there
+// (Node.AbortTakeover on the target, Node.EndTakeoverFrom on the source,
+// which closes the takeover's connection and waits for it): an
+// operator's or a failover's word overrides a handover, which would
+// otherwise go on when a silent target answered again.
+//
 // # Packets
 //
 // Binary protocol framing (24-byte header). vbucket in the header, opaque
