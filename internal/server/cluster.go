@@ -223,12 +223,12 @@ func (c *conn) admit(vb int) admission {
 //
 // A read waits too (syncReads): what it returns may be a write that no
 // replica has yet, which a failover would undo, so a client could see a
-// value and then its absence. A text or meta read that found a value
-// waits while its key's last write (Log.KeySeq) is not acknowledged by
-// the streams, a binary read while its vbucket's last is not; that is
-// rare and short where nothing is being written (a per-vbucket atomic
-// marks what is known replicated, at the cost of one load), and a read
-// whose wait runs out is answered with a refusal (syncReadUnsure).
+// value and then its absence. A read (text, meta or binary) that found
+// a value waits while its key's last write (Log.KeySeq) is not
+// acknowledged by the streams; that is rare and short where nothing is
+// being written (a per-vbucket atomic marks what is known replicated, at
+// the cost of one load), and a read whose wait runs out is answered with
+// a refusal (syncReadUnsure).
 func (c *conn) leaveVB() {
 	if c.entered == 0 {
 		return
@@ -560,7 +560,11 @@ func (c *conn) binCluster(op protocol.Opcode, extras, key, rest []byte, vlen, hk
 	switch {
 	case isKeyOp(op):
 		c.leaveVB()
-		c.syncKeyOK = false // a binary read waits for its vbucket's last write
+		if c.s.cfg.SyncReplication {
+			// A read waits for its key's last write (leaveVB). key is
+			// the request's whole key: binaryPacket has it in hand.
+			c.syncKey, c.syncKeyOK = append(c.syncKey[:0], key...), true
+		}
 		switch c.admit(vb) {
 		case admitServe:
 			return 0, 0, false

@@ -574,6 +574,14 @@ func TestSyncReplicationReadsWaitForTheirKey(t *testing.T) {
 	if got := read("mg "+keys[1]+" v\r\n", 1); got != "SERVER_ERROR temporary failure" {
 		t.Errorf("mg of the key written since: %q, want SERVER_ERROR temporary failure", got)
 	}
+	// Binary reads wait for their own key too (they waited for their
+	// vbucket's last write: the replicated key was refused as well).
+	if v, err := a.Do(protocol.OpGet, vb, nil, []byte(keys[0]), nil); err != nil || string(v) != "v0" {
+		t.Errorf("binary get of the replicated key: %q, %v; want v0", v, err)
+	}
+	if _, err := a.Do(protocol.OpGet, vb, nil, []byte(keys[1]), nil); !admin.IsStatus(err, protocol.StatusTmpFail) {
+		t.Errorf("binary get of the key written since: %v, want TMPFAIL", err)
+	}
 }
 
 // TestSyncReplicationSkipsAFailedOverReplica is issue 43's paused replica
