@@ -27,16 +27,7 @@ func TestSuccessorFinishesAHalfDoneFailover(t *testing.T) {
 	nodes := []*testNode{startNode(t, ""), startNode(t, ""), startNode(t, "")}
 	first := leaseManager(t, cli, "first")
 	first.start(t)
-	ctx := context.Background()
-	for _, n := range nodes {
-		if err := first.m.AddNode(ctx, n.addr); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := first.m.StartRebalance(ctx); err != nil {
-		t.Fatal(err)
-	}
-	s := waitRebalanced(t, first.m)
+	s := first.joinAll(t, nodes)
 	keys := testKeys()
 	writeKeys(t, s, keys)
 	a := nodes[0].addr

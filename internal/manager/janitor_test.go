@@ -1,7 +1,6 @@
 package manager
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -61,6 +60,29 @@ func TestJanitorPlan(t *testing.T) {
 	}
 }
 
+// janitorCluster starts three nodes and a manager whose janitor looks
+// every 100 ms, rebalances them, and returns at least need vbuckets with
+// a replica.
+func janitorCluster(t *testing.T, name string, need int) ([]*testNode, *State, []int) {
+	t.Helper()
+	cli := startTestEtcd(t)
+	nodes := []*testNode{startNode(t, ""), startNode(t, ""), startNode(t, "")}
+	tm := newTestManager(t, cli, name)
+	tm.m.cfg.JanitorInterval = 100 * time.Millisecond
+	tm.start(t)
+	s := tm.joinAll(t, nodes)
+	var withReplica []int
+	for vb, row := range s.Map {
+		if row[0] >= 0 && len(row) > 1 && row[1] >= 0 {
+			withReplica = append(withReplica, vb)
+		}
+	}
+	if len(withReplica) < need {
+		t.Fatalf("%d vbuckets with a replica: %v", len(withReplica), s.Map)
+	}
+	return nodes, s, withReplica
+}
+
 // TestJanitorRepairs: with every member answering and nothing running,
 // the leader's janitor repairs, on real nodes, what no other duty would:
 // a vbucket whose map active was left dead (a TAKEOVER whose answer was
@@ -70,30 +92,7 @@ func TestJanitorPlan(t *testing.T) {
 // Without the janitor (the vbcache_unsafe_janitor tag) they stay so: the
 // test fails.
 func TestJanitorRepairs(t *testing.T) {
-	cli := startTestEtcd(t)
-	nodes := []*testNode{startNode(t, ""), startNode(t, ""), startNode(t, "")}
-	tm := newTestManager(t, cli, "janitor")
-	tm.m.cfg.JanitorInterval = 100 * time.Millisecond
-	tm.start(t)
-	ctx := context.Background()
-	for _, n := range nodes {
-		if err := tm.m.AddNode(ctx, n.addr); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tm.m.StartRebalance(ctx); err != nil {
-		t.Fatal(err)
-	}
-	s := waitRebalanced(t, tm.m)
-	var withReplica []int
-	for vb, row := range s.Map {
-		if row[0] >= 0 && len(row) > 1 && row[1] >= 0 {
-			withReplica = append(withReplica, vb)
-		}
-	}
-	if len(withReplica) < 4 {
-		t.Fatalf("%d vbuckets with a replica: %v", len(withReplica), s.Map)
-	}
+	nodes, s, withReplica := janitorCluster(t, "janitor", 4)
 	dead, pending, stray, orphanVB := withReplica[0], withReplica[1], withReplica[2], withReplica[3]
 	activeOf := func(vb int) string { return s.server(s.Map[vb][0]) }
 	replicaOf := func(vb int) string { return s.server(s.Map[vb][1]) }
@@ -170,30 +169,7 @@ func TestJanitorRepairs(t *testing.T) {
 // never was before: under --sync-replication every write of the vbucket
 // then waited for it in vain.
 func TestJanitorRepointsAReplica(t *testing.T) {
-	cli := startTestEtcd(t)
-	nodes := []*testNode{startNode(t, ""), startNode(t, ""), startNode(t, "")}
-	tm := newTestManager(t, cli, "janitor-repoint")
-	tm.m.cfg.JanitorInterval = 100 * time.Millisecond
-	tm.start(t)
-	ctx := context.Background()
-	for _, n := range nodes {
-		if err := tm.m.AddNode(ctx, n.addr); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tm.m.StartRebalance(ctx); err != nil {
-		t.Fatal(err)
-	}
-	s := waitRebalanced(t, tm.m)
-	var withReplica []int
-	for vb, row := range s.Map {
-		if row[0] >= 0 && len(row) > 1 && row[1] >= 0 {
-			withReplica = append(withReplica, vb)
-		}
-	}
-	if len(withReplica) < 2 {
-		t.Fatalf("%d vbuckets with a replica: %v", len(withReplica), s.Map)
-	}
+	nodes, s, withReplica := janitorCluster(t, "janitor-repoint", 2)
 	stopped, wrong := withReplica[0], withReplica[1]
 	activeOf := func(vb int) string { return s.server(s.Map[vb][0]) }
 	replicaOf := func(vb int) string { return s.server(s.Map[vb][1]) }

@@ -152,6 +152,22 @@ func (tm *testManager) start(t *testing.T) {
 	})
 }
 
+// joinAll adds every node to tm's cluster and rebalances, and returns the
+// rebalanced state.
+func (tm *testManager) joinAll(t *testing.T, nodes []*testNode) *State {
+	t.Helper()
+	ctx := context.Background()
+	for _, n := range nodes {
+		if err := tm.m.AddNode(ctx, n.addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tm.m.StartRebalance(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return waitRebalanced(t, tm.m)
+}
+
 func (tm *testManager) kill() {
 	tm.cancel()
 	<-tm.ran
@@ -585,15 +601,7 @@ func TestMoveIntoReplicaKeepsAReplica(t *testing.T) {
 	}
 	tm.start(t)
 	ctx := context.Background()
-	for _, n := range nodes {
-		if err := tm.m.AddNode(ctx, n.addr); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tm.m.StartRebalance(ctx); err != nil {
-		t.Fatal(err)
-	}
-	s := waitRebalanced(t, tm.m)
+	s := tm.joinAll(t, nodes)
 	keys := testKeys()
 	writeKeys(t, s, keys)
 	mu.Lock()
@@ -669,16 +677,8 @@ func TestMoveNotDoneDropsBuiltReplica(t *testing.T) {
 		stopped.stop() // the target: the move's preflight fails
 	}
 	tm.start(t)
+	tm.joinAll(t, nodes)
 	ctx := context.Background()
-	for _, n := range nodes {
-		if err := tm.m.AddNode(ctx, n.addr); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tm.m.StartRebalance(ctx); err != nil {
-		t.Fatal(err)
-	}
-	waitRebalanced(t, tm.m)
 	mu.Lock()
 	removing = true
 	mu.Unlock()
@@ -748,15 +748,7 @@ func TestSwapKeepsOldCopy(t *testing.T) {
 	}
 	tm.start(t)
 	ctx := context.Background()
-	for _, n := range nodes {
-		if err := tm.m.AddNode(ctx, n.addr); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tm.m.StartRebalance(ctx); err != nil {
-		t.Fatal(err)
-	}
-	s := waitRebalanced(t, tm.m)
+	s := tm.joinAll(t, nodes)
 	keys := testKeys()
 	writeKeys(t, s, keys)
 	before := slices.Clone(s.Map[vb])
@@ -818,15 +810,7 @@ func TestFailoverAfterSwapKeepsOldCopy(t *testing.T) {
 	tm := newTestManager(t, cli, "m1")
 	tm.start(t)
 	ctx := context.Background()
-	for _, n := range nodes {
-		if err := tm.m.AddNode(ctx, n.addr); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tm.m.StartRebalance(ctx); err != nil {
-		t.Fatal(err)
-	}
-	s := waitRebalanced(t, tm.m)
+	s := tm.joinAll(t, nodes)
 	keys := testKeys()
 	writeKeys(t, s, keys)
 	const vb = 5

@@ -22,15 +22,7 @@ func TestDeposedLeaderIsFenced(t *testing.T) {
 	first := newTestManager(t, cli, "first")
 	first.start(t)
 	ctx := context.Background()
-	for _, n := range nodes {
-		if err := first.m.AddNode(ctx, n.addr); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := first.m.StartRebalance(ctx); err != nil {
-		t.Fatal(err)
-	}
-	s := waitRebalanced(t, first.m)
+	s := first.joinAll(t, nodes)
 	old := first.m.term.Load()
 	if old == 0 {
 		t.Fatal("the leader has no term")

@@ -284,32 +284,29 @@ func TestReplicationStarAndChain(t *testing.T) {
 // stat returns one statistic of a group ("" for the general ones).
 func (b *binClient) stat(group, name string) string {
 	b.t.Helper()
-	b.send(protocol.OpStat, 0, nil, []byte(group), nil)
-	val := ""
-	for {
-		h, body := b.read()
-		if h.KeyLen == 0 {
-			return val
-		}
-		if string(body[:h.KeyLen]) == name {
-			val = string(body[h.KeyLen:])
-		}
-	}
+	return b.statWhere(group, func(n string) bool { return n == name })
 }
 
 // statSuffix is the value of the first stat in group whose name ends in
 // suffix ("" when none).
 func (b *binClient) statSuffix(group, suffix string) string {
 	b.t.Helper()
+	return b.statWhere(group, func(n string) bool { return strings.HasSuffix(n, suffix) })
+}
+
+// statWhere is the value of the first stat in group whose name match
+// takes ("" when none).
+func (b *binClient) statWhere(group string, match func(name string) bool) string {
+	b.t.Helper()
 	b.send(protocol.OpStat, 0, nil, []byte(group), nil)
-	val := ""
+	val, found := "", false
 	for {
 		h, body := b.read()
 		if h.KeyLen == 0 {
 			return val
 		}
-		if name := string(body[:h.KeyLen]); val == "" && strings.HasSuffix(name, suffix) {
-			val = string(body[h.KeyLen:])
+		if name := string(body[:h.KeyLen]); !found && match(name) {
+			val, found = string(body[h.KeyLen:]), true
 		}
 	}
 }

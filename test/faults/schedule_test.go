@@ -936,16 +936,10 @@ func (s *sched) runFault(l *load, rng *rand.Rand, f string) stepResult {
 		s.lab.Heal(victim)
 		healAt = time.Now()
 	case fIsolateNode:
-		for _, h := range s.allHosts() {
-			if h != victim {
-				s.lab.Partition(h, victim)
-			}
-		}
+		s.isolate(victim)
 		s.waitFor("the failover of "+va, 60*time.Second, failedOver)
 		ended()
-		for _, h := range s.allHosts() {
-			s.lab.Heal(h)
-		}
+		s.healAll()
 		healAt = time.Now()
 	case fPauseNode:
 		s.nodes[vi].Signal(syscall.SIGSTOP)
@@ -1014,7 +1008,7 @@ func (s *sched) runFault(l *load, rng *rand.Rand, f string) stepResult {
 		ended()
 		healAt = time.Now()
 		s.startNode(vi)
-	case fPauseTargetMidReb:
+	case fPauseTargetMidReb, fCutTargetMidReb:
 		s.movingRebalance(members) // the victim joins: vbuckets move into it
 		if r.lossy {
 			// What it holds or is being given by now, and how far its
@@ -1023,27 +1017,17 @@ func (s *sched) runFault(l *load, rng *rand.Rand, f string) stepResult {
 			r.behind = s.behind(va)
 		}
 		start = time.Now()
-		s.nodes[vi].Signal(syscall.SIGSTOP)
-		s.waitFor("the failover of "+va, 60*time.Second, failedOver)
-		ended()
-		s.nodes[vi].Signal(syscall.SIGCONT)
-		healAt = time.Now()
-	case fCutTargetMidReb:
-		s.movingRebalance(members) // the victim joins: vbuckets move into it
-		if r.lossy {
-			activeOn(s.config(), va, r.vbs)
-			r.behind = s.behind(va)
-		}
-		start = time.Now()
-		for _, h := range s.allHosts() {
-			if h != victim {
-				s.lab.Partition(h, victim)
-			}
+		if f == fPauseTargetMidReb {
+			s.nodes[vi].Signal(syscall.SIGSTOP)
+		} else {
+			s.isolate(victim)
 		}
 		s.waitFor("the failover of "+va, 60*time.Second, failedOver)
 		ended()
-		for _, h := range s.allHosts() {
-			s.lab.Heal(h)
+		if f == fPauseTargetMidReb {
+			s.nodes[vi].Signal(syscall.SIGCONT)
+		} else {
+			s.healAll()
 		}
 		healAt = time.Now()
 	case fKillNodeKillLeader:
@@ -1278,6 +1262,22 @@ func (s *sched) movingRebalance(members []int) int {
 		return st.Rebalance != nil && st.Rebalance.Running && st.Rebalance.Done >= 1 && lead >= 0
 	})
 	return lead
+}
+
+// isolate cuts victim off from every other host, both ways.
+func (s *sched) isolate(victim *netlab.Host) {
+	for _, h := range s.allHosts() {
+		if h != victim {
+			s.lab.Partition(h, victim)
+		}
+	}
+}
+
+// healAll ends every cut and partition.
+func (s *sched) healAll() {
+	for _, h := range s.allHosts() {
+		s.lab.Heal(h)
+	}
 }
 
 // restartManager starts killed manager i again and waits for one leader.
