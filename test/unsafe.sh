@@ -25,6 +25,7 @@ checks=(
   "janitor       ./internal/manager TestJanitorRepairs"
   "janitorrepoint ./internal/manager TestJanitorRepointsAReplica"
   "restartactives ./internal/manager TestRestartedNodeGivenAReplica"
+  "restartmidrb  ./internal/manager TestRestartedNodeMidRebalance"
   "emptysource   ./internal/move    TestRecoverAfterSourceRestart"
   "syncreads     ./test/streams     TestSyncReplicationReadsWaitForReplicas,TestSyncReplicationReadsWaitForTheirKey -vbcache-tags=vbcache_unsafe_syncreads"
   "syncoutsiders ./test/streams     TestSyncReplicationSkipsAFailedOverReplica -vbcache-tags=vbcache_unsafe_syncoutsiders"

@@ -235,7 +235,7 @@ func (m *Manager) probeLoop(ctx context.Context) {
 			m.mu.Lock()
 			h := m.health[a]
 			down := h != nil && !h.OK && !h.DownSince.IsZero() && now.Sub(h.DownSince) >= m.cfg.FailoverAfter
-			lost := h != nil && h.OK && h.restart.lost() && !rebalancing(s)
+			lost := h != nil && h.OK && h.restart.lostDuring(rebalancing(s))
 			holds := 0
 			if lost {
 				holds = h.restart.actives
@@ -306,6 +306,7 @@ func (m *Manager) grantLoop(ctx context.Context, addr string) {
 				}
 				f = m.restartFacts(count)
 				f.busy = f.busy || f0.busy || f.rev != f0.rev || f.epoch != f0.epoch
+				f.rebalance = f.rebalance || f0.rebalance
 			}
 			var seen restartSeen
 			m.mu.Lock()
@@ -316,7 +317,7 @@ func (m *Manager) grantLoop(ctx context.Context, addr string) {
 			}
 			if err == nil {
 				h.OK, h.LastOK, h.DownSince, h.Err = true, now, time.Time{}, ""
-				seen = h.restart.answered(ans, f.actives, f.busy)
+				seen = h.restart.answered(ans, f.actives, f.busy, f.rebalance)
 			} else {
 				if h.OK || h.DownSince.IsZero() {
 					h.DownSince = now

@@ -38,6 +38,11 @@ import (
 // gives it count too (a move into it, begun before the restart, may have
 // given it one active back); the mark ends when it holds as many.
 //
+// A rebalance holds the count off, except for a node that showed a new
+// incarnation: it lost what it held whatever the moves do, and a
+// rebalance may wait for it (the vbcache_unsafe_restartmidrb build tag
+// holds the count off for it too, as before).
+//
 // The guards are for the moments when a node rightly holds less than
 // the map says, which are short: a move commits its new active only once
 // the target is active (DESIGN.md §3), but the answer is counted when it
@@ -85,9 +90,15 @@ type restartSeen struct {
 }
 
 // answered records an answer a, read while the map gave the node actives
-// actives; busy says a rebalance or a failover ran, or the map changed,
-// between the grant's sending and the map's reading.
-func (w *restartWatch) answered(a admin.LeaseAnswer, actives int, busy bool) restartSeen {
+// actives; busy says a failover ran, or the map changed, and rebalance
+// that a rebalance ran, between the grant's sending and the map's
+// reading. A running rebalance does not hold the count off once a new
+// incarnation was seen: that node lost what it held, and a rebalance
+// may not end without its failover (one waited for the restarted node,
+// made a replica by its old process, to catch up: the schedule's
+// restart-node-mid-rb). The map unchanged across each answer, twice in a
+// row, still guards against a move into it that committed meanwhile.
+func (w *restartWatch) answered(a admin.LeaseAnswer, actives int, busy, rebalance bool) restartSeen {
 	var seen restartSeen
 	if !a.Known {
 		*w = restartWatch{}
@@ -96,6 +107,9 @@ func (w *restartWatch) answered(a admin.LeaseAnswer, actives int, busy bool) res
 	if w.known && w.incarnation != a.Incarnation {
 		seen.Was = w.incarnation
 		w.restarted = true
+	}
+	if rebalance && !(w.restarted && restartCountsActives && restartMidRebalance) {
+		busy = true // as lostDuring has it
 	}
 	have := a.Held
 	if a.ActivesKnown && restartCountsActives {
@@ -116,6 +130,12 @@ func (w *restartWatch) answered(a admin.LeaseAnswer, actives int, busy bool) res
 // lost reports whether the node restarted and lost its data: the rule
 // above held on restartAnswers answers in a row.
 func (w *restartWatch) lost() bool { return w.empty >= restartAnswers }
+
+// lostDuring is lost, while a rebalance runs or not: during one, only a
+// node that showed a new incarnation counts.
+func (w *restartWatch) lostDuring(rebalance bool) bool {
+	return w.lost() && (!rebalance || w.restarted && restartCountsActives && restartMidRebalance)
+}
 
 // activesOf counts the vbuckets s's map gives addr as active.
 func activesOf(s *State, addr string) int {
@@ -138,7 +158,8 @@ func rebalancing(s *State) bool { return s != nil && s.Rebalance != nil && s.Reb
 // restartFacts is what an answer is compared with: the current map's.
 type restartFacts struct {
 	epoch, rev int64
-	busy       bool // a rebalance or a failover runs
+	busy       bool // a failover runs
+	rebalance  bool // a rebalance runs
 	actives    int  // the vbuckets the map gives the node as active
 }
 
@@ -147,7 +168,7 @@ type restartFacts struct {
 func (m *Manager) restartFacts(addr string) restartFacts {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	f := restartFacts{busy: m.failovers > 0 || rebalancing(m.st)}
+	f := restartFacts{busy: m.failovers > 0, rebalance: rebalancing(m.st)}
 	if m.st != nil {
 		f.epoch, f.rev = m.st.RevEpoch, m.st.Rev
 		if addr != "" {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,9 +28,10 @@ func TestRestartWatch(t *testing.T) {
 	type answer struct {
 		inc     uint64 // 0: an older node's empty answer
 		held    int
-		act     int // the actives it holds; -1: not said (a 12-byte answer)
-		actives int // the map's
-		busy    bool
+		act     int    // the actives it holds; -1: not said (a 12-byte answer)
+		actives int    // the map's
+		busy    bool   // a failover ran, or the map changed
+		reb     bool   // a rebalance ran
 		lost    bool   // lost() after it
 		changed uint64 // restartSeen.Was
 	}
@@ -88,6 +90,23 @@ func TestRestartWatch(t *testing.T) {
 			{inc: 1, held: 0, act: 0, actives: 4},
 			{inc: 1, held: 0, act: 0, actives: 4, lost: true},
 		}},
+		{"a rebalance runs", []answer{
+			{inc: 1, held: 0, act: 0, actives: 4, reb: true},
+			{inc: 1, held: 0, act: 0, actives: 4, reb: true},
+			{inc: 1, held: 0, act: 0, actives: 4},
+			{inc: 1, held: 0, act: 0, actives: 4, lost: true},
+		}},
+		{"restarted while a rebalance runs", []answer{
+			{inc: 1, held: 40, act: 20, actives: 20, reb: true},
+			{inc: 2, held: 1, act: 0, actives: 20, reb: true, changed: 1},
+			{inc: 2, held: 1, act: 0, actives: 20, reb: true, lost: true},
+		}},
+		{"restarted while a rebalance moves vbuckets into it", []answer{
+			{inc: 1, held: 4, act: 2, actives: 2, reb: true},
+			{inc: 2, held: 1, act: 1, actives: 2, reb: true, busy: true, changed: 1}, // the map changed meanwhile
+			{inc: 2, held: 2, act: 2, actives: 3, reb: true, busy: true},
+			{inc: 2, held: 3, act: 3, actives: 3, reb: true},
+		}},
 		{"the map gives it replicas only", []answer{
 			{inc: 1, held: 0, act: 0, actives: 0},
 			{inc: 1, held: 0, act: 0, actives: 0},
@@ -115,10 +134,10 @@ func TestRestartWatch(t *testing.T) {
 				if a.act >= 0 && a.inc != 0 {
 					ans.Actives, ans.ActivesKnown = a.act, true
 				}
-				seen := w.answered(ans, a.actives, a.busy)
+				seen := w.answered(ans, a.actives, a.busy, a.reb)
 				if seen.Was != a.changed || w.lost() != a.lost {
-					t.Fatalf("answer %d %+v (map: %d actives, busy %v): incarnation change from %#x (want %#x), lost %v (want %v)",
-						i, ans, a.actives, a.busy, seen.Was, a.changed, w.lost(), a.lost)
+					t.Fatalf("answer %d %+v (map: %d actives, busy %v, rebalance %v): incarnation change from %#x (want %#x), lost %v (want %v)",
+						i, ans, a.actives, a.busy, a.reb, seen.Was, a.changed, w.lost(), a.lost)
 				}
 			}
 		})
@@ -353,4 +372,78 @@ func TestRestartedNodeGivenAReplica(t *testing.T) {
 		return s.Rebalance != nil && s.Rebalance.Started.After(since) && !s.Rebalance.Running
 	})
 	checkCluster(t, m.State(), []string{nodes[1].addr, nodes[2].addr}, keys)
+}
+
+// TestRestartedNodeMidRebalance: a node killed and started again, empty,
+// while a rebalance runs is failed over all the same once its answers
+// show the new incarnation. The rule held off while any rebalance ran,
+// and the schedule's restart-node-mid-rb met a rebalance that could not
+// end without that failover (it waited two minutes for the restarted
+// node, made a replica by the old process, to catch up): the node's 17
+// actives were served by no one for the 60 s the test waited. Here the
+// rebalance is held at a move (the test hook) until a failover stops it;
+// the map does not change meanwhile.
+func TestRestartedNodeMidRebalance(t *testing.T) {
+	cli := startTestEtcd(t)
+	nodes := []*testNode{startNode(t, ""), startNode(t, ""), startNode(t, "")}
+	m, err := New(Config{Etcd: cli, Advertise: "http://restart-midrb-test", NumVBuckets: testVBuckets, Replicas: 1,
+		SessionTTL: 1, ProbeInterval: 200 * time.Millisecond, FailoverAfter: time.Hour, MaxMoves: 1,
+		Logf: func(format string, args ...any) { t.Log("manager: " + fmt.Sprintf(format, args...)) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hold atomic.Bool
+	held := make(chan struct{}, 1)
+	m.hook = func(step string, vb int) {
+		if step != "move" || !hold.Load() {
+			return
+		}
+		select {
+		case held <- struct{}{}:
+		default:
+		}
+		// Until a failover stops the rebalance, or the test gives up.
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) {
+			if s := m.State(); s.Rebalance == nil || s.Rebalance.Stopping {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	tm := &testManager{m: m, ran: make(chan struct{})}
+	tm.start(t)
+	s := tm.joinAll(t, nodes[:2])
+	writeKeys(t, s, testKeys())
+	a := nodes[0].addr
+	if activesOf(s, a) == 0 {
+		t.Fatalf("the map gives %s no active: %v", a, s.Map)
+	}
+	waitFor(t, 10*time.Second, "the node's incarnation in /status", func() bool {
+		for _, n := range m.Status().Nodes {
+			if n.Addr == a {
+				return n.Incarnation != "" && n.Holds != nil && *n.Holds > 0
+			}
+		}
+		return false
+	})
+	hold.Store(true)
+	ctx := context.Background()
+	if err := m.AddNode(ctx, nodes[2].addr); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.StartRebalance(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no move reached the hook")
+	}
+	nodes[0].stop()
+	_, port, _ := net.SplitHostPort(a)
+	startNodeWith(t, "", func(c *server.Config) { c.Port, _ = strconv.Atoi(port) })
+	since := time.Now()
+	waitFor(t, 10*time.Second, a+", restarted mid-rebalance, failed over", func() bool { return slices.Contains(m.State().FailedOver, a) })
+	t.Logf("failed over %v after the restart", time.Since(since).Round(time.Millisecond))
 }
