@@ -15,6 +15,8 @@ import (
 
 	"github.com/anishathalye/porcupine"
 
+	"github.com/vbcache/vbcache/internal/admin"
+	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/vbmap"
 	"github.com/vbcache/vbcache/internal/vbucket"
 	"github.com/vbcache/vbcache/memcache"
@@ -32,9 +34,14 @@ import (
 // in the background, and the unfenced node never answers NOT_MY_VBUCKET or
 // TMPFAIL, so nothing tells it otherwise. A second group, made after the
 // failover from the other nodes' map, reads and writes the same keys on
-// the promoted replicas. At the end a probe per key makes a violation
-// certain, whatever the load did: the old group writes a value, the new
-// group then writes another, and the old group reads the first one back.
+// the promoted replicas. A probe makes a violation certain, whatever the
+// load did: keys of their own, written through the old map before the
+// fault (replicated, so the unfenced node serves them at once; a write
+// through it after the fault is never confirmed under
+// --sync-replication, and a read of that key waits for it and is
+// refused), written again through the new map after the failover, and
+// read through the old map: the unfenced node answers with the first
+// value.
 //
 // The check must find the history not linearizable, and porcupine's HTML
 // (written to $VBCACHE_ARTIFACTS, else the temporary directory) must show
@@ -97,6 +104,15 @@ func TestCheckerCatchesUnfencedNode(t *testing.T) {
 		load(id, oldMC, oldPerClient, &stopOld, &oldOps)
 	}
 	c.waitFor("some history before the fault", 30*time.Second, func() bool { return rec.Len() >= 200 })
+	// The probe's keys, written once before the fault, replicated: the
+	// unfenced node serves them afterwards without waiting (a read under
+	// --sync-replication waits for its own key's last write only).
+	probes := unfencedProbeKeys(t, before, va, 8)
+	for i, k := range probes {
+		if o := unfencedOp(rec, 4, oldMC, history.Input{Kind: history.Set, Key: k, Value: fmt.Sprintf("probe-old-%d", i)}); o.Outcome != history.OK {
+			t.Fatalf("the probe's write of %s before the fault: %+v", k, o)
+		}
+	}
 
 	c.lab.Cut(c.mgr, victim)
 	cutAt, cutOps := time.Now(), rec.Len()
@@ -159,12 +175,25 @@ func TestCheckerCatchesUnfencedNode(t *testing.T) {
 	// through the new one, then a read through the old map. The unfenced
 	// node answers that read with the first value, which the second write
 	// had overwritten for every client that completed after it.
+	// The probe's reads go to the unfenced node itself, as a client
+	// that kept the old map sends them: oldMC may have fetched the new
+	// map by now (a refusal makes it ask).
 	stale := 0
-	for i, k := range keys {
-		first := unfencedOp(rec, 4, oldMC, history.Input{Kind: history.Set, Key: k, Value: fmt.Sprintf("probe-old-%d", i)})
+	vc := c.dial(va)
+	for i, k := range probes {
 		second := unfencedOp(rec, 4, newMC, history.Input{Kind: history.Set, Key: k, Value: fmt.Sprintf("probe-new-%d", i)})
-		read := unfencedOp(rec, 4, oldMC, history.Input{Kind: history.Get, Key: k})
-		if first.Outcome == history.OK && second.Outcome == history.OK && read.Hit && read.Value == fmt.Sprintf("probe-old-%d", i) {
+		end := rec.Begin(5, history.Input{Kind: history.Get, Key: k})
+		var read history.Output
+		v, err := vc.Do(protocol.OpGet, uint16(vbmap.VBucketString(k, vbuckets)), nil, []byte(k), nil)
+		switch {
+		case admin.IsStatus(err, protocol.StatusKeyNotFound):
+		case err != nil:
+			read.Outcome = history.Unknown
+		default:
+			read.Hit, read.Value = true, string(v)
+		}
+		end(read)
+		if second.Outcome == history.OK && read.Hit && read.Value == fmt.Sprintf("probe-old-%d", i) {
 			stale++
 		}
 	}
@@ -184,7 +213,7 @@ func TestCheckerCatchesUnfencedNode(t *testing.T) {
 	res := history.Check(h, 60*time.Second)
 	bad := unfencedViolations(h)
 	t.Logf("%d operations (%d without a definite answer), %d of %d probes read the overwritten value from %s; linearizable %v (checked in %v); keys with a violation: %d of %d %v (%d before the probe)",
-		len(h), unsure, stale, len(keys), va, res.OK, time.Since(checkAt).Round(time.Millisecond), len(bad), len(keys), bad, len(loadBad))
+		len(h), unsure, stale, len(probes), va, res.OK, time.Since(checkAt).Round(time.Millisecond), len(bad), len(keys)+len(probes), bad, len(loadBad))
 	switch {
 	case res.OK && stale == 0:
 		t.Fatalf("the history is linearizable, but the unfenced node never served an overwritten value: the scenario did not happen")
@@ -221,6 +250,24 @@ func startClusterBin(t *testing.T, bin string, nodeFlags []string, mgrFlags ...s
 
 // unfencedKeys returns n keys in n different vbuckets that cfg makes
 // active on addr, each with a replica.
+// unfencedProbeKeys is n keys, other than unfencedKeys', of vbuckets
+// that cfg makes addr the active of, with a replica.
+func unfencedProbeKeys(t *testing.T, cfg *vbmap.Config, addr string, n int) []string {
+	t.Helper()
+	me := slices.Index(cfg.VBucketServerMap.ServerList, addr)
+	var keys []string
+	for i := 0; len(keys) < n && i < 100000; i++ {
+		k := fmt.Sprintf("probe-%d", i)
+		if row := cfg.VBucketServerMap.VBucketMap[vbmap.VBucketString(k, vbuckets)]; row[0] == me && len(row) > 1 && row[1] >= 0 {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) < n {
+		t.Fatalf("only %d probe keys in vbuckets active on %s with a replica", len(keys), addr)
+	}
+	return keys
+}
+
 func unfencedKeys(t *testing.T, cfg *vbmap.Config, addr string, n int) []string {
 	t.Helper()
 	me := slices.Index(cfg.VBucketServerMap.ServerList, addr)
