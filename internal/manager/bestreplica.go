@@ -32,6 +32,13 @@ func (p copyPos) holds() bool {
 	return p.State == "replica" || p.State == "active" || p.State == "pending"
 }
 
+// unborn reports a copy with no lineage yet: a vbucket set replica (or
+// pending) that no stream has fed since it was created or deleted. Its
+// high seqno is what the node numbered before (sequence numbers keep
+// growing across a DEL_VBUCKET), not anything it holds, so it ranks with
+// the copies that hold nothing.
+func (p copyPos) unborn() bool { return p.holds() && p.UUID == 0 }
+
 // positions asks each of addrs, at once and for at most a second each,
 // for the positions of its copies ("stats vbucket": one request a node,
 // whatever the number of vbuckets). A node that does not answer is absent
@@ -107,8 +114,9 @@ func parsePositions(lines [][2]string) map[int]copyPos {
 // holds the most of the failed active's history, that is the highest
 // seqno its node reports for a copy it holds (pos), ties going by row
 // order. Replicas whose node did not answer (pos false) come after every
-// one that reported a copy, and replicas that reported none come last: a
-// promotion there makes the vbucket active, empty. It returns -1 when no
+// one that reported a copy, and replicas that reported none, or a copy
+// with no lineage yet (unborn), come last: a promotion there makes the
+// vbucket active, empty. It returns -1 when no
 // replica is live, and says why it chose as it did where that is worth
 // saying (the replicas' positions differ, or one came before it in row
 // order): "" otherwise.
@@ -131,7 +139,7 @@ func bestReplica(row []int, live func(int) bool, pos func(i int) (copyPos, bool)
 		switch {
 		case !ok:
 			return silent, p
-		case !p.holds():
+		case !p.holds() || (promoteBest && p.unborn()):
 			return none, p
 		}
 		return reported, p
@@ -170,8 +178,12 @@ func bestReplica(row []int, live func(int) bool, pos func(i int) (copyPos, bool)
 		case silent:
 			fmt.Fprintf(&b, "%s did not answer", name(r))
 			differ = true
-		default:
-			fmt.Fprintf(&b, "%s holds no copy", name(r))
+		case none:
+			if p.unborn() {
+				fmt.Fprintf(&b, "%s has no lineage yet (seqno %d)", name(r), p.Seqno)
+			} else {
+				fmt.Fprintf(&b, "%s holds no copy", name(r))
+			}
 			differ = true
 		}
 	}

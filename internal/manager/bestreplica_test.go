@@ -31,6 +31,8 @@ func TestBestReplica(t *testing.T) {
 		{"reported before silent", []int{0, 1, 2}, nil, map[int]p{2: {"replica", 7, 1, 0, ""}}, 2, "n1 did not answer"},
 		{"no copy anywhere", []int{0, 1, 2}, nil, map[int]p{1: {"dead", 0, 0, 0, ""}, 2: {"", 0, 0, 0, ""}}, 1, "no replica holds a copy"},
 		{"a move's target, active", []int{0, 1, 2}, nil, map[int]p{1: {"replica", 7, 10, 0, ""}, 2: {"active", 7, 11, 0, ""}}, 2, "seqno 11"},
+		{"a copy with no lineage", []int{0, 1, 2}, nil, map[int]p{1: {"replica", 0, 1126, 0, ""}, 2: {"replica", 7, 1126, 0, ""}}, 2, "n1 has no lineage yet"},
+		{"only a copy with no lineage", []int{0, 1, 2}, nil, map[int]p{1: {"replica", 0, 1126, 0, ""}, 2: {"dead", 0, 0, 0, ""}}, 1, "no replica holds a copy"},
 		{"none live", []int{0, 1, 2}, []int{1, 2}, nil, -1, ""},
 		{"empty slots", []int{0, -1, 2}, nil, map[int]p{2: {"replica", 7, 3, 0, ""}}, 2, ""},
 	} {

@@ -176,7 +176,10 @@ func janitorPlan(s *State, pos map[string]map[int]copyPos) []janitorRepair {
 				continue
 			}
 			switch {
-			case !listed && q.Items > 0:
+			case (!listed || p.UUID == 0) && q.Items > 0:
+				// The map's active holds no copy, or one with no
+				// lineage (nothing a stream fed it since a DEL_VBUCKET:
+				// its seqno is not what it holds).
 				ahead = append(ahead, fmt.Sprintf("%s holds %d items", r, q.Items))
 			case listed && q.UUID == p.UUID && q.Seqno > p.Seqno:
 				ahead = append(ahead, fmt.Sprintf("%s is at seqno %d", r, q.Seqno))

@@ -30,13 +30,14 @@ func TestJanitorPlan(t *testing.T) {
 		{0, 1},  // 11: b does not say what its replica follows: left alone
 		{0, 1},  // 12: b holds no copy: made a replica of a
 		{0, 1},  // 13: b follows a: as it should be
+		{2, 1},  // 14: c dead with no lineage (seqno left from before a DEL_VBUCKET), b's replica holds items: not overruled
 	}, Chain: false}
 	pos := map[string]map[int]copyPos{
 		"a": {0: {"active", 7, 10, 1, ""}, 1: {"dead", 7, 30, 3, ""}, 3: {"replica", 8, 5, 1, ""}, 4: {"dead", 9, 10, 2, ""},
 			9: {"active", 5, 1, 1, ""}, 10: {"active", 5, 1, 1, ""}, 11: {"active", 5, 1, 1, ""}, 12: {"active", 5, 1, 1, ""}, 13: {"active", 5, 1, 1, ""}},
 		"b": {0: {"replica", 7, 10, 1, ""}, 1: {"replica", 7, 30, 3, ""}, 2: {"active", 1, 4, 1, ""}, 3: {"replica", 8, 5, 1, ""}, 4: {"replica", 9, 12, 2, ""}, 5: {"pending", 2, 6, 1, ""},
-			9: {"replica", 5, 1, 1, "c"}, 10: {"replica", 5, 1, 1, "none"}, 11: {"replica", 5, 0, 0, ""}, 13: {"replica", 5, 1, 1, "a"}},
-		"c": {2: {"active", 1, 4, 1, ""}, 3: {"active", 8, 5, 1, ""}, 7: {"replica", 3, 4, 2, ""}, 8: {"replica", 4, 9, 1, ""}},
+			14: {"replica", 6, 30, 3, "c"}, 9: {"replica", 5, 1, 1, "c"}, 10: {"replica", 5, 1, 1, "none"}, 11: {"replica", 5, 0, 0, ""}, 13: {"replica", 5, 1, 1, "a"}},
+		"c": {2: {"active", 1, 4, 1, ""}, 3: {"active", 8, 5, 1, ""}, 7: {"replica", 3, 4, 2, ""}, 8: {"replica", 4, 9, 1, ""}, 14: {"dead", 0, 40, 0, ""}},
 	}
 	var got []string
 	for _, r := range janitorPlan(s, pos) {
@@ -50,6 +51,7 @@ func TestJanitorPlan(t *testing.T) {
 		"activated 6 c ",
 		"unrepaired 7 a ",
 		"unrepaired 8 c ",
+		"unrepaired 14 c ",
 		"repointed 9 b a",
 		"repointed 10 b a",
 		"repointed 12 b a",
