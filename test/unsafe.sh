@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.."
 checks=(
   "bestreplica   ./internal/manager TestFailoverPromotesTheBestReplica"
   "branch        ./internal/server  TestResumeAfterPromotionFollowsTheNewBranch"
+  "markerlineage ./internal/stream  TestProducerNamesNoLineageAfterForget,TestConsumerRefusesNoLineage"
   "endtakeovers  ./internal/server  TestSetVBucketEndsATakeoverFromHere"
   "leaseterms    ./internal/server  TestLeaseJudgesPeersByTheirOwnLease,TestLeaseTakesViewWhenItsLeaseEnds"
   "leaserecord   ./internal/manager TestFailoverWaitsForAnEarlierLeadersLease"

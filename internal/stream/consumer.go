@@ -370,6 +370,12 @@ func (c *consumer) handle(pk *packet) (done bool, err error) {
 			return false, errBadPacket
 		}
 		start, end, uuid, flags := be64(pk.extras[0:]), be64(pk.extras[8:]), be64(pk.extras[16:]), be32(pk.extras[24:])
+		if uuid == 0 && lineageChecks {
+			// No producer names no lineage: taken, the copy would
+			// keep its items under none, and a failover rank it by a
+			// seqno it does not stand for.
+			return false, fmt.Errorf("%w: a snapshot marker for vbucket %d names no lineage", errBadPacket, vb)
+		}
 		if s.inSnap {
 			c.closeSnapshot(s) // a new marker closes the previous snapshot
 		}

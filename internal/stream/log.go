@@ -414,6 +414,16 @@ func (l *Log) EnsureRing(vb int) {
 	v.mu.Unlock()
 }
 
+// LineageAt returns vb's lineage while its history is still generation
+// gen; ok is false when it was reset since (Forget, a reset backfill) or
+// has no lineage.
+func (l *Log) LineageAt(vb int, gen uint64) (uuid uint64, ok bool) {
+	v := &l.vbs[vb]
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.uuid, v.gen == gen && v.uuid != 0
+}
+
 // Lineage returns vb's lineage and last sequence number.
 func (l *Log) Lineage(vb int) (uuid, high uint64) {
 	v := &l.vbs[vb]

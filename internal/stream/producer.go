@@ -492,15 +492,29 @@ func (p *producer) backfill(s *pstream) {
 // sendEntries sends the current state of each logged key: its value if
 // it is still there, else a deletion. A key changed again later is sent
 // again for that later entry, so the consumer ends where the source is.
-func (p *producer) sendEntries(s *pstream, ents []Entry) {
+// It returns false, having sent nothing and begun the stream again
+// (restart), when vb's history was reset since ents were read (a
+// DEL_VBUCKET here): the entries belong to a history that is gone.
+func (p *producer) sendEntries(s *pstream, ents []Entry) bool {
 	// The marker names the lineage as it is now: a copy promoted while
-	// it streams (NewBranch) goes on with its new branch.
-	s.uuid, _ = p.n.Log.Lineage(int(s.vb))
+	// it streams (NewBranch) goes on with its new branch. A reset
+	// history has none (lineage 0), which no marker may name: a
+	// consumer would keep its copy under no lineage.
+	uuid, ok := p.n.Log.LineageAt(int(s.vb), s.gen)
+	if !ok || !lineageChecks {
+		if lineageChecks {
+			p.restart(s)
+			return false
+		}
+		uuid, _ = p.n.Log.Lineage(int(s.vb))
+	}
+	s.uuid = uuid
 	p.marker(s, ents[0].Seq, ents[len(ents)-1].Seq, SnapMemory)
 	for _, e := range ents {
 		p.sendCurrent(s, e)
 	}
 	s.sent.Store(ents[len(ents)-1].Seq)
+	return true
 }
 
 func (p *producer) sendCurrent(s *pstream, e Entry) {
@@ -559,9 +573,13 @@ func (p *producer) handover(s *pstream) error {
 	// Nothing new can be logged for vb now: send what is left.
 	for {
 		ents, _, ok := p.n.Log.Read(vb, s.sent.Load(), s.gen, p.ents[:0:logBatch], p.kbuf)
-		if !ok {
-			// The ring overflowed while the consumer was slow: copy the
-			// vbucket again (it no longer changes).
+		if ok && len(ents) == 0 {
+			break
+		}
+		if !ok || !p.sendEntries(s, ents) {
+			// The ring overflowed while the consumer was slow, or the
+			// history was reset: copy the vbucket again (it no longer
+			// changes).
 			p.restart(s)
 			for s.phase.Load() == phaseBackfill {
 				p.backfill(s)
@@ -571,10 +589,6 @@ func (p *producer) handover(s *pstream) error {
 			}
 			continue
 		}
-		if len(ents) == 0 {
-			break
-		}
-		p.sendEntries(s, ents)
 		if err := p.flush(); err != nil {
 			return err
 		}
