@@ -162,13 +162,19 @@ const (
 	// no probe history of its own, and fail it over by the longest lease
 	// any leader granted; then both start again (the node empty).
 	fKillNodeKillLeader = "kill-node-kill-leader"
+	// A node killed (-9) while a rebalance moves vbuckets into or out of
+	// it, and started again at once, empty, at the same address: the
+	// moves meet a new incarnation (issue 43: a restarted move source
+	// must not be set active empty while another copy holds the data),
+	// and the restart is found by the actives it lacks.
+	fRestartNodeMidReb = "restart-node-mid-rb"
 )
 
 // lossyFaults are the faults that fail a node over: with asynchronous
 // replication, writes it acknowledged that its replicas did not have yet
 // may be lost.
 var lossyFaults = map[string]bool{fCutFromManagers: true, fIsolateNode: true, fPauseNode: true, fKillNode: true, fRestartNode: true,
-	fKillNodeMidReb: true, fPauseTargetMidReb: true, fRestartDuringFailover: true, fPauseNodeCutLeader: true, fCutTargetMidReb: true, fKillNodeKillLeader: true}
+	fKillNodeMidReb: true, fPauseTargetMidReb: true, fRestartDuringFailover: true, fPauseNodeCutLeader: true, fCutTargetMidReb: true, fKillNodeKillLeader: true, fRestartNodeMidReb: true}
 
 // slowFaults run half as often as the others (rounded up): each waits
 // for a new leader's election (a session's TTL, 5 s) and then for a
@@ -177,7 +183,7 @@ var lossyFaults = map[string]bool{fCutFromManagers: true, fIsolateNode: true, fP
 var slowFaults = map[string]bool{fPauseLeaderMidReb: true, fPauseNodeCutLeader: true, fKillNodeKillLeader: true}
 
 var allFaults = []string{fCutFromManagers, fIsolateNode, fPauseNode, fKillNode, fRestartNode, fCutClientNode, fCutManagerEtcd, fKillLeaderMidReb, fKillNodeMidReb,
-	fPauseTargetMidReb, fCutTargetMidReb, fRestartDuringFailover, fPauseLeaderMidReb, fPauseNodeCutLeader, fKillNodeKillLeader}
+	fPauseTargetMidReb, fCutTargetMidReb, fRestartNodeMidReb, fRestartDuringFailover, fPauseLeaderMidReb, fPauseNodeCutLeader, fKillNodeKillLeader}
 
 // sched is the cluster a schedule runs on: three managers (each with an
 // embedded etcd member of one three-member cluster), four or five nodes
@@ -1008,6 +1014,18 @@ func (s *sched) runFault(l *load, rng *rand.Rand, f string) stepResult {
 		ended()
 		healAt = time.Now()
 		s.startNode(vi)
+	case fRestartNodeMidReb:
+		s.movingRebalance(members)
+		if r.lossy {
+			activeOn(s.config(), va, r.vbs)
+		}
+		start = time.Now()
+		s.nodes[vi].Signal(syscall.SIGKILL)
+		<-s.nodes[vi].Done()
+		s.startNode(vi)
+		s.waitFor("the failover of restarted "+va, 60*time.Second, failedOver)
+		ended()
+		healAt = time.Now()
 	case fPauseTargetMidReb, fCutTargetMidReb:
 		s.movingRebalance(members) // the victim joins: vbuckets move into it
 		if r.lossy {
