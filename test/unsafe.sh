@@ -28,6 +28,7 @@ checks=(
   "restartactives ./internal/manager TestRestartedNodeGivenAReplica"
   "restartmidrb  ./internal/manager TestRestartedNodeMidRebalance"
   "emptysource   ./internal/move    TestRecoverAfterSourceRestart"
+  "sourcehistory ./internal/move    TestRecoverKeepsARestartedSourceDead"
   "syncreads     ./test/streams     TestSyncReplicationReadsWaitForReplicas,TestSyncReplicationReadsWaitForTheirKey -vbcache-tags=vbcache_unsafe_syncreads"
   "syncoutsiders ./test/streams     TestSyncReplicationSkipsAFailedOverReplica -vbcache-tags=vbcache_unsafe_syncoutsiders"
   "targetwait    ./test/cluster     TestPausedMoveTargetIsFailedOverInTime -vbcache-tags=vbcache_unsafe_targetwait"

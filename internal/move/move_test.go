@@ -795,3 +795,50 @@ func TestRecoverAfterSourceRestart(t *testing.T) {
 	}
 	checkKeys(t, b, vb, keys)
 }
+
+// TestRecoverKeepsARestartedSourceDead: the move's source was killed and
+// started again empty, and the target holds nothing of the vbucket (the
+// takeover had not begun, or its partial copy was dropped); the data is
+// on the vbucket's replica, which is no end of the move. Recover, which
+// knows no process ids, must not set the new process active empty (R4
+// did: the fault schedule's restart-node-mid-rb, seed
+// 1796672272894398485, saw four vbuckets "active again" on a node that
+// had just restarted, and the restart rule then never failed it over).
+// The source has no lineage for the vbucket, which a source that handed
+// over always has: nothing is done, and a failover of the source
+// promotes the replica.
+func TestRecoverKeepsARestartedSourceDead(t *testing.T) {
+	na, nb, nc := startNode(t), startNode(t), startNode(t)
+	a, c := dial(t, na.Addr), dial(t, nc.Addr)
+	const vb = 6
+	if err := a.SetVBucket(vb, vbucket.Active); err != nil {
+		t.Fatal(err)
+	}
+	keys := keysFor(vb, 100)
+	setKeys(t, a, vb, keys)
+	if err := c.Replicate(vb, na.Addr); err != nil {
+		t.Fatal(err)
+	}
+	waitStat(t, c, vb, "consumer:"+na.Addr+":vb_"+strconv.Itoa(vb)+":items_received", strconv.Itoa(len(keys)))
+
+	if err := na.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	na2 := na.Restart(t)
+	a2 := dial(t, na2.Addr)
+	res, err := Recover(vb, na.Addr, nb.Addr, Options{Credentials: creds, Settle: 2 * time.Second, Logf: t.Logf,
+		Publish: func(ctx context.Context, vb int, to string) (int64, error) { return 9, nil }})
+	t.Logf("%s (%s): %v\n%s", res.String(), res.Rule, err, res.Detail)
+	if st := state(t, a2, vb); st == vbucket.Active {
+		t.Fatalf("the restarted source was set active, empty (rule %s), while the replica holds %d keys", res.Rule, len(keys))
+	}
+	if err == nil || res.Outcome != Unresolved {
+		t.Errorf("Recover: %v (%s), %v; want unresolved", res.Outcome, res.Rule, err)
+	}
+	// What a failover of the source does: the replica, promoted, holds
+	// every key.
+	if err := c.SetVBucket(vb, vbucket.Active); err != nil {
+		t.Fatal(err)
+	}
+	checkKeys(t, c, vb, keys)
+}

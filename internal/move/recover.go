@@ -30,12 +30,12 @@ type view struct {
 	restarted bool          // pid differs from the preflight's: its copies are gone
 	streaming bool          // a stream of the vbucket between the two ends is open here
 	items     uint64        // the vbucket's items there ("stats vbucket N")
-	high      uint64        // its high seqno there (0: none, or not listed: dead and empty)
+	high      uint64        // its high seqno there (0: none)
+	uuid      uint64        // its lineage there (0: none: no stream ever fed or opened it in this process, or it was deleted since)
 }
 
 // empty reports whether the node holds nothing of the vbucket: no item
-// and no sequence number (a node lists a dead vbucket in "stats vbucket"
-// only while it holds items).
+// and no sequence number.
 func (v view) empty() bool { return v.reach == reachOK && v.items == 0 && v.high == 0 }
 
 // lost reports whether the node's copy of the vbucket is certainly gone,
@@ -102,6 +102,8 @@ func (m *mover) observe(ctx context.Context, addr, pid0, peer string) view {
 				v.items, _ = strconv.ParseUint(kv[1], 10, 64)
 			case p + "high_seqno":
 				v.high, _ = strconv.ParseUint(kv[1], 10, 64)
+			case p + "uuid":
+				v.uuid, _ = strconv.ParseUint(kv[1], 10, 64)
 			}
 		}
 		st, err := c.GetVBucket(m.vb)
@@ -201,6 +203,21 @@ func decide(f, t view) (a action, rule string) {
 	// dropped.
 	emptied := emptySourceLost && f.reach == reachOK && !f.restarted && (f.state == vbucket.Dead || f.state == vbucket.Unknown) &&
 		f.empty() && t.reach == reachOK && !t.restarted && t.state == vbucket.Replica && t.items > 0
+	// A dead source with no lineage for the vbucket holds no history of
+	// it: a source that began a handover has one (its takeover stream
+	// opened it) until the move deletes the copy, once the target is
+	// active. It is a process started again, which Recover (no process
+	// ids) did not recognise, or a copy deleted behind the move's back.
+	// Set active again it would be active empty, while the vbucket's
+	// replicas (no end of this move) may hold the data: nothing is done
+	// here, and the restart rule or a failover promotes the best copy.
+	// A target that does not answer may have turned active: wait.
+	if sourceHistory && !emptied && f.reach == reachOK && !f.restarted && (f.state == vbucket.Dead || f.state == vbucket.Unknown) && f.uuid == 0 {
+		if t.reach == reachNoReply {
+			return actWait, "source-without-history-wait"
+		}
+		return actUnresolved, "source-without-history"
+	}
 	// R4. The source is dead and holds every write it acknowledged; the
 	// target is not active and cannot become so (settled here, or its
 	// process is gone). One active again: the source.

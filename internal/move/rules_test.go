@@ -16,6 +16,7 @@ func TestDecide(t *testing.T) {
 	streaming := func(v view) view { v.streaming = true; return v }
 	restarted := func(v view) view { v.restarted = true; return v }
 	holding := func(v view, items, high uint64) view { v.items, v.high = items, high; return v }
+	lined := func(v view) view { v.uuid = 7; return v } // a lineage for the vbucket there
 	refused := view{reach: reachRefused}
 	silent := view{reach: reachNoReply}
 	fenced := view{reach: reachFenced} // Promote: never asked, so never streaming or restarted
@@ -44,19 +45,29 @@ func TestDecide(t *testing.T) {
 		{"source active, target dead", ok(A), ok(D), actAborted, "R3"},
 		{"source active, target gone", ok(A), refused, actAborted, "R3"},
 		{"source active, target silent", ok(A), silent, actAborted, "R3"},
-		{"source dead, target gone", ok(D), refused, actReactivate, "R4"},
-		{"source dead, target replica", ok(D), ok(R), actReactivate, "R4"},
-		{"source dead, target dead", ok(D), ok(D), actReactivate, "R4"},
-		{"source dead, target restarted", ok(D), restarted(ok(D)), actReactivate, "R4"},
-		{"source dead, target silent", ok(D), silent, actWait, "R4-wait"},
+		{"source dead, target gone", lined(ok(D)), refused, actReactivate, "R4"},
+		{"source dead, target replica", lined(ok(D)), ok(R), actReactivate, "R4"},
+		{"source dead, target dead", lined(ok(D)), ok(D), actReactivate, "R4"},
+		{"source dead, target restarted", lined(ok(D)), restarted(ok(D)), actReactivate, "R4"},
+		{"source dead, target silent", lined(ok(D)), silent, actWait, "R4-wait"},
 		{"source gone, target replica", refused, ok(R), actPromote, "R5"},
 		// Issue 43: a source restarted where Recover knows no pid holds
 		// nothing; a target replica that holds items is promoted.
 		{"source dead and empty, target replica with items", ok(D), holding(ok(R), 300, 300), actPromote, "R5"},
-		{"source dead with items, target replica with items", holding(ok(D), 300, 300), holding(ok(R), 300, 300), actReactivate, "R4"},
-		{"source dead, only its seqno left, target replica with items", holding(ok(D), 0, 300), holding(ok(R), 300, 300), actReactivate, "R4"},
-		{"source dead and empty, target replica empty", ok(D), ok(R), actReactivate, "R4"},
-		{"source dead and empty, target dead with items", ok(D), holding(ok(D), 300, 300), actReactivate, "R4"},
+		{"source dead with items, target replica with items", lined(holding(ok(D), 300, 300)), holding(ok(R), 300, 300), actReactivate, "R4"},
+		{"source dead, only its seqno left, target replica with items", lined(holding(ok(D), 0, 300)), holding(ok(R), 300, 300), actReactivate, "R4"},
+		{"source dead, never written, target replica empty", lined(ok(D)), ok(R), actReactivate, "R4"},
+		{"source dead, never written, target dead with items", lined(ok(D)), holding(ok(D), 300, 300), actReactivate, "R4"},
+		// Issue 43: a dead source with no lineage for the vbucket holds
+		// no history of it (a restarted process, or a copy deleted
+		// behind the move's back): never set active again, empty, while
+		// the vbucket's replicas may hold the data.
+		{"source dead without history, target dead", ok(D), ok(D), actUnresolved, "source-without-history"},
+		{"source dead without history, target gone", ok(D), refused, actUnresolved, "source-without-history"},
+		{"source dead without history, target replica empty", ok(D), ok(R), actUnresolved, "source-without-history"},
+		{"source dead without history, target dead with items", ok(D), holding(ok(D), 300, 300), actUnresolved, "source-without-history"},
+		{"source dead with items but no history, target dead", holding(ok(D), 5, 5), ok(D), actUnresolved, "source-without-history"},
+		{"source dead without history, target silent", ok(D), silent, actWait, "source-without-history-wait"},
 		{"source restarted, target replica", restarted(ok(D)), ok(R), actPromote, "R5"},
 		{"source restarted and active", restarted(ok(A)), ok(R), actUnresolved, "source-restarted-active"},
 		{"source restarted and active, target active", restarted(ok(A)), ok(A), actUnresolved, "both-active"},

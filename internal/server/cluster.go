@@ -793,7 +793,8 @@ func (c *conn) getClusterConfig(extras []byte) {
 // vbucketStats is "stats vbucket" (text and binary), after Couchbase's:
 // "vb_<n> <state>" for every vbucket that is not dead or still holds
 // items, with its item count and bytes (the store's item sizes: header,
-// key and value).
+// key and value). "stats vbucket N" always answers for N, dead and empty
+// too: a move's recovery reads whether the node has a lineage for it.
 func (c *conn) vbucketStats(only int) {
 	cl := c.s.cl
 	for vb := 0; vb < cl.vbs.Len(); vb++ {
@@ -802,7 +803,7 @@ func (c *conn) vbucketStats(only int) {
 		}
 		st := cl.vbs.Get(vb)
 		items, bytes := c.s.store.VBucketUsage(vb)
-		if (st == vbucket.Dead || st == 0) && items == 0 {
+		if only < 0 && (st == vbucket.Dead || st == 0) && items == 0 {
 			continue
 		}
 		name := "dead"
