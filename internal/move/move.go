@@ -83,7 +83,17 @@
 //     target is a replica holding items is not R4's: its process was
 //     replaced (Recover knows no process ids to tell) and it counts as
 //     lost, for R5 (issue 43; the vbcache_unsafe_emptysource build tag
-//     turns that off).
+//     turns that off). Nor is a dead source with no lineage for the
+//     vbucket ("stats vbucket N": vb_N:uuid 0) R4's: a source that began
+//     a handover has one (its takeover stream opened it) until the move
+//     deletes its copy, once the target is active, so it is a process
+//     started again or a copy deleted behind the move's back. Set active
+//     again it would be active empty while the vbucket's replicas (no
+//     end of the move) may hold the data: unresolved
+//     (source-without-history; it waits while the target does not
+//     answer), for the restart rule or a failover to promote the best
+//     copy (issue 43; the vbcache_unsafe_sourcehistory build tag turns
+//     that off).
 //   - R5 the source is lost and the target is settled as a replica → the
 //     handover had begun, or the target was the vbucket's replica, fed
 //     from the source, before the move (a target that fails before it
