@@ -294,6 +294,76 @@ func (l *Log) Resume(vb int, uuid, seqno uint64) (ok, ranPast bool) {
 	return false, false
 }
 
+// BranchEnd returns where the branch uuid of vb's history ends here: the
+// start of the next newer branch, or the last sequence number for the
+// newest. ok is false when uuid is no branch of the failover log.
+func (l *Log) BranchEnd(vb int, uuid uint64) (end uint64, ok bool) {
+	v := &l.vbs[vb]
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	end = v.high
+	for _, b := range v.flog {
+		if b.UUID == uuid {
+			return end, uuid != 0
+		}
+		end = b.Start
+	}
+	return 0, false
+}
+
+// Rollback takes vb's history back to sequence number to, DCP's rollback
+// for a copy that ran past the point where its producer's history
+// branched off: it forgets the mutations logged after to and returns
+// their keys, each once, for the caller to drop from the store and fetch
+// again from the producer (a key changed past to may have had a value
+// before it that the producer still holds). ok is false, and nothing
+// changes, when the ring does not hold every mutation after to (it
+// dropped some, or there is no ring): only a rebuild can then make the
+// copy a prefix of its producer's history. The generation moves on, so
+// streams that this node produces of vb (a chained replica's) start over.
+func (l *Log) Rollback(vb int, to uint64) (keys [][]byte, ok bool) {
+	v := &l.vbs[vb]
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	r := v.ring
+	if r == nil || to < r.dropped || to >= v.high {
+		return nil, false
+	}
+	i := r.n
+	for i > 0 && r.at(i-1).seq > to {
+		i--
+	}
+	seen := map[string]bool{}
+	for j := i; j < r.n; j++ {
+		e := r.at(j)
+		k := r.appendKey(nil, e)
+		if !seen[string(k)] {
+			seen[string(k)] = true
+			keys = append(keys, k)
+		}
+	}
+	// Drop the entries from i on: the keys' bytes end where entry i's
+	// began.
+	if i < r.n {
+		r.kend = int(r.at(i).koff)
+		for j := i; j < r.n; j++ {
+			e := r.at(j)
+			r.kused -= int(e.klen)
+			r.bytes -= int(e.size)
+		}
+		r.n = i
+	}
+	v.high = to
+	for len(v.flog) > 1 && v.flog[0].Start > to {
+		v.flog = v.flog[1:]
+	}
+	if len(v.flog) > 0 {
+		v.uuid = v.flog[0].UUID
+	}
+	v.gen++
+	return keys, true
+}
+
 // Read copies up to len(dst) entries of vb with sequence numbers above
 // from into dst (keys into kbuf) and returns them with the vbucket's last
 // sequence number. ok is false when entries after from are no longer held

@@ -214,3 +214,73 @@ func TestLogKeySeq(t *testing.T) {
 		t.Fatalf("KeySeq in another generation = %d, want the last number %d", got, n)
 	}
 }
+
+// TestLogRollback: a rollback forgets the entries after its point and
+// returns their keys once each; numbering goes on from the point, in a
+// new generation, with keys that wrap around the ring's key buffer; a
+// point the ring no longer reaches, or at or past the last number, is
+// refused and changes nothing.
+func TestLogRollback(t *testing.T) {
+	l := newTestLog(t, 16<<10)
+	l.Open(1, func() uint64 { return 1 })
+	key := func(i int) string { return fmt.Sprintf("k%d-%s", i%7, "abcdefghijklmnopqrstuvwxyz"[:i%27]) }
+	const n = 5000 // enough to wrap the key buffer and drop old entries
+	for i := 1; i <= n; i++ {
+		l.Mutated(1, store.MutStore, []byte(key(i)), 10, 0)
+	}
+	if _, ok := l.Rollback(1, 10); ok {
+		t.Fatal("a rollback to a point the ring dropped was done")
+	}
+	if _, ok := l.Rollback(1, n); ok {
+		t.Fatal("a rollback to the last number was done")
+	}
+	const to = n - 40
+	_, _, gen0 := l.Open(1, func() uint64 { return 1 })
+	keys, ok := l.Rollback(1, to)
+	if !ok {
+		t.Fatal("rollback refused")
+	}
+	want := map[string]bool{}
+	for i := to + 1; i <= n; i++ {
+		want[key(i)] = true
+	}
+	got := map[string]bool{}
+	for _, k := range keys {
+		if got[string(k)] {
+			t.Fatalf("key %q returned twice", k)
+		}
+		got[string(k)] = true
+	}
+	if len(got) != len(want) {
+		t.Fatalf("rollback returned %d keys, want %d", len(got), len(want))
+	}
+	for k := range want {
+		if !got[k] {
+			t.Fatalf("key %q of an entry after the point not returned", k)
+		}
+	}
+	_, high, gen := l.Open(1, func() uint64 { return 1 })
+	if high != to || gen == gen0 {
+		t.Fatalf("after the rollback: high %d (want %d), generation %d (was %d)", high, to, gen, gen0)
+	}
+	if _, _, ok := l.Read(1, to-5, gen0, make([]Entry, 0, 8), nil); ok {
+		t.Fatal("a stream of the old generation can still read")
+	}
+	for i := 1; i <= 100; i++ {
+		l.Mutated(1, store.MutStore, []byte(fmt.Sprintf("new%03d", i)), 10, 0)
+	}
+	ents, high, ok := l.Read(1, to-3, gen, make([]Entry, 0, 8), nil)
+	if !ok || high != to+100 || len(ents) != 8 {
+		t.Fatalf("Read after: ok %v high %d, %d entries", ok, high, len(ents))
+	}
+	for j, e := range ents {
+		seq := uint64(to - 2 + j)
+		k := key(int(seq))
+		if seq > to {
+			k = fmt.Sprintf("new%03d", seq-to)
+		}
+		if e.Seq != seq || string(e.Key) != k {
+			t.Fatalf("entry %d: %d %q, want %d %q", j, e.Seq, e.Key, seq, k)
+		}
+	}
+}
