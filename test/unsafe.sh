@@ -23,6 +23,7 @@ checks=(
   "incarnation   ./internal/manager TestRestartedNodeHoldsNothing"
   "takeoverwatch ./internal/manager TestFailoverOfAMoveTargetStrandsNothing"
   "takeoverwatch ./internal/move    TestMoveTargetPausedInTakeover"
+  "earlyinto     ./internal/manager TestFailoverOfAMoveTargetStrandsNothing"
   "intents       ./internal/manager TestSuccessorFinishesAHalfDoneFailover"
   "janitor       ./internal/manager TestJanitorRepairs"
   "janitorrepoint ./internal/manager TestJanitorRepointsAReplica"

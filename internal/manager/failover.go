@@ -199,6 +199,21 @@ func (m *Manager) resumeGrants(addr string) {
 	}
 }
 
+// movingInto lists the vbuckets s's forward map moves into addr whose
+// row does not name addr active yet.
+func movingInto(s *State, addr string) []int {
+	var into []int
+	if s.Forward == nil {
+		return nil
+	}
+	for vb, row := range s.Map {
+		if vb < len(s.Forward) && len(s.Forward[vb]) > 0 && s.server(s.Forward[vb][0]) == addr && s.server(row[0]) != addr {
+			into = append(into, vb)
+		}
+	}
+	return into
+}
+
 // sleepUntil waits until t on the manager's clock, or ctx's end.
 func (m *Manager) sleepUntil(ctx context.Context, t time.Time) error {
 	d := t.Sub(m.cfg.Clock.Now())
@@ -214,10 +229,17 @@ func (m *Manager) sleepUntil(ctx context.Context, t time.Time) error {
 }
 
 func (m *Manager) failover(ctx context.Context, addr string, force bool) (rep FailoverReport, err error) {
+	// Moves into the failed node (see below), read first: once the node
+	// is marked failing, its moves end at once (cancelOnTargetFailover),
+	// and the rebalance, its moves ended, may clear the forward map
+	// before this failover gets opMu (a CI run lost a vbucket's source
+	// that way: dead, and never made active again).
+	early := movingInto(m.State(), addr)
 	m.mu.Lock()
 	m.failovers++
 	m.failing[addr]++
 	m.mu.Unlock()
+	m.runHook("failover-marked", -1)
 	defer func() {
 		m.mu.Lock()
 		m.failovers--
@@ -241,13 +263,17 @@ func (m *Manager) failover(ctx context.Context, addr string, force bool) (rep Fa
 	// which holds every write it acknowledged, is made active again
 	// (reactivate), or the vbucket would have no active at all. Read
 	// before the rebalance stops: its end clears the forward map.
-	var intoFailed []int
-	if s.Forward != nil {
-		for vb, row := range s.Map {
-			if vb < len(s.Forward) && len(s.Forward[vb]) > 0 && s.server(s.Forward[vb][0]) == addr && s.server(row[0]) != addr {
+	intoFailed := movingInto(s, addr)
+	if earlyInto {
+		for _, vb := range early {
+			// A move committed since names addr in its row: its
+			// promotion, not reactivate, settles it (reactivate skips
+			// it).
+			if !slices.Contains(intoFailed, vb) {
 				intoFailed = append(intoFailed, vb)
 			}
 		}
+		slices.Sort(intoFailed)
 	}
 	// A running rebalance stops: its plan includes the failed node.
 	if s.Rebalance != nil && s.Rebalance.Running {
