@@ -34,7 +34,6 @@ checks=(
   "sourcehistory ./internal/move    TestRecoverKeepsARestartedSourceDead"
   "syncreads     ./test/streams     TestSyncReplicationReadsWaitForReplicas,TestSyncReplicationReadsWaitForTheirKey -vbcache-tags=vbcache_unsafe_syncreads"
   "syncoutsiders ./test/streams     TestSyncReplicationSkipsAFailedOverReplica -vbcache-tags=vbcache_unsafe_syncoutsiders"
-  "followmove    ./test/streams     TestReplicaFollowsAHandover -vbcache-tags=vbcache_unsafe_followmove"
   "targetwait    ./test/cluster     TestPausedMoveTargetIsFailedOverInTime -vbcache-tags=vbcache_unsafe_targetwait"
 )
 

@@ -509,17 +509,6 @@ func (c *consumer) handle(pk *packet) (done bool, err error) {
 			}
 			return false, fmt.Errorf("%w: reason %d", errEnded, reason)
 		}
-		if reason == EndMoved && len(pk.key) > 0 && followMoves {
-			// The source handed the vbucket over: follow its new active
-			// (the manager would point this replica there too, once it
-			// can).
-			from, to := c.src, string(pk.key)
-			c.n.wg.Add(1)
-			go func() { // owned by the Node (wg)
-				defer c.n.wg.Done()
-				c.n.followMove(vb, from, to)
-			}()
-		}
 		return false, c.streamDown(s, fmt.Errorf("%w: vbucket %d, reason %d", errEnded, vb, reason))
 	default:
 		return false, fmt.Errorf("%w: opcode %#x", errBadPacket, pk.Opcode)

@@ -115,16 +115,6 @@
 // source when the takeover began: that copy stays, a replica no longer
 // fed, since it may be the only one left if the source is gone.
 //
-// Once the target answered step 4, the source's replication streams of
-// the vbucket end with reason moved, naming the target, and each replica
-// fed from here follows the target at once (Node.followMove: REPLICATE
-// from it), as the manager would once the move is committed; under
-// --sync-replication the new active's writes wait for those replicas,
-// and would otherwise fail until a leader re-points them. Until the
-// vbucket's state is set here again (SET_VBUCKET, DEL_VBUCKET) this node
-// remembers where it went. The vbcache_unsafe_followmove build tag turns
-// it off.
-//
 // SET_VBUCKET or DEL_VBUCKET on either end ends the takeover there
 // (Node.AbortTakeover on the target, Node.EndTakeoverFrom on the source,
 // which closes the takeover's connection and waits for it): an
@@ -145,9 +135,7 @@
 //	                           the value: per branch, newest first, 8 uuid
 //	                           and 8 seqno it began after; or ROLLBACK (0x23)
 //	                           with the 8-byte seqno to roll back to
-//	STREAM_END      0x55  p→c  4 reason (0 ok, 1 closed, 2 state changed, 5 aborted,
-//	                           6 moved: key = the node it was handed over to,
-//	                           which a replica fed from here then follows)
+//	STREAM_END      0x55  p→c  4 reason (0 ok, 1 closed, 2 state changed, 5 aborted)
 //	SNAPSHOT_MARKER 0x56  p→c  8 start, 8 end, 8 uuid, 4 flags (1 memory, 2 disk, 0x10 reset)
 //	MUTATION        0x57  p→c  8 seqno, 8 expiry (absolute unix seconds, 0 never), 4 flags;
 //	                           CAS in the header; key; value

@@ -81,12 +81,7 @@ type Node struct {
 	// refetch holds, per vbucket, the keys a rollback forgot whose values
 	// the producer has not sent yet: every request of the vbucket names
 	// them until a disk snapshot closes (theirs, or a rebuild's).
-	refetch map[int][][]byte
-	// handedTo names, per vbucket, the node a takeover from here handed
-	// it over to (its answer to "go active" came), until the vbucket's
-	// state is set here again (SET_VBUCKET, DEL_VBUCKET): replication
-	// streams of it from here end telling their replicas to follow it.
-	handedTo  map[int]string
+	refetch   map[int][][]byte
 	producers map[*producer]struct{}
 	consumers map[string]map[*cstream]struct{} // by source node
 	reps      map[string]*replicator           // replication by source node
@@ -111,7 +106,7 @@ type progress struct {
 // budget of maxRing bytes per streamed vbucket (0: the default).
 func NewNode(st *store.Store, states *vbucket.Table, maxRing int) *Node {
 	n := &Node{Store: st, States: states, Log: NewLog(states, maxRing),
-		prog: make([]progress, states.Len()), refetch: map[int][][]byte{}, handedTo: map[int]string{}, producers: map[*producer]struct{}{},
+		prog: make([]progress, states.Len()), refetch: map[int][][]byte{}, producers: map[*producer]struct{}{},
 		consumers: map[string]map[*cstream]struct{}{}, reps: map[string]*replicator{},
 		repOf: map[uint16]string{}, takeovers: map[uint16]*takeoverRun{}}
 	n.acks = sync.NewCond(&n.ackMu)
@@ -178,43 +173,6 @@ func (n *Node) setRefetch(vb int, keys [][]byte) {
 	if had && len(keys) == 0 {
 		n.Log.Poke(vb)
 	}
-}
-
-// handedOver records that vb was handed over from here to the node named
-// to, and wakes vb's producers, so that its replicas hear of it at once.
-func (n *Node) handedOver(vb int, to string) {
-	n.mu.Lock()
-	n.handedTo[vb] = to
-	n.mu.Unlock()
-	n.Log.Poke(vb)
-}
-
-// handedToOf returns the node vb was handed over to from here ("" when
-// none since its state was last set here).
-func (n *Node) handedToOf(vb int) string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.handedTo[vb]
-}
-
-// followMove makes vb, a replica here fed from from, follow to instead:
-// from handed the vbucket over to to (EndMoved). It does nothing when vb
-// is no longer fed from from (someone re-pointed it meanwhile). Run on a
-// goroutine of its own (owned by Node.wg): the consumer that heard of the
-// move holds its lock, which StopReplication takes.
-func (n *Node) followMove(vb int, from, to string) {
-	n.mu.Lock()
-	cur := n.repOf[uint16(vb)]
-	closed := n.closed
-	n.mu.Unlock()
-	if cur != from || closed || to == "" || to == from {
-		return
-	}
-	if err := n.Replicate(vb, to); err != nil {
-		n.logf("replica of vbucket %d: following its move from %s to %s: %v", vb, from, to, err)
-		return
-	}
-	n.logf("replica of vbucket %d: follows %s, which %s handed it over to", vb, to, from)
 }
 
 // refetchOf returns the keys a rollback of vb forgot that are still to
@@ -461,9 +419,6 @@ func (n *Node) AbortTakeover(vb int) {
 // made this copy active again: it turned it dead, or told the target to
 // turn active beside it (issue 43).
 func (n *Node) EndTakeoverFrom(vb int) {
-	n.mu.Lock()
-	delete(n.handedTo, vb) // the state is set here again: no longer handed over
-	n.mu.Unlock()
 	if !endTakeovers {
 		return
 	}

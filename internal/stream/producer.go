@@ -446,15 +446,6 @@ func (p *producer) produce(s *pstream) (bool, error) {
 		return true, nil
 	}
 	if st := p.n.States.Get(vb); st != vbucket.Active && st != vbucket.Replica {
-		if to := p.n.handedToOf(vb); to != "" && st == vbucket.Dead && !s.takeover && followMoves {
-			// Handed over from here: the replica follows the target
-			// at once, not only once a manager points it there.
-			var ex [4]byte
-			binary.BigEndian.PutUint32(ex[:], EndMoved)
-			p.out = appendReq(p.out, OpStreamEnd, s.vb, s.opaque, 0, ex[:], []byte(to), nil)
-			p.remove(s)
-			return true, nil
-		}
 		p.end(s, EndStateChanged)
 		return true, nil
 	}
@@ -673,7 +664,6 @@ func (p *producer) handover(s *pstream) error {
 	case protocol.StatusOK:
 		p.end(s, EndOK)
 		p.n.moved.Add(1)
-		p.n.handedOver(vb, p.name)
 		// This node's copy is the consumer's history up to now: should it
 		// become the new active's replica, it resumes from here.
 		uuid, high := p.n.Log.Lineage(vb)

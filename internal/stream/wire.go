@@ -58,10 +58,6 @@ const (
 	EndClosed       uint32 = 1 // the consumer closed the stream
 	EndStateChanged uint32 = 2 // the vbucket is no longer active or replica here
 	EndAborted      uint32 = 5 // takeover aborted; the source stays active
-	// EndMoved: the vbucket was handed over from here (a takeover whose
-	// target answered that it turned active); the key names the target,
-	// which a replica fed from here follows.
-	EndMoved uint32 = 6
 )
 
 // StatusRollback answers a STREAM_REQ (flag FlagRollback) whose position

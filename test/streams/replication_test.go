@@ -12,7 +12,6 @@ import (
 
 	"github.com/vbcache/vbcache/internal/admin"
 	"github.com/vbcache/vbcache/internal/protocol"
-	"github.com/vbcache/vbcache/internal/vbmap"
 	"github.com/vbcache/vbcache/internal/vbucket"
 )
 
@@ -655,57 +654,5 @@ func TestSyncReplicationSkipsAFailedOverReplica(t *testing.T) {
 	}
 	if got, ok := r2.getOp(protocol.OpGetReplica, vb, keys[1]); !ok || got != "after" {
 		t.Errorf("R2 has %q (%v) right after the answer, want after", got, ok)
-	}
-}
-
-// TestReplicaFollowsAHandover: a replica fed from a move's source follows
-// the move's target as soon as the handover is done, without a manager:
-// the source ends its stream naming the target (EndMoved). Before, it
-// waited for the leader's REPLICATE after the move's commit, and under
-// --sync-replication every write to the vbucket's new active failed
-// (ambiguous) until then; a leader paused between the two held them up
-// to about 9 s in the fault schedule.
-func TestReplicaFollowsAHandover(t *testing.T) {
-	nodes := startNodes(t, 3, "--sync-replication", "--pending-timeout", "2s")
-	a, r, tg := dialCtl(t, nodes[0].Addr), dialCtl(t, nodes[1].Addr), dialCtl(t, nodes[2].Addr)
-	const vb = 11
-	// The map the nodes hold gives vb a replica on R (row [A, R]) and
-	// moves it to [T, R]: what a manager pushes for a rebalance.
-	rows := func(row []int) [][]int {
-		m := make([][]int, numVBuckets)
-		for i := range m {
-			m[i] = []int{0, 1}
-		}
-		m[vb] = row
-		return m
-	}
-	cfg := &vbmap.Config{Rev: 1, RevEpoch: 1, Name: "default", NodeLocator: "vbucket", VBucketServerMap: vbmap.VBucketServerMap{
-		HashAlgorithm: "CRC", NumReplicas: 1, ServerList: addrs(nodes), VBucketMap: rows([]int{0, 1}), VBucketMapForward: rows([]int{2, 1})}}
-	pushConfig(t, addrs(nodes), cfg)
-	a.setState(vb, vbucket.Active)
-	r.must(r.Replicate(vb, a.Addr), "REPLICATE")
-	keys := keysFor("follow", vb, 20)
-	for _, k := range keys[:10] {
-		a.set(vb, k, "before")
-	}
-	tg.must(tg.Takeover(vb, a.Addr), "TAKEOVER")
-	if st := tg.state(vb); st != vbucket.Active {
-		t.Fatalf("the target holds vbucket %d %s after the takeover", vb, st)
-	}
-	// No manager: nobody points R at T. A write to T waits for R.
-	start := time.Now()
-	for _, k := range keys[10:] {
-		if _, err := tg.Do(protocol.OpSet, uint16(vb), make([]byte, 8), []byte(k), []byte("after")); err != nil {
-			t.Fatalf("set %s on the new active %.1fs after the handover: %v", k, time.Since(start).Seconds(), err)
-		}
-	}
-	t.Logf("10 --sync-replication writes to the new active confirmed %v after the handover", time.Since(start).Round(time.Millisecond))
-	for _, k := range keys {
-		if _, ok := r.getOp(protocol.OpGetReplica, vb, k); !ok {
-			t.Errorf("the replica lacks %s", k)
-		}
-	}
-	if src := r.stats("vbucket " + strconv.Itoa(vb))["vb_"+strconv.Itoa(vb)+":source"]; src != tg.Addr {
-		t.Errorf("the replica is fed from %q, want the new active %s", src, tg.Addr)
 	}
 }
