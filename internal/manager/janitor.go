@@ -48,10 +48,7 @@ import (
 //     nothing runs that could make it (a node restarted, that a new
 //     leader knowing no earlier incarnation does not take for one, is
 //     failed over by no one; one this leader saw restart is left to
-//     the restart rule's failover, holdForRestarts). An activation or a
-//     promotion is done only when two rounds in a row planned it
-//     (confirmRepairs): a node that just restarted says "no copy" before
-//     its lease answers show the new incarnation. The
+//     the restart rule's failover, holdForRestarts). The
 //     vbcache_unsafe_janitorpromote build tag leaves it unrepaired, to a
 //     failover. Nor is a map active that holds a
 //     replica: that is a promotion not done, a failover's, which first
@@ -128,31 +125,6 @@ func holdForRestarts(plan []janitorRepair, restarted func(addr string) bool) []j
 		out = append(out, r)
 	}
 	return out
-}
-
-// confirmRepairs keeps of plan the activations and promotions that prev,
-// the last round's, planned too, and returns the ones to remember for the
-// next round; every other repair is kept. A vbucket with no active is
-// made active, or its replica promoted, only when two rounds in a row
-// (an interval apart) found it so: a node that just restarted answers
-// "no copy" before its lease answers show the new incarnation, and its
-// failover (the restart rule: two answers in a row) promotes the best
-// copy of every vbucket it had, and takes the node out; the janitor,
-// acting on the first look, raced it (a CI run: a restarted node's
-// vbuckets promoted one by one, the node kept as a member, empty).
-func confirmRepairs(plan []janitorRepair, prev map[string]bool) (kept []janitorRepair, seen map[string]bool) {
-	seen = map[string]bool{}
-	for _, r := range plan {
-		if r.Kind == "activated" || r.Kind == "promoted" {
-			k := fmt.Sprintf("%s %d %s %s", r.Kind, r.VB, r.Node, r.Source)
-			seen[k] = true
-			if !prev[k] {
-				continue
-			}
-		}
-		kept = append(kept, r)
-	}
-	return kept, seen
 }
 
 // janitorKinds are the repairs' kinds, in the order they are done.
@@ -352,9 +324,6 @@ func (m *Manager) janitorRound(ctx context.Context) []janitorRepair {
 	}
 	m.mu.Unlock()
 	plan := holdForRestarts(janitorPlan(s, pos), func(a string) bool { return restarted[a] })
-	m.mu.Lock()
-	plan, m.janitorSeen = confirmRepairs(plan, m.janitorSeen)
-	m.mu.Unlock()
 	if len(plan) == 0 {
 		return nil
 	}

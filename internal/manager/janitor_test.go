@@ -276,32 +276,3 @@ func TestJanitorHoldsForRestarts(t *testing.T) {
 		t.Fatalf("held plan:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
-
-// TestJanitorConfirmsRepairs: an activation or a promotion is done only
-// when the round before planned it too; other repairs at once.
-func TestJanitorConfirmsRepairs(t *testing.T) {
-	round := []janitorRepair{
-		{Kind: "activated", VB: 1, Node: "a"},
-		{Kind: "promoted", VB: 2, Node: "b", Source: "a"},
-		{Kind: "dropped", VB: 3, Node: "c"},
-	}
-	kinds := func(rs []janitorRepair) (out []string) {
-		for _, r := range rs {
-			out = append(out, fmt.Sprintf("%s %d", r.Kind, r.VB))
-		}
-		return out
-	}
-	kept, seen := confirmRepairs(round, nil)
-	if got := kinds(kept); !slices.Equal(got, []string{"dropped 3"}) {
-		t.Fatalf("first round: %v", got)
-	}
-	kept, seen = confirmRepairs(round[:2], seen)
-	if got := kinds(kept); !slices.Equal(got, []string{"activated 1", "promoted 2"}) {
-		t.Fatalf("second round: %v", got)
-	}
-	// Another source for vbucket 2's promotion is a new finding.
-	kept, _ = confirmRepairs([]janitorRepair{{Kind: "promoted", VB: 2, Node: "c", Source: "a"}}, seen)
-	if len(kept) != 0 {
-		t.Fatalf("a changed promotion done at once: %v", kinds(kept))
-	}
-}

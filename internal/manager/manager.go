@@ -207,10 +207,6 @@ type Manager struct {
 	// janitorSaid is, per vbucket, the last reason the janitor gave for
 	// not repairing it: said once, not every round (janitor.go).
 	janitorSaid map[int]string
-	// janitorSeen is the activations and promotions the janitor's last
-	// round planned (confirmRepairs): it does one only when two rounds in
-	// a row planned it.
-	janitorSeen map[string]bool
 	// The current leadership's leases (fencing.go): the grants' epoch,
 	// when the leadership began, what each node was granted. Reset when
 	// a leadership begins.
