@@ -47,10 +47,8 @@ import (
 //     map's active answered that it serves nothing of the vbucket, and
 //     nothing runs that could make it (a node restarted, that a new
 //     leader knowing no earlier incarnation does not take for one, is
-//     failed over by no one; one this leader saw restart is left to
-//     the restart rule's failover, holdForRestarts). The
-//     vbcache_unsafe_janitorpromote build tag leaves it unrepaired, to a
-//     failover. Nor is a map active that holds a
+//     failed over by no one). The vbcache_unsafe_janitorpromote build
+//     tag leaves it unrepaired, to a failover. Nor is a map active that holds a
 //     replica: that is a promotion not done, a failover's, which first
 //     makes sure the node it failed over stopped serving; the janitor,
 //     which asks only members, cannot (without intents, it would promote
@@ -98,33 +96,6 @@ func (r janitorRepair) String() string {
 		return fmt.Sprintf("vbucket %d: replica %s made to follow %s again (%s)", r.VB, r.Node, r.Source, r.Why)
 	}
 	return fmt.Sprintf("vbucket %d: NOT repaired: %s", r.VB, r.Why)
-}
-
-// holdForRestarts leaves to the restart rule the vbuckets of a node this
-// leader saw restart (restarted: a new incarnation, holding fewer actives
-// than the map gives it, restart.go): the rule fails it over, which
-// promotes the best replica of each of its vbuckets; the janitor,
-// repairing them one by one meanwhile, would race it (making the node
-// the active of the ones no replica holds, and keeping it a member,
-// empty). Their activations and promotions are unrepaired, and replicas
-// on the node are not re-pointed.
-func holdForRestarts(plan []janitorRepair, restarted func(addr string) bool) []janitorRepair {
-	out := plan[:0:0]
-	for _, r := range plan {
-		switch {
-		case r.Kind == "activated" && restarted(r.Node), r.Kind == "promoted" && restarted(r.Source):
-			active := r.Node
-			if r.Kind == "promoted" {
-				active = r.Source
-			}
-			r = janitorRepair{Kind: "unrepaired", VB: r.VB, Node: active,
-				Why: r.Why + "; " + active + " restarted (a new incarnation): its failover promotes the best copy"}
-		case r.Kind == "repointed" && restarted(r.Node):
-			continue
-		}
-		out = append(out, r)
-	}
-	return out
 }
 
 // janitorKinds are the repairs' kinds, in the order they are done.
@@ -315,15 +286,7 @@ func (m *Manager) janitorRound(ctx context.Context) []janitorRepair {
 	if len(pos) < len(members) || ctx.Err() != nil {
 		return nil // a silent member may hold what the janitor cannot see
 	}
-	m.mu.Lock()
-	restarted := map[string]bool{}
-	for a, h := range m.health {
-		if h != nil && h.restart.restarted {
-			restarted[a] = true
-		}
-	}
-	m.mu.Unlock()
-	plan := holdForRestarts(janitorPlan(s, pos), func(a string) bool { return restarted[a] })
+	plan := janitorPlan(s, pos)
 	if len(plan) == 0 {
 		return nil
 	}

@@ -254,25 +254,3 @@ func TestJanitorPromotesAReplica(t *testing.T) {
 		}
 	}
 }
-
-// TestJanitorHoldsForRestarts: a node this leader saw restart is left to
-// the restart rule's failover: the janitor neither activates nor replaces
-// its vbuckets, nor re-points its replicas; others are repaired.
-func TestJanitorHoldsForRestarts(t *testing.T) {
-	plan := []janitorRepair{
-		{Kind: "activated", VB: 1, Node: "r", Why: "w1"},
-		{Kind: "promoted", VB: 2, Node: "b", Source: "r", Why: "w2"},
-		{Kind: "repointed", VB: 3, Node: "r", Source: "b"},
-		{Kind: "activated", VB: 4, Node: "b"},
-		{Kind: "promoted", VB: 5, Node: "r", Source: "b"},
-		{Kind: "dropped", VB: 6, Node: "r"},
-	}
-	var got []string
-	for _, r := range holdForRestarts(plan, func(a string) bool { return a == "r" }) {
-		got = append(got, fmt.Sprintf("%s %d %s %s", r.Kind, r.VB, r.Node, r.Source))
-	}
-	want := []string{"unrepaired 1 r ", "unrepaired 2 r ", "activated 4 b ", "promoted 5 r b", "dropped 6 r "}
-	if !slices.Equal(got, want) {
-		t.Fatalf("held plan:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-}
