@@ -27,7 +27,6 @@ checks=(
   "intents       ./internal/manager TestSuccessorFinishesAHalfDoneFailover"
   "janitor       ./internal/manager TestJanitorRepairs"
   "janitorrepoint ./internal/manager TestJanitorRepointsAReplica"
-  "janitorpromote ./internal/manager TestJanitorPromotesAReplica"
   "restartactives ./internal/manager TestRestartedNodeGivenAReplica"
   "restartmidrb  ./internal/manager TestRestartedNodeMidRebalance"
   "emptysource   ./internal/move    TestRecoverAfterSourceRestart"

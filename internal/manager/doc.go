@@ -50,9 +50,8 @@
 //   - The janitor (janitor.go): at the start and every JanitorInterval,
 //     when every member answers and nothing runs, compare the map with
 //     the copies the nodes report and repair a stray active, a vbucket no
-//     member has active (its map active made active again, or the
-//     replica that holds more promoted), a replica that does not follow
-//     its row's source and an orphan copy, each logged and counted.
+//     member has active, a replica that does not follow its row's source
+//     and an orphan copy, each logged and counted.
 //
 // # Rebalance
 //
@@ -180,11 +179,9 @@
 // move is given up; the vbucket stays on its source; in a failover, the
 // vbucket is left without an active, counted in Unactivated). A new
 // leader knows no process ids from its predecessor's preflight, so a
-// source that restarted (same address, its copies gone) would read as a
-// dead source; it has no lineage for the vbucket, which a source that
-// handed over has, so recovery leaves it (source-without-history), and
-// the restart rule, or the janitor, promotes a replica (move.Recover's
-// comment).
+// source that restarted (same address, its copies gone) reads as a dead
+// source, which R4 sets active again, empty: never two actives, but the
+// vbucket's items are lost (move.Recover's comment).
 //
 // Failover's promotions go through internal/move too (move.Promote): a
 // failover promotes a replica of a node it cannot (or need not) ask, and

@@ -39,16 +39,9 @@ import (
 //     map active is made active again if its copy is dead or pending and
 //     holds at least what its replicas hold (a TAKEOVER whose source
 //     turned dead and whose target never took it; a source left pending).
-//     When a replica holds more (the map's active holds no copy, one
-//     with no lineage, or fewer mutations of the same history), the
-//     replica that holds the most is promoted instead: the map is
-//     committed first (the old active takes its replica slot; a later
-//     round points it at the new active), then SET_VBUCKET active. The
-//     map's active answered that it serves nothing of the vbucket, and
-//     nothing runs that could make it (a node restarted, that a new
-//     leader knowing no earlier incarnation does not take for one, is
-//     failed over by no one). The vbcache_unsafe_janitorpromote build
-//     tag leaves it unrepaired, to a failover. Nor is a map active that holds a
+//     A replica that holds more is not overruled here: the janitor says
+//     so and counts it unrepaired (a failover of the map's active
+//     promotes the best replica). Nor is a map active that holds a
 //     replica: that is a promotion not done, a failover's, which first
 //     makes sure the node it failed over stopped serving; the janitor,
 //     which asks only members, cannot (without intents, it would promote
@@ -72,10 +65,10 @@ const DefaultJanitorInterval = 5 * time.Second
 
 // janitorRepair is one repair janitorPlan asks for.
 type janitorRepair struct {
-	Kind   string // "deactivated", "activated", "promoted", "repointed", "dropped", "unrepaired"
+	Kind   string // "deactivated", "activated", "dropped", "unrepaired"
 	VB     int
 	Node   string // where the repair is done (unrepaired: the map's active)
-	Source string // deactivated, repointed: the copy follows Source ("" : stays dead); promoted: the map's active it replaces
+	Source string // deactivated: the copy follows Source again ("" : stays dead)
 	Why    string
 }
 
@@ -88,8 +81,6 @@ func (r janitorRepair) String() string {
 		return fmt.Sprintf("vbucket %d: %s was active, the map does not name it: made dead (%s)", r.VB, r.Node, r.Why)
 	case "activated":
 		return fmt.Sprintf("vbucket %d: no member had it active: made active on %s, the map's active (%s)", r.VB, r.Node, r.Why)
-	case "promoted":
-		return fmt.Sprintf("vbucket %d: replica %s promoted, the map's active %s a replica slot (%s)", r.VB, r.Node, r.Source, r.Why)
 	case "dropped":
 		return fmt.Sprintf("vbucket %d: %s held an orphan copy: dropped (%s)", r.VB, r.Node, r.Why)
 	case "repointed":
@@ -99,7 +90,7 @@ func (r janitorRepair) String() string {
 }
 
 // janitorKinds are the repairs' kinds, in the order they are done.
-var janitorKinds = []string{"deactivated", "activated", "promoted", "repointed", "dropped", "unrepaired"}
+var janitorKinds = []string{"deactivated", "activated", "repointed", "dropped", "unrepaired"}
 
 // janitorPlan compares s's map with pos, every member's answer, and
 // returns the repairs to do: stray actives first, then vbuckets with no
@@ -179,7 +170,6 @@ func janitorPlan(s *State, pos map[string]map[int]copyPos) []janitorRepair {
 			continue
 		}
 		var ahead []string
-		best, bestSeq := "", uint64(0)
 		for _, r := range rowNames[1:] {
 			q, ok := pos[r][vb]
 			if r == "" || !ok || !q.holds() {
@@ -193,11 +183,6 @@ func janitorPlan(s *State, pos map[string]map[int]copyPos) []janitorRepair {
 				ahead = append(ahead, fmt.Sprintf("%s holds %d items", r, q.Items))
 			case listed && q.UUID == p.UUID && q.Seqno > p.Seqno:
 				ahead = append(ahead, fmt.Sprintf("%s is at seqno %d", r, q.Seqno))
-			default:
-				continue
-			}
-			if best == "" || q.Seqno > bestSeq {
-				best, bestSeq = r, q.Seqno
 			}
 		}
 		if len(ahead) > 0 {
@@ -207,15 +192,7 @@ func janitorPlan(s *State, pos map[string]map[int]copyPos) []janitorRepair {
 			} else {
 				why += "holds no copy, while a replica does: "
 			}
-			why += strings.Join(ahead, ", ")
-			if janitorPromotes {
-				// The map's active answered that it does not serve the
-				// vbucket, and nothing runs that could make it do so: the
-				// replica that holds the most is promoted, the map first.
-				acts = append(acts, janitorRepair{Kind: "promoted", VB: vb, Node: best, Source: active, Why: why})
-				continue
-			}
-			acts = append(acts, janitorRepair{Kind: "unrepaired", VB: vb, Node: active, Why: why + "; a failover of " + active + " promotes it"})
+			acts = append(acts, janitorRepair{Kind: "unrepaired", VB: vb, Node: active, Why: why + strings.Join(ahead, ", ") + "; a failover of " + active + " promotes it"})
 			continue
 		}
 		why := "it holds no copy, and no replica holds items"
@@ -311,17 +288,6 @@ func (m *Manager) janitorRound(ctx context.Context) []janitorRepair {
 			})
 		case "activated":
 			err = m.conn(ctx, r.Node, func(c *admin.Conn) error { return c.SetVBucket(r.VB, vbucket.Active) })
-		case "promoted":
-			// The map first, so that no node takes the old active for
-			// the vbucket's; the old active takes the promoted
-			// replica's slot, and a later round points it (and any
-			// other replica) at the new active.
-			// (opMu is held: update, not commitMove.)
-			var ns *State
-			if ns, err = m.update(ctx, func(s *State) error { return setActive(s, r.VB, r.Source, r.Node, r.Source) }); err == nil {
-				m.publish(ctx, ns)
-				err = m.conn(ctx, r.Node, func(c *admin.Conn) error { return c.SetVBucket(r.VB, vbucket.Active) })
-			}
 		case "dropped":
 			err = m.conn(ctx, r.Node, func(c *admin.Conn) error { return c.DelVBucket(r.VB) })
 		case "repointed":

@@ -20,17 +20,17 @@ func TestJanitorPlan(t *testing.T) {
 		{0, 1},  // 1: a dead with items, nobody active
 		{1, 2},  // 2: b active, c active too (a stray)
 		{2, 0},  // 3: c active; b holds an orphan replica
-		{0, 1},  // 4: a dead, b ahead of it on the same lineage: b promoted
+		{0, 1},  // 4: a dead, b ahead of it on the same lineage
 		{1, -1}, // 5: b pending (a takeover left it), no replica
 		{2, 1},  // 6: c holds no copy, b none either: activated empty
-		{0, 2},  // 7: a holds no copy, its replica c does: c promoted
+		{0, 2},  // 7: a holds no copy, its replica c does: not overruled
 		{2, 0},  // 8: c holds a replica, nobody active: a failover's promotion, not the janitor's
 		{0, 1},  // 9: b's replica follows c: pointed at a again
 		{0, 1},  // 10: b's replica follows nothing: pointed at a
 		{0, 1},  // 11: b does not say what its replica follows: left alone
 		{0, 1},  // 12: b holds no copy: made a replica of a
 		{0, 1},  // 13: b follows a: as it should be
-		{2, 1},  // 14: c dead with no lineage (seqno left from before a DEL_VBUCKET), b's replica holds items: b promoted
+		{2, 1},  // 14: c dead with no lineage (seqno left from before a DEL_VBUCKET), b's replica holds items: not overruled
 	}, Chain: false}
 	pos := map[string]map[int]copyPos{
 		"a": {0: {"active", 7, 10, 1, ""}, 1: {"dead", 7, 30, 3, ""}, 3: {"replica", 8, 5, 1, ""}, 4: {"dead", 9, 10, 2, ""},
@@ -46,23 +46,16 @@ func TestJanitorPlan(t *testing.T) {
 	want := []string{
 		"deactivated 2 c b", // the row's replica: follows the active again
 		"activated 1 a ",
-		"promoted 4 b a",
+		"unrepaired 4 a ",
 		"activated 5 b ",
 		"activated 6 c ",
-		"promoted 7 c a",
+		"unrepaired 7 a ",
 		"unrepaired 8 c ",
-		"promoted 14 b c",
+		"unrepaired 14 c ",
 		"repointed 9 b a",
 		"repointed 10 b a",
 		"repointed 12 b a",
 		"dropped 3 b ",
-	}
-	if !janitorPromotes { // vbcache_unsafe_janitorpromote: left to a failover
-		for i, w := range want {
-			if f := strings.Fields(w); f[0] == "promoted" {
-				want[i] = fmt.Sprintf("unrepaired %s %s ", f[1], f[3])
-			}
-		}
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("plan:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -72,7 +65,7 @@ func TestJanitorPlan(t *testing.T) {
 // janitorCluster starts three nodes and a manager whose janitor looks
 // every 100 ms, rebalances them, and returns at least need vbuckets with
 // a replica.
-func janitorCluster(t *testing.T, name string, need int) ([]*testNode, *State, []int, *testManager) {
+func janitorCluster(t *testing.T, name string, need int) ([]*testNode, *State, []int) {
 	t.Helper()
 	cli := startTestEtcd(t)
 	nodes := []*testNode{startNode(t, ""), startNode(t, ""), startNode(t, "")}
@@ -89,7 +82,7 @@ func janitorCluster(t *testing.T, name string, need int) ([]*testNode, *State, [
 	if len(withReplica) < need {
 		t.Fatalf("%d vbuckets with a replica: %v", len(withReplica), s.Map)
 	}
-	return nodes, s, withReplica, tm
+	return nodes, s, withReplica
 }
 
 // TestJanitorRepairs: with every member answering and nothing running,
@@ -101,7 +94,7 @@ func janitorCluster(t *testing.T, name string, need int) ([]*testNode, *State, [
 // Without the janitor (the vbcache_unsafe_janitor tag) they stay so: the
 // test fails.
 func TestJanitorRepairs(t *testing.T) {
-	nodes, s, withReplica, _ := janitorCluster(t, "janitor", 4)
+	nodes, s, withReplica := janitorCluster(t, "janitor", 4)
 	dead, pending, stray, orphanVB := withReplica[0], withReplica[1], withReplica[2], withReplica[3]
 	activeOf := func(vb int) string { return s.server(s.Map[vb][0]) }
 	replicaOf := func(vb int) string { return s.server(s.Map[vb][1]) }
@@ -178,7 +171,7 @@ func TestJanitorRepairs(t *testing.T) {
 // never was before: under --sync-replication every write of the vbucket
 // then waited for it in vain.
 func TestJanitorRepointsAReplica(t *testing.T) {
-	nodes, s, withReplica, _ := janitorCluster(t, "janitor-repoint", 2)
+	nodes, s, withReplica := janitorCluster(t, "janitor-repoint", 2)
 	stopped, wrong := withReplica[0], withReplica[1]
 	activeOf := func(vb int) string { return s.server(s.Map[vb][0]) }
 	replicaOf := func(vb int) string { return s.server(s.Map[vb][1]) }
@@ -211,46 +204,5 @@ func TestJanitorRepointsAReplica(t *testing.T) {
 			p := parsePositions(lines)[vb]
 			return p.State == "replica" && p.Items >= 1
 		})
-	}
-}
-
-// TestJanitorPromotesAReplica: the map's active of a vbucket answers,
-// holding no copy of it (its copy deleted behind the manager's back, or
-// a process started again that the restart rule did not catch: a new
-// leader knows no earlier incarnation), while its replica holds the
-// data. No failover comes: the node is alive. The janitor promotes the
-// replica (issue 43: "a vbucket with no active gets its best copy
-// promoted"), committing the map first; before, it only said so, and the
-// vbucket went unserved for as long as the cluster ran.
-func TestJanitorPromotesAReplica(t *testing.T) {
-	_, s, withReplica, tm := janitorCluster(t, "janitor-promote", 1)
-	vb := withReplica[0]
-	active, replica := s.server(s.Map[vb][0]), s.server(s.Map[vb][1])
-	c := testDial(t, active)
-	for i := range 3 {
-		if _, err := c.Do(protocol.OpSet, uint16(vb), make([]byte, 8), fmt.Appendf(nil, "k%d", i), []byte("v")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rc := testDial(t, replica)
-	waitFor(t, 10*time.Second, "the replica to hold the 3 keys", func() bool {
-		lines, err := rc.Stats("vbucket " + fmt.Sprint(vb))
-		return err == nil && parsePositions(lines)[vb].Items == 3
-	})
-	if err := c.DelVBucket(vb); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 10*time.Second, fmt.Sprintf("vbucket %d promoted on %s", vb, replica), func() bool {
-		st, err := rc.GetVBucket(vb)
-		return err == nil && st == vbucket.Active
-	})
-	ns := tm.m.State()
-	if got := ns.server(ns.Map[vb][0]); got != replica {
-		t.Errorf("the map names %q vbucket %d's active, want %s", got, vb, replica)
-	}
-	for i := range 3 {
-		if v, err := rc.Do(protocol.OpGet, uint16(vb), nil, fmt.Appendf(nil, "k%d", i), nil); err != nil || string(v) != "v" {
-			t.Errorf("key %d after the promotion: %q, %v", i, v, err)
-		}
 	}
 }

@@ -596,47 +596,42 @@ func (m *Manager) commitActive(ctx context.Context, vb int, from, to string, bui
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	ns, err := m.commitMove(ctx, func(s *State) error { return setActive(s, vb, from, to, built...) })
+	ns, err := m.commitMove(ctx, func(s *State) error {
+		row := s.Map[vb]
+		if cur := s.server(row[0]); cur != from && cur != to {
+			return fmt.Errorf("vbucket %d: the map's active is %q, not %q (the move's source) or %q", vb, cur, from, to)
+		}
+		ti := s.serverIndex(to)
+		nr := []int{ti}
+		for _, x := range row[1:] {
+			if x >= 0 && x != ti && x != row[0] {
+				nr = append(nr, x)
+			}
+		}
+		for _, b := range built {
+			if bi := s.serverIndex(b); len(nr) < len(row) && !slices.Contains(nr, bi) {
+				nr = append(nr, bi)
+			}
+		}
+		for len(nr) < len(row) {
+			nr = append(nr, -1)
+		}
+		s.Map[vb] = nr
+		s.Rev++
+		if s.Rebalance != nil && from != "" {
+			if s.Rebalance.Moving == nil {
+				s.Rebalance.Moving = map[int]string{}
+			}
+			s.Rebalance.Moving[vb] = from
+		}
+		return nil
+	})
 	if err != nil {
 		return 0, err
 	}
 	m.publish(ctx, ns)
 	m.runHook("published", vb)
 	return ns.Rev, nil
-}
-
-// setActive is commitActive's change to s: to becomes vb's active, and
-// leaves the replicas with the old active; the slots this empties take
-// built, in order.
-func setActive(s *State, vb int, from, to string, built ...string) error {
-	row := s.Map[vb]
-	if cur := s.server(row[0]); cur != from && cur != to {
-		return fmt.Errorf("vbucket %d: the map's active is %q, not %q (the move's source) or %q", vb, cur, from, to)
-	}
-	ti := s.serverIndex(to)
-	nr := []int{ti}
-	for _, x := range row[1:] {
-		if x >= 0 && x != ti && x != row[0] {
-			nr = append(nr, x)
-		}
-	}
-	for _, b := range built {
-		if bi := s.serverIndex(b); len(nr) < len(row) && !slices.Contains(nr, bi) {
-			nr = append(nr, bi)
-		}
-	}
-	for len(nr) < len(row) {
-		nr = append(nr, -1)
-	}
-	s.Map[vb] = nr
-	s.Rev++
-	if s.Rebalance != nil && from != "" {
-		if s.Rebalance.Moving == nil {
-			s.Rebalance.Moving = map[int]string{}
-		}
-		s.Rebalance.Moving[vb] = from
-	}
-	return nil
 }
 
 // finishVB runs the rest of a move whose new active is committed: plan's
