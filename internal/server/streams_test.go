@@ -490,17 +490,11 @@ func TestResumeAfterPromotionFollowsTheNewBranch(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond) // polling a condition
 	}
-	if differ, sample := keysDiffer(r1, r2, vb, keys); differ > 0 {
-		t.Errorf("%d of %d keys differ between R1 and the promoted R2 (e.g. %s)", differ, len(keys), sample)
-	}
-}
-
-// keysDiffer compares keys of vb on replica (GET_REPLICA) and on active
-// (GET): how many differ (a miss reads as ""), and one of them.
-func keysDiffer(replica, active *binClient, vb uint16, keys []string) (differ int, sample string) {
+	differ := 0
+	var sample string
 	for _, k := range keys {
-		h1, b1 := replica.do(protocol.OpGetReplica, vb, nil, []byte(k), nil)
-		h2, b2 := active.do(protocol.OpGet, vb, nil, []byte(k), nil)
+		h1, b1 := r1.do(protocol.OpGetReplica, vb, nil, []byte(k), nil)
+		h2, b2 := r2.do(protocol.OpGet, vb, nil, []byte(k), nil)
 		v1, v2 := "", ""
 		if h1.Status == protocol.StatusOK {
 			v1 = string(b1[h1.ExtLen:])
@@ -511,11 +505,13 @@ func keysDiffer(replica, active *binClient, vb uint16, keys []string) (differ in
 		if v1 != v2 {
 			differ++
 			if sample == "" {
-				sample = fmt.Sprintf("%s: %q on the replica, %q on the active", k, v1, v2)
+				sample = fmt.Sprintf("%s: %q on R1, %q on R2", k, v1, v2)
 			}
 		}
 	}
-	return differ, sample
+	if differ > 0 {
+		t.Errorf("%d of %d keys differ between R1 and the promoted R2 (e.g. %s)", differ, len(keys), sample)
+	}
 }
 
 // TestSetVBucketEndsATakeoverFromHere: SET_VBUCKET on a move's source
