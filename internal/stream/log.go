@@ -576,20 +576,6 @@ func (l *Log) Subscribe(vb int, ch chan struct{}) {
 	v.mu.Unlock()
 }
 
-// Poke wakes vb's subscribers as a mutation does (a copy whose rollback's
-// keys have all come: its producers may backfill now).
-func (l *Log) Poke(vb int) {
-	v := &l.vbs[vb]
-	v.mu.Lock()
-	for _, ch := range v.subs {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-	v.mu.Unlock()
-}
-
 // Unsubscribe undoes Subscribe.
 func (l *Log) Unsubscribe(vb int, ch chan struct{}) {
 	v := &l.vbs[vb]

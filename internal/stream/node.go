@@ -159,20 +159,15 @@ func (n *Node) setProgress(vb int, uuid, seq uint64) {
 	n.mu.Unlock()
 }
 
-// setRefetch records the keys a rollback of vb forgot (nil: none left,
-// which wakes the producers of vb that wait for that).
+// setRefetch records the keys a rollback of vb forgot (nil: none left).
 func (n *Node) setRefetch(vb int, keys [][]byte) {
 	n.mu.Lock()
-	_, had := n.refetch[vb]
 	if len(keys) == 0 {
 		delete(n.refetch, vb)
 	} else {
 		n.refetch[vb] = keys
 	}
 	n.mu.Unlock()
-	if had && len(keys) == 0 {
-		n.Log.Poke(vb)
-	}
 }
 
 // refetchOf returns the keys a rollback of vb forgot that are still to
@@ -345,19 +340,11 @@ func (n *Node) Takeover(ctx context.Context, vb int, src string) error {
 	case vbucket.Active:
 		return ErrActiveHere
 	case vbucket.Replica:
-		// A replica fed by replication continues from where it is,
-		// unless a rollback's keys are still to come: a takeover
-		// stream names none, so the copy is rebuilt.
+		// A replica fed by replication continues from where it is.
 		n.mu.Lock()
 		fedFromSrc = n.repOf[uint16(vb)] == src
-		_, refetching := n.refetch[vb]
 		n.mu.Unlock()
 		n.StopReplication(vb)
-		if refetching {
-			fedFromSrc = false
-			n.Store.DropVBucket(vb)
-			n.Forget(vb)
-		}
 	default:
 		n.Store.DropVBucket(vb)
 		n.Forget(vb)
@@ -708,9 +695,4 @@ func (n *Node) Stats(only int, add func(name, value string)) {
 // NewBranch starts a new branch of vb's history here (Log.NewBranch):
 // the copy is about to turn active where another active may have written
 // past it.
-func (n *Node) NewBranch(vb int) {
-	n.Log.NewBranch(vb, n.newUUID)
-	// Promoted before a rollback's keys came: what it holds of them is
-	// the new branch's.
-	n.setRefetch(vb, nil)
-}
+func (n *Node) NewBranch(vb int) { n.Log.NewBranch(vb, n.newUUID) }

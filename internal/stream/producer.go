@@ -450,14 +450,6 @@ func (p *producer) produce(s *pstream) (bool, error) {
 		return true, nil
 	}
 	if s.phase.Load() == phaseBackfill {
-		if s.refs == nil && p.n.refetchOf(vb) != nil {
-			// This copy rolled back and waits for keys from its own
-			// producer: a backfill now would copy their old values,
-			// and the new ones are numbered at the rollback point,
-			// below where it would begin. Woken when they came
-			// (Node.setRefetch).
-			return false, nil
-		}
 		p.backfill(s)
 		return true, nil
 	}
