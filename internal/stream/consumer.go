@@ -66,7 +66,6 @@ type cstream struct {
 	snapFlags           uint32
 	diskSeq             uint64 // last number given to a backfill item here
 	inSnap              bool
-	refetching          bool // the request named keys to fetch again: the first disk snapshot to close brought them
 	complete, ackedSent uint64
 	producerHigh        atomic.Uint64
 	completeSeen        atomic.Uint64
@@ -199,19 +198,20 @@ func (c *consumer) end() {
 
 // requestLocked registers a stream of vb and appends its STREAM_REQ to
 // out. c.mu is held.
-//
-// A replication stream names the keys a rollback forgot that are still
-// to be fetched (Node.refetchOf), for the producer to send first.
 func (c *consumer) requestLocked(out []byte, vb uint16) []byte {
+	return c.requestAtLocked(out, vb, nil)
+}
+
+// requestAtLocked is requestLocked naming refetch, the keys a rollback
+// dropped, for the producer to send first.
+func (c *consumer) requestAtLocked(out []byte, vb uint16, refetch [][]byte) []byte {
 	uuid, seq := c.n.progress(int(vb))
 	var ex [20]byte
 	var flags uint32
-	var refetch [][]byte
 	if c.takeover {
 		flags |= FlagTakeover
 	} else if rollbackInPlace {
 		flags |= FlagRollback
-		refetch = c.n.refetchOf(int(vb))
 	}
 	binary.BigEndian.PutUint32(ex[0:], flags)
 	binary.BigEndian.PutUint64(ex[4:], seq)
@@ -220,7 +220,7 @@ func (c *consumer) requestLocked(out []byte, vb uint16) []byte {
 	// resumes at the producer's last number gets no snapshot at all,
 	// and must still report that position (a manager waits for it).
 	c.nextOpaque++
-	s := &cstream{vb: vb, opaque: c.nextOpaque, uuid: uuid, complete: seq, ackedSent: seq, refetching: len(refetch) > 0}
+	s := &cstream{vb: vb, opaque: c.nextOpaque, uuid: uuid, complete: seq, ackedSent: seq}
 	s.completeSeen.Store(seq)
 	s.producerHigh.Store(seq)
 	c.streams[vb] = s
@@ -229,14 +229,10 @@ func (c *consumer) requestLocked(out []byte, vb uint16) []byte {
 }
 
 // rollback takes s's vbucket back to seqno to, where the producer's
-// history branched off from this copy's (StatusRollback): the log
-// forgets the mutations after it, and the stream is asked for again from
-// there, naming their keys, which the producer sends first as they are
-// now (a value, or a deletion). Until those arrive the keys keep the
-// values they had here: never a key missing that the producer had before
-// the point, should this copy be promoted meanwhile (what a write past
-// the point left is one that no replica promoted had, so never one
-// acknowledged under --sync-replication). When the log no longer holds
+// history branched off from this copy's (StatusRollback): the mutations
+// logged after it are dropped (a deletion each, numbered to), and the
+// stream is asked for again from there, naming their keys, which the
+// producer sends first as they are now. When the log no longer holds
 // every mutation after to, it asks from no position instead, and the
 // producer rebuilds the copy with a reset backfill. c.mu is held; run
 // writes the request once it lets go of it (c.pending).
@@ -244,18 +240,20 @@ func (c *consumer) rollback(s *cstream, to uint64) {
 	vb := int(s.vb)
 	keys, ok := c.n.Log.Rollback(vb, to)
 	if ok {
+		for _, k := range keys {
+			c.remove(vb, to, k, store.MutDelete)
+		}
 		c.n.rollbacks.Add(1)
 		c.n.rollbackItems.Add(uint64(len(keys)))
 		c.n.setProgress(vb, s.uuid, to)
-		c.n.setRefetch(vb, keys)
-		c.n.logf("stream of vbucket %d from %s: rolled back to seqno %d (%d keys to fetch again)", vb, c.src, to, len(keys))
+		c.n.logf("stream of vbucket %d from %s: rolled back to seqno %d (%d keys dropped, fetched again)", vb, c.src, to, len(keys))
 	} else {
 		c.n.setProgress(vb, 0, 0)
 		c.n.branchRebuilds.Add(1)
 		c.n.logf("stream of vbucket %d from %s: cannot roll back to seqno %d (the log no longer holds what came after it): rebuilt", vb, c.src, to)
 	}
 	c.n.unregisterConsumer(c.src, s)
-	c.pending = c.requestLocked(c.pending, s.vb)
+	c.pending = c.requestAtLocked(c.pending, s.vb, keys)
 }
 
 // add asks for a stream of vb on the running connection. It reports
@@ -520,12 +518,6 @@ func (c *consumer) handle(pk *packet) (done bool, err error) {
 func (c *consumer) closeSnapshot(s *cstream) {
 	if s.snapFlags&SnapDisk != 0 {
 		c.n.Log.Advance(int(s.vb), s.snapEnd)
-		if s.refetching {
-			// The keys a rollback forgot came, or a rebuild replaced
-			// everything.
-			c.n.setRefetch(int(s.vb), nil)
-			s.refetching = false
-		}
 	}
 	s.setComplete(s.snapEnd)
 	s.inSnap = false

@@ -33,14 +33,11 @@
 // replica of an old active that got further than the replica promoted),
 // so it must not resume. As DCP does, the producer answers ROLLBACK
 // (0x23) with the branch's end; the consumer takes its log back to it
-// (Log.Rollback forgets the mutations logged after it) and asks again
-// from there, naming their keys, which the producer sends first as they
-// are now, a value or a deletion (a key rewritten or deleted past the
-// point may have had a value before it), in one disk snapshot at the
-// rollback point. Until then those keys keep their values here, so a
-// copy promoted meanwhile misses nothing the producer had before the
-// point; every request names them until their snapshot closes (a
-// reconnect asks again). Then the stream goes on from the point ("stats
+// (Log.Rollback: it drops the mutations logged after it, a deletion each)
+// and asks again from there, naming the keys it dropped, which the
+// producer sends first as they are now (a key rewritten or deleted past
+// the point may have had a value before it), in one disk snapshot at the
+// rollback point. Then the stream goes on from the point ("stats
 // streams" rollbacks, rollback_items). Only when the consumer's log no
 // longer holds every mutation after the point does it ask from no
 // position, and is rebuilt with a reset backfill (branch_rebuilds; the

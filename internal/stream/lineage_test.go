@@ -5,10 +5,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"slices"
 	"testing"
 
-	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/store"
 	"github.com/vbcache/vbcache/internal/vbucket"
 )
@@ -85,90 +83,5 @@ func TestConsumerRefusesNoLineage(t *testing.T) {
 	}
 	if u, _ := n.Log.Lineage(1); u != 99 {
 		t.Errorf("lineage %d after the marker, want 99 kept", u)
-	}
-}
-
-// TestRollbackRefetchSurvivesAReconnect: after a rollback the consumer
-// asks again naming the keys its log forgot; a connection that breaks
-// before they came asks for them again, and the first disk snapshot to
-// close (theirs) ends that.
-func TestRollbackRefetchSurvivesAReconnect(t *testing.T) {
-	if !rollbackInPlace {
-		t.Skip("vbcache_unsafe_rollback")
-	}
-	n := newFuzzNode(t)
-	n.States.Set(1, vbucket.Replica)
-	n.Log.Open(1, func() uint64 { return 5 })
-	var tx store.Tx
-	for i, k := range []string{"a", "b", "c", "a"} {
-		n.Store.Begin(&tx, []byte(k))
-		tx.SetVBucket(1)
-		tx.SetSeqno(uint64(i + 1))
-		tx.Store(0, 0, 0, []byte("v"), nil)
-		tx.End()
-	}
-	n.setProgress(1, 5, 4)
-	c := &consumer{n: n, src: "p", streams: map[uint16]*cstream{}, closed: map[uint32]uint16{}}
-	c.pending = c.requestLocked(nil, 1)
-	s := c.streams[1]
-	c.pending = nil
-	answer := protocol.AppendResponse(nil, OpStreamReq, StatusRollback, s.opaque, 0, nil, nil, binary.BigEndian.AppendUint64(nil, 2))
-	request := func(b []byte) (uuid, seq uint64, keys []string) {
-		t.Helper()
-		var pk packet
-		var buf []byte
-		if err := readPacket(bufio.NewReader(bytes.NewReader(b)), &pk, &buf); err != nil || pk.Opcode != OpStreamReq {
-			t.Fatalf("not a STREAM_REQ: %v %#x", err, pk.Opcode)
-		}
-		ks, err := parseKeys(pk.value)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, k := range ks {
-			keys = append(keys, string(k))
-		}
-		return be64(pk.extras[12:]), be64(pk.extras[4:]), keys
-	}
-	var pk packet
-	var buf []byte
-	if err := readPacket(bufio.NewReader(bytes.NewReader(answer)), &pk, &buf); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.handle(&pk); err != nil {
-		t.Fatal(err)
-	}
-	uuid, seq, keys := request(c.pending)
-	if uuid != 5 || seq != 2 || !slices.Equal(keys, []string{"c", "a"}) {
-		t.Fatalf("asked again from (%d, %d) naming %q; want (5, 2) naming c, a", uuid, seq, keys)
-	}
-	// The connection breaks; the next one names them again.
-	c2 := &consumer{n: n, src: "p", streams: map[uint16]*cstream{}, closed: map[uint32]uint16{}}
-	if _, _, keys := request(c2.requestLocked(nil, 1)); !slices.Equal(keys, []string{"c", "a"}) {
-		t.Fatalf("after a reconnect the request names %q", keys)
-	}
-	// Their disk snapshot, closed by an empty marker.
-	s2 := c2.streams[1]
-	var b []byte
-	m := func(start, end uint64, flags uint32) {
-		ex := binary.BigEndian.AppendUint64(nil, start)
-		ex = binary.BigEndian.AppendUint64(ex, end)
-		ex = binary.BigEndian.AppendUint64(ex, 5)
-		ex = binary.BigEndian.AppendUint32(ex, flags)
-		b = appendReq(b, OpSnapshot, 1, s2.opaque, 0, ex, nil, nil)
-	}
-	m(2, 2, SnapDisk)
-	b = appendReq(b, OpDeletion, 1, s2.opaque, 0, binary.BigEndian.AppendUint64(nil, 2), []byte("c"), nil)
-	m(3, 2, SnapMemory)
-	r := bufio.NewReader(bytes.NewReader(b))
-	for readPacket(r, &pk, &buf) == nil {
-		if _, err := c2.handle(&pk); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if k := n.refetchOf(1); k != nil {
-		t.Fatalf("keys still to fetch after their snapshot: %q", k)
-	}
-	if _, _, keys := request(c2.requestLocked(nil, 1)); len(keys) != 0 {
-		t.Fatalf("a request after names %q", keys)
 	}
 }

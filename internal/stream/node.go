@@ -76,12 +76,8 @@ type Node struct {
 	// wait for a replicator's or a takeover's goroutine (which take mu)
 	// after letting go of it, and Replicate pokes r.changed without
 	// blocking.
-	mu   sync.Mutex
-	prog []progress // per vbucket: where the last consumer got to
-	// refetch holds, per vbucket, the keys a rollback forgot whose values
-	// the producer has not sent yet: every request of the vbucket names
-	// them until a disk snapshot closes (theirs, or a rebuild's).
-	refetch   map[int][][]byte
+	mu        sync.Mutex
+	prog      []progress // per vbucket: where the last consumer got to
 	producers map[*producer]struct{}
 	consumers map[string]map[*cstream]struct{} // by source node
 	reps      map[string]*replicator           // replication by source node
@@ -106,7 +102,7 @@ type progress struct {
 // budget of maxRing bytes per streamed vbucket (0: the default).
 func NewNode(st *store.Store, states *vbucket.Table, maxRing int) *Node {
 	n := &Node{Store: st, States: states, Log: NewLog(states, maxRing),
-		prog: make([]progress, states.Len()), refetch: map[int][][]byte{}, producers: map[*producer]struct{}{},
+		prog: make([]progress, states.Len()), producers: map[*producer]struct{}{},
 		consumers: map[string]map[*cstream]struct{}{}, reps: map[string]*replicator{},
 		repOf: map[uint16]string{}, takeovers: map[uint16]*takeoverRun{}}
 	n.acks = sync.NewCond(&n.ackMu)
@@ -157,25 +153,6 @@ func (n *Node) setProgress(vb int, uuid, seq uint64) {
 	n.mu.Lock()
 	n.prog[vb] = progress{uuid, seq}
 	n.mu.Unlock()
-}
-
-// setRefetch records the keys a rollback of vb forgot (nil: none left).
-func (n *Node) setRefetch(vb int, keys [][]byte) {
-	n.mu.Lock()
-	if len(keys) == 0 {
-		delete(n.refetch, vb)
-	} else {
-		n.refetch[vb] = keys
-	}
-	n.mu.Unlock()
-}
-
-// refetchOf returns the keys a rollback of vb forgot that are still to
-// be fetched.
-func (n *Node) refetchOf(vb int) [][]byte {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.refetch[vb]
 }
 
 func (n *Node) addProducer(p *producer) {
@@ -296,7 +273,6 @@ var (
 func (n *Node) Forget(vb int) {
 	n.Log.Forget(vb)
 	n.setProgress(vb, 0, 0)
-	n.setRefetch(vb, nil)
 }
 
 // Takeover moves vbucket vb here from the node at src and returns when it

@@ -553,12 +553,12 @@ func (p *producer) sendEntries(s *pstream, ents []Entry) bool {
 	return true
 }
 
-// sendRefetch sends, after a consumer's rollback, the keys it forgot as
+// sendRefetch sends, after a consumer's rollback, the keys it dropped as
 // they are here now (a value, or a deletion), numbered with its rollback
 // point: one disk snapshot from that point to itself, whose items the
-// consumer numbers so, closed by an empty marker. A key changed here
-// after that point is sent again with its log entry. At most writeChunk
-// bytes a call.
+// consumer numbers so, and which the first log batch's marker closes. A
+// key changed here after that point is sent again with its log entry. At
+// most writeChunk bytes a call.
 func (p *producer) sendRefetch(s *pstream) {
 	if !s.refetchMarked {
 		p.marker(s, s.refetchAt, s.refetchAt, SnapDisk)
@@ -570,8 +570,6 @@ func (p *producer) sendRefetch(s *pstream) {
 	}
 	if len(s.refetch) == 0 {
 		s.refetch = nil
-		// An empty marker closes the snapshot for the consumer.
-		p.marker(s, s.refetchAt+1, s.refetchAt, SnapMemory)
 	}
 }
 
