@@ -13,7 +13,6 @@ checks=(
   "bestreplica   ./internal/manager TestFailoverPromotesTheBestReplica"
   "branch        ./internal/server  TestResumeAfterPromotionFollowsTheNewBranch"
   "markerlineage ./internal/stream  TestProducerNamesNoLineageAfterForget,TestConsumerRefusesNoLineage"
-  "rollback      ./internal/server  TestReplicaRollsBackInPlace"
   "endtakeovers  ./internal/server  TestSetVBucketEndsATakeoverFromHere"
   "leaseterms    ./internal/server  TestLeaseJudgesPeersByTheirOwnLease,TestLeaseTakesViewWhenItsLeaseEnds"
   "leaserecord   ./internal/manager TestFailoverWaitsForAnEarlierLeadersLease"

@@ -45,7 +45,7 @@ type nodeMetrics struct {
 	vbuckets, notMyVBucket *prometheus.Desc
 	// streams (stats streams), summed per peer: per-vbucket series would
 	// be thousands
-	streams, seqnosBehind, bytesBehind, unacked, consumerBehind, takeovers, logBytes, branchRebuilds, rollbacks, rollbackItems *prometheus.Desc
+	streams, seqnosBehind, bytesBehind, unacked, consumerBehind, takeovers, logBytes, branchRebuilds *prometheus.Desc
 }
 
 // Metrics returns a prometheus.Collector of the node's metrics, for a
@@ -61,9 +61,7 @@ func (s *Server) Metrics() prometheus.Collector {
 	m.unacked = prometheus.NewDesc("vbcache_stream_unacked_bytes", "Bytes sent to a peer's consumer and not yet acknowledged (flow control).", []string{"peer"}, nil)
 	m.consumerBehind = prometheus.NewDesc("vbcache_stream_consumer_seqnos_behind", "Lag of this node's consumer streams from a source: the sum over its vbuckets of the source's last seqno minus the one applied here.", []string{"source"}, nil)
 	m.takeovers = prometheus.NewDesc("vbcache_takeovers_total", "Takeovers this node completed as the source of a move.", nil, nil)
-	m.branchRebuilds = prometheus.NewDesc("vbcache_stream_branch_rebuilds_total", "Copies rebuilt with a backfill because they ran past the end of their branch of the vbucket's history (they held writes a promoted copy never had) and could not roll back: counted by the producer for a consumer that cannot roll back, by the consumer when its log no longer held what it had to roll back.", nil, nil)
-	m.rollbacks = prometheus.NewDesc("vbcache_stream_rollbacks_total", "Rollbacks this node's consumers did: a replica that ran past the point where its producer's history branched off, taken back to that point in place (DCP's rollback).", nil, nil)
-	m.rollbackItems = prometheus.NewDesc("vbcache_stream_rollback_items_total", "Keys this node's consumers dropped in rollbacks and fetched again from their producer.", nil, nil)
+	m.branchRebuilds = prometheus.NewDesc("vbcache_stream_branch_rebuilds_total", "Streams this node produced that could not resume because the consumer ran past the end of its branch of the vbucket's history here (it holds writes a promoted copy never had): it got a backfill instead.", nil, nil)
 	m.logBytes = prometheus.NewDesc("vbcache_stream_log_bytes", "Memory of the mutation log kept for streams.", nil, nil)
 	return m
 }
@@ -71,7 +69,7 @@ func (s *Server) Metrics() prometheus.Collector {
 // Describe sends every metric's description.
 func (m *nodeMetrics) Describe(ch chan<- *prometheus.Desc) {
 	m.set.Describe(ch)
-	for _, d := range []*prometheus.Desc{m.vbuckets, m.notMyVBucket, m.streams, m.seqnosBehind, m.bytesBehind, m.unacked, m.consumerBehind, m.takeovers, m.logBytes, m.branchRebuilds, m.rollbacks, m.rollbackItems} {
+	for _, d := range []*prometheus.Desc{m.vbuckets, m.notMyVBucket, m.streams, m.seqnosBehind, m.bytesBehind, m.unacked, m.consumerBehind, m.takeovers, m.logBytes, m.branchRebuilds} {
 		ch <- d
 	}
 }
@@ -127,7 +125,7 @@ func (m *nodeMetrics) collectStreams(ch chan<- prometheus.Metric, cl *cluster) {
 	type key struct{ role, peer, kind string }
 	count := map[key]float64{}
 	behind, bytes, unacked, consumer := map[string]float64{}, map[string]float64{}, map[string]float64{}, map[string]float64{}
-	var takeovers, logBytes, branchRebuilds, rollbacks, rollbackItems float64
+	var takeovers, logBytes, branchRebuilds float64
 	cl.streams.Stats(-1, func(name, value string) {
 		role, rest, _ := strings.Cut(name, ":")
 		i := strings.LastIndexByte(rest, ':')
@@ -139,10 +137,6 @@ func (m *nodeMetrics) collectStreams(ch chan<- prometheus.Metric, cl *cluster) {
 				logBytes, _ = metrics.Value(value)
 			case "branch_rebuilds":
 				branchRebuilds, _ = metrics.Value(value)
-			case "rollbacks":
-				rollbacks, _ = metrics.Value(value)
-			case "rollback_items":
-				rollbackItems, _ = metrics.Value(value)
 			}
 			return
 		}
@@ -186,6 +180,4 @@ func (m *nodeMetrics) collectStreams(ch chan<- prometheus.Metric, cl *cluster) {
 	m.set.Send(ch, m.takeovers, prometheus.CounterValue, takeovers)
 	m.set.Send(ch, m.logBytes, prometheus.GaugeValue, logBytes)
 	m.set.Send(ch, m.branchRebuilds, prometheus.CounterValue, branchRebuilds)
-	m.set.Send(ch, m.rollbacks, prometheus.CounterValue, rollbacks)
-	m.set.Send(ch, m.rollbackItems, prometheus.CounterValue, rollbackItems)
 }

@@ -42,9 +42,8 @@ type consumer struct {
 	streams    map[uint16]*cstream
 	closed     map[uint32]uint16 // streams closed here (opaque → vbucket) whose STREAM_END has not come
 	nextOpaque uint32
-	pending    []byte // requests decided while handling a packet (a rollback's), which run writes after it
-	started    bool   // run has sent its requests: add and drop now send theirs
-	over       bool   // run has returned: nothing more is applied
+	started    bool // run has sent its requests: add and drop now send theirs
+	over       bool // run has returned: nothing more is applied
 
 	firstDown time.Time // when the first replication stream went down
 	downErr   error
@@ -170,9 +169,6 @@ func (c *consumer) run(ctx context.Context) error {
 		if err == nil && !done && (c.unacked >= ackEvery || r.Buffered() == 0) {
 			ack = c.ackLocked()
 		}
-		if len(c.pending) > 0 {
-			ack, c.pending = append(c.pending, ack...), nil
-		}
 		if werr := c.sendUnlock(ack); werr != nil {
 			return werr
 		}
@@ -199,19 +195,11 @@ func (c *consumer) end() {
 // requestLocked registers a stream of vb and appends its STREAM_REQ to
 // out. c.mu is held.
 func (c *consumer) requestLocked(out []byte, vb uint16) []byte {
-	return c.requestAtLocked(out, vb, nil)
-}
-
-// requestAtLocked is requestLocked naming refetch, the keys a rollback
-// dropped, for the producer to send first.
-func (c *consumer) requestAtLocked(out []byte, vb uint16, refetch [][]byte) []byte {
 	uuid, seq := c.n.progress(int(vb))
 	var ex [20]byte
 	var flags uint32
 	if c.takeover {
 		flags |= FlagTakeover
-	} else if rollbackInPlace {
-		flags |= FlagRollback
 	}
 	binary.BigEndian.PutUint32(ex[0:], flags)
 	binary.BigEndian.PutUint64(ex[4:], seq)
@@ -225,35 +213,7 @@ func (c *consumer) requestAtLocked(out []byte, vb uint16, refetch [][]byte) []by
 	s.producerHigh.Store(seq)
 	c.streams[vb] = s
 	c.n.registerConsumer(c.src, s)
-	return appendReq(out, OpStreamReq, vb, s.opaque, 0, ex[:], nil, appendKeys(nil, refetch))
-}
-
-// rollback takes s's vbucket back to seqno to, where the producer's
-// history branched off from this copy's (StatusRollback): the mutations
-// logged after it are dropped (a deletion each, numbered to), and the
-// stream is asked for again from there, naming their keys, which the
-// producer sends first as they are now. When the log no longer holds
-// every mutation after to, it asks from no position instead, and the
-// producer rebuilds the copy with a reset backfill. c.mu is held; run
-// writes the request once it lets go of it (c.pending).
-func (c *consumer) rollback(s *cstream, to uint64) {
-	vb := int(s.vb)
-	keys, ok := c.n.Log.Rollback(vb, to)
-	if ok {
-		for _, k := range keys {
-			c.remove(vb, to, k, store.MutDelete)
-		}
-		c.n.rollbacks.Add(1)
-		c.n.rollbackItems.Add(uint64(len(keys)))
-		c.n.setProgress(vb, s.uuid, to)
-		c.n.logf("stream of vbucket %d from %s: rolled back to seqno %d (%d keys dropped, fetched again)", vb, c.src, to, len(keys))
-	} else {
-		c.n.setProgress(vb, 0, 0)
-		c.n.branchRebuilds.Add(1)
-		c.n.logf("stream of vbucket %d from %s: cannot roll back to seqno %d (the log no longer holds what came after it): rebuilt", vb, c.src, to)
-	}
-	c.n.unregisterConsumer(c.src, s)
-	c.pending = c.requestAtLocked(c.pending, s.vb, keys)
+	return appendReq(out, OpStreamReq, vb, s.opaque, 0, ex[:], nil, nil)
 }
 
 // add asks for a stream of vb on the running connection. It reports
@@ -374,10 +334,6 @@ func (c *consumer) handle(pk *packet) (done bool, err error) {
 			// (The answer to a stream closed since is in no stream: dropped.)
 			for _, s := range c.streams {
 				if s.opaque == pk.Opaque {
-					if pk.Status == StatusRollback && len(pk.value) == 8 && !c.takeover && rollbackInPlace {
-						c.rollback(s, be64(pk.value))
-						return false, nil
-					}
 					if pk.Status != protocol.StatusOK {
 						err := fmt.Errorf("stream of vbucket %d refused by %s: status %#x", s.vb, c.src, uint16(pk.Status))
 						if c.takeover {

@@ -31,19 +31,10 @@
 // history, and the stream resumes there. A position past it ran past the
 // branch point: the consumer holds mutations this copy never had (a
 // replica of an old active that got further than the replica promoted),
-// so it must not resume. As DCP does, the producer answers ROLLBACK
-// (0x23) with the branch's end; the consumer takes its log back to it
-// (Log.Rollback: it drops the mutations logged after it, a deletion each)
-// and asks again from there, naming the keys it dropped, which the
-// producer sends first as they are now (a key rewritten or deleted past
-// the point may have had a value before it), in one disk snapshot at the
-// rollback point. Then the stream goes on from the point ("stats
-// streams" rollbacks, rollback_items). Only when the consumer's log no
-// longer holds every mutation after the point does it ask from no
-// position, and is rebuilt with a reset backfill (branch_rebuilds; the
-// producer counts one too for a consumer that cannot roll back, a
-// takeover's). An unknown uuid starts over too. The vbcache_unsafe_rollback
-// build tag turns the rollback off. The
+// so it must not resume; it starts over with a reset backfill, counted in
+// "stats streams" branch_rebuilds. An unknown uuid starts over too. DCP
+// would roll such a consumer back to the branch point instead, dropping
+// only what came after it; that is not done here (Not implemented). The
 // answer to STREAM_REQ carries the producer's failover log, which the
 // consumer takes as its own, so a replica promoted later knows the
 // branches its copy shares with the others.
@@ -125,13 +116,10 @@
 //
 //	OPEN            0x50  c→p  4: flags (0); key: consumer name
 //	CLOSE_STREAM    0x52  c→p  —
-//	STREAM_REQ      0x53  c→p  4 flags (1 = takeover, 2 = can roll back), 8 start
-//	                           seqno, 8 uuid; value: keys to send first (after a
-//	                           rollback), each a length byte and the key;
+//	STREAM_REQ      0x53  c→p  4 flags (1 = takeover), 8 start seqno, 8 uuid;
 //	                           answered with the producer's failover log as
 //	                           the value: per branch, newest first, 8 uuid
-//	                           and 8 seqno it began after; or ROLLBACK (0x23)
-//	                           with the 8-byte seqno to roll back to
+//	                           and 8 seqno it began after
 //	STREAM_END      0x55  p→c  4 reason (0 ok, 1 closed, 2 state changed, 5 aborted)
 //	SNAPSHOT_MARKER 0x56  p→c  8 start, 8 end, 8 uuid, 4 flags (1 memory, 2 disk, 0x10 reset)
 //	MUTATION        0x57  p→c  8 seqno, 8 expiry (absolute unix seconds, 0 never), 4 flags;
@@ -181,7 +169,8 @@
 //
 // # Not implemented
 //
-// Evictions and flush_all
+// A consumer that ran past its branch point is rebuilt with a backfill,
+// not rolled back to the point (DCP's rollback). Evictions and flush_all
 // are not replicated (each node evicts under its own limit); the meta
 // protocol's stale and win-token bits are not carried.
 package stream

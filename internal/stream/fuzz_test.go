@@ -143,13 +143,6 @@ func FuzzProducer(f *testing.F) {
 	f.Add(req(OpStreamReq, 1, sr))
 	f.Add(append(req(OpStreamReq, 1, sr), req(OpBufferAck, 0, []byte{0, 0, 1, 0})...))
 	f.Add(append(req(OpStreamReq, 2, sr), req(OpCloseStream, 2, nil)...))
-	// A stream asked for again after a rollback, naming keys to fetch,
-	// and one that may be told to roll back.
-	f.Add(appendReq(nil, OpStreamReq, 1, 1, 0, sr, nil, appendKeys(nil, [][]byte{[]byte("x"), []byte("nope")})))
-	rb := binary.BigEndian.AppendUint32(nil, FlagRollback)
-	rb = binary.BigEndian.AppendUint64(rb, 9)
-	rb = binary.BigEndian.AppendUint64(rb, 12345)
-	f.Add(req(OpStreamReq, 1, rb))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		n := newFuzzNode(t)
 		n.States.Set(1, vbucket.Active)

@@ -40,16 +40,9 @@ type Node struct {
 	Dial func(ctx context.Context, addr string, timeout time.Duration) (net.Conn, error)
 
 	moved atomic.Uint64 // takeovers completed as a producer
-	// branchRebuilds counts copies rebuilt because they ran past the end
-	// of their branch of the producer's history (Log.Resume): counted by
-	// the producer for a consumer that cannot roll back, by the consumer
-	// when its log no longer held what it had to roll back.
+	// branchRebuilds counts streams that could not resume because the
+	// consumer ran past the end of its branch here (Log.Resume).
 	branchRebuilds atomic.Uint64
-	// rollbacks counts the rollbacks this node's consumers did (a
-	// replica that ran past its producer's branch point, taken back to
-	// it in place), and rollbackItems the keys they dropped and fetched
-	// again.
-	rollbacks, rollbackItems atomic.Uint64
 
 	// handoverPause is a failpoint for tests (environment variable
 	// VBCACHE_FAILPOINT_HANDOVER_PAUSE, a Go duration): a producer waits
@@ -644,8 +637,6 @@ func (n *Node) Stats(only int, add func(name, value string)) {
 	add("log_ring_bytes", fmt.Sprint(n.Log.RingBytes()))
 	add("takeovers_out", fmt.Sprint(n.moved.Load()))
 	add("branch_rebuilds", fmt.Sprint(n.branchRebuilds.Load()))
-	add("rollbacks", fmt.Sprint(n.rollbacks.Load()))
-	add("rollback_items", fmt.Sprint(n.rollbackItems.Load()))
 	for _, p := range prods {
 		p.stats(only, add)
 	}

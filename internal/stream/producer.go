@@ -14,7 +14,6 @@ import (
 
 	"github.com/vbcache/vbcache/internal/protocol"
 	"github.com/vbcache/vbcache/internal/store"
-	"github.com/vbcache/vbcache/internal/vbmap"
 	"github.com/vbcache/vbcache/internal/vbucket"
 )
 
@@ -71,12 +70,6 @@ type pstream struct {
 	reset      bool // the next backfill starts with a reset marker
 	deadByUs   bool // the takeover made the vbucket dead here
 	sentActive bool // the takeover told the consumer to go active
-	// After a rollback: the keys the consumer dropped, sent first as
-	// they are now, at sequence number refetchAt (its rollback point),
-	// in one snapshot (refetchMarked: its marker went out).
-	refetch       [][]byte
-	refetchAt     uint64
-	refetchMarked bool
 }
 
 const (
@@ -254,11 +247,6 @@ func (p *producer) streamReq(pk *packet) {
 		return
 	}
 	flags, start, uuid := be32(pk.extras[0:4]), be64(pk.extras[4:12]), be64(pk.extras[12:20])
-	refetch, err := parseKeys(pk.value)
-	if err != nil {
-		p.reply(pk.Opcode, protocol.StatusInvalid, pk.Opaque, []byte(err.Error()))
-		return
-	}
 	st := p.n.States.Get(vb)
 	takeover := flags&FlagTakeover != 0
 	if st != vbucket.Active && (takeover || st != vbucket.Replica) {
@@ -270,16 +258,6 @@ func (p *producer) streamReq(pk *packet) {
 		p.mu.Unlock()
 		p.reply(pk.Opcode, protocol.StatusKeyExists, pk.Opaque, []byte("stream exists"))
 		return
-	}
-	if _, ranPast := p.n.Log.Resume(vb, uuid, start); ranPast && flags&FlagRollback != 0 && !takeover {
-		// The consumer ran past the end of its branch here, and can
-		// roll back to it (DCP's ROLLBACK): it asks again from there.
-		if end, ok := p.n.Log.BranchEnd(vb, uuid); ok {
-			p.mu.Unlock()
-			p.n.logf("stream of vbucket %d to %s: its position (lineage %016x, seqno %d) ran past where that branch ended here: rollback to seqno %d", vb, p.name, uuid, start, end)
-			p.reply(pk.Opcode, StatusRollback, pk.Opaque, binary.BigEndian.AppendUint64(nil, end))
-			return
-		}
 	}
 	s := &pstream{vb: pk.VBucket, opaque: pk.Opaque, takeover: takeover, resp: make(chan protocol.Status, 1)}
 	p.n.Log.Subscribe(vb, p.poke)
@@ -293,16 +271,6 @@ func (p *producer) streamReq(pk *packet) {
 			s.phase.Store(phaseLive)
 			s.sent.Store(start)
 			s.acked.Store(start)
-			// A consumer that rolled back names the keys it dropped
-			// (only this vbucket's are sent). A stream that starts
-			// over with a backfill sends every key anyway.
-			nvb := p.n.States.Len()
-			for _, k := range refetch {
-				if vbmap.VBucket(k, nvb) == vb {
-					s.refetch = append(s.refetch, k)
-				}
-			}
-			s.refetchAt = start
 		}
 	}
 	if ranPast {
@@ -453,10 +421,6 @@ func (p *producer) produce(s *pstream) (bool, error) {
 		p.backfill(s)
 		return true, nil
 	}
-	if len(s.refetch) > 0 {
-		p.sendRefetch(s)
-		return true, nil
-	}
 	ents, _, ok := p.n.Log.Read(vb, s.sent.Load(), s.gen, p.ents[:0:logBatch], p.kbuf)
 	if !ok {
 		p.restart(s)
@@ -551,26 +515,6 @@ func (p *producer) sendEntries(s *pstream, ents []Entry) bool {
 	}
 	s.sent.Store(ents[len(ents)-1].Seq)
 	return true
-}
-
-// sendRefetch sends, after a consumer's rollback, the keys it dropped as
-// they are here now (a value, or a deletion), numbered with its rollback
-// point: one disk snapshot from that point to itself, whose items the
-// consumer numbers so, and which the first log batch's marker closes. A
-// key changed here after that point is sent again with its log entry. At
-// most writeChunk bytes a call.
-func (p *producer) sendRefetch(s *pstream) {
-	if !s.refetchMarked {
-		p.marker(s, s.refetchAt, s.refetchAt, SnapDisk)
-		s.refetchMarked = true
-	}
-	for len(s.refetch) > 0 && len(p.out) < writeChunk {
-		p.sendCurrent(s, Entry{Seq: s.refetchAt, Kind: store.MutDelete, Key: s.refetch[0]})
-		s.refetch = s.refetch[1:]
-	}
-	if len(s.refetch) == 0 {
-		s.refetch = nil
-	}
 }
 
 func (p *producer) sendCurrent(s *pstream, e Entry) {

@@ -40,9 +40,6 @@ const OpenNamed = 0x01
 // Stream request flags.
 const (
 	FlagTakeover uint32 = 1 // end the stream by handing the vbucket over
-	// FlagRollback says the consumer rolls back (StatusRollback) rather
-	// than be rebuilt when its position ran past its branch's end here.
-	FlagRollback uint32 = 2
 )
 
 // Snapshot marker flags.
@@ -60,38 +57,8 @@ const (
 	EndAborted      uint32 = 5 // takeover aborted; the source stays active
 )
 
-// StatusRollback answers a STREAM_REQ (flag FlagRollback) whose position
-// ran past the end of its branch of the producer's history (DCP's
-// ROLLBACK): the value is the 8-byte sequence number to roll back to.
-// The consumer drops what it logged after it and asks again from there,
-// naming the keys it dropped (appendKeys), which the producer sends first
-// as they are now.
-const StatusRollback protocol.Status = 0x23
-
-// appendKeys appends keys to a STREAM_REQ's value: each a length byte
-// and the key.
-func appendKeys(dst []byte, keys [][]byte) []byte {
-	for _, k := range keys {
-		dst = append(dst, byte(len(k)))
-		dst = append(dst, k...)
-	}
-	return dst
-}
-
-// parseKeys reads appendKeys' value; a key that runs past the end, or an
-// empty one, is refused.
-func parseKeys(b []byte) ([][]byte, error) {
-	var keys [][]byte
-	for len(b) > 0 {
-		n := int(b[0])
-		if n == 0 || len(b) < 1+n {
-			return nil, fmt.Errorf("%w: a refetch list cut short", errBadPacket)
-		}
-		keys = append(keys, append([]byte(nil), b[1:1+n]...))
-		b = b[1+n:]
-	}
-	return keys, nil
-}
+// StatusRollback is not used; a stream that cannot resume restarts with a
+// reset snapshot instead.
 
 // packet is one decoded packet (request or response).
 type packet struct {
