@@ -501,12 +501,9 @@ func (p *producer) sendEntries(s *pstream, ents []Entry) bool {
 	// history has none (lineage 0), which no marker may name: a
 	// consumer would keep its copy under no lineage.
 	uuid, ok := p.n.Log.LineageAt(int(s.vb), s.gen)
-	if !ok || !lineageChecks {
-		if lineageChecks {
-			p.restart(s)
-			return false
-		}
-		uuid, _ = p.n.Log.Lineage(int(s.vb))
+	if !ok && lineageChecks {
+		p.restart(s)
+		return false
 	}
 	s.uuid = uuid
 	p.marker(s, ents[0].Seq, ents[len(ents)-1].Seq, SnapMemory)
