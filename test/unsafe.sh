@@ -28,6 +28,7 @@ checks=(
   "janitorrepoint ./internal/manager TestJanitorRepointsAReplica"
   "restartactives ./internal/manager TestRestartedNodeGivenAReplica"
   "restartmidrb  ./internal/manager TestRestartedNodeMidRebalance"
+  "catchup       ./internal/manager TestReplicaCatchesUpOnlyWithTheSourcesHistory"
   "emptysource   ./internal/move    TestRecoverAfterSourceRestart"
   "sourcehistory ./internal/move    TestRecoverKeepsARestartedSourceDead"
   "syncreads     ./test/streams     TestSyncReplicationReadsWaitForReplicas,TestSyncReplicationReadsWaitForTheirKey -vbcache-tags=vbcache_unsafe_syncreads"

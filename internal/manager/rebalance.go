@@ -695,6 +695,56 @@ func (m *Manager) runHook(step string, vb int) {
 	}
 }
 
+// vbCopy is what "stats vbucket N" says of one node's copy of a vbucket.
+type vbCopy struct {
+	state string // "active", "replica", "pending", "dead"
+	uuid  uint64 // its lineage (0: no history here)
+	high  uint64 // its last sequence number
+}
+
+// readCopy reads addr's copy of vb.
+func (m *Manager) readCopy(ctx context.Context, addr string, vb int) (vbCopy, error) {
+	var v vbCopy
+	err := m.connUnlessFailing(ctx, addr, func(c *admin.Conn) error {
+		st, err := c.Stats("vbucket " + strconv.Itoa(vb))
+		if err != nil {
+			return err
+		}
+		p := "vb_" + strconv.Itoa(vb)
+		for _, kv := range st {
+			switch kv[0] {
+			case p:
+				v.state = kv[1]
+			case p + ":uuid":
+				v.uuid, _ = strconv.ParseUint(kv[1], 10, 64)
+			case p + ":high_seqno":
+				v.high, _ = strconv.ParseUint(kv[1], 10, 64)
+			}
+		}
+		return nil
+	})
+	return v, err
+}
+
+// sameHistory reports whether replica r's copy of vb is on the history of
+// src's: src holds the vbucket (active, or a replica feeding a chain)
+// with a lineage, and r's copy has that lineage (a consumer takes its
+// producer's failover log when its stream opens).
+func (m *Manager) sameHistory(ctx context.Context, vb int, src, r string) (bool, error) {
+	s, err := m.readCopy(ctx, src, vb)
+	if err != nil {
+		return false, err
+	}
+	if s.uuid == 0 || (s.state != "active" && s.state != "replica") {
+		return false, nil
+	}
+	c, err := m.readCopy(ctx, r, vb)
+	if err != nil {
+		return false, err
+	}
+	return c.uuid == s.uuid, nil
+}
+
 // vbStat reads one field of vb's line in addr's "stats vbucket N" (0 when
 // absent).
 func (m *Manager) vbStat(ctx context.Context, addr string, vb int, field string) (uint64, error) {
@@ -729,6 +779,14 @@ var errRebalanceStopping = errors.New("the rebalance is stopping")
 // reached the active's last sequence number as it was when the wait began,
 // or the rebalance is stopping: a failover of r (or of the active) stops
 // the rebalance and waits for it, and must not wait out this deadline.
+//
+// Caught up means on the active's history, too: the active holds the
+// vbucket (active, or a replica for a chain) with a lineage, and r's copy
+// has that lineage. A source killed and started again holds no copy, its
+// high seqno reads 0, and so did the new replica's position: a rebalance
+// then dropped the replica that held every item for one that held none,
+// and a failover promoted it (issue 43; the vbcache_unsafe_catchup build
+// tag turns the lineage check off).
 func (m *Manager) waitCaughtUp(ctx context.Context, vb int, active, r string) error {
 	high, err := m.vbStat(ctx, active, vb, "high_seqno")
 	if err != nil {
@@ -753,7 +811,13 @@ func (m *Manager) waitCaughtUp(ctx context.Context, vb int, active, r string) er
 			return nil
 		})
 		if err == nil && found && got >= high {
-			return nil
+			if !catchupLineage {
+				return nil
+			}
+			var on bool
+			if on, err = m.sameHistory(ctx, vb, active, r); err == nil && on {
+				return nil
+			}
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("replica %s of vbucket %d did not catch up (at %d of %d)", r, vb, got, high)

@@ -1,0 +1,8 @@
+//go:build vbcache_unsafe_catchup
+
+package manager
+
+// catchupLineage is false: a replica counts as caught up once its stream
+// position reaches the source's high seqno, whatever history either holds
+// (see catchup_safe.go). Never shipped.
+const catchupLineage = false
