@@ -29,6 +29,7 @@ checks=(
   "restartactives ./internal/manager TestRestartedNodeGivenAReplica"
   "restartmidrb  ./internal/manager TestRestartedNodeMidRebalance"
   "catchup       ./internal/manager TestReplicaCatchesUpOnlyWithTheSourcesHistory"
+  "reactivatehistory ./internal/manager TestReactivateNeedsTheSourcesHistory"
   "emptysource   ./internal/move    TestRecoverAfterSourceRestart"
   "sourcehistory ./internal/move    TestRecoverKeepsARestartedSourceDead"
   "syncreads     ./test/streams     TestSyncReplicationReadsWaitForReplicas,TestSyncReplicationReadsWaitForTheirKey -vbcache-tags=vbcache_unsafe_syncreads"

@@ -495,8 +495,12 @@ func (m *Manager) failover(ctx context.Context, addr string, force bool) (rep Fa
 // the fault schedule found one (pause-target-mid-rb, seed
 // 1796635436413354491): the source had gone pending for the last items
 // when the target stopped, and served nothing for the 30 s the test
-// waited; the janitor now repairs it too. With the
-// vbcache_unsafe_takeoverwatch build tag it does nothing, as before.
+// waited; the janitor now repairs it too. A dead or pending copy with no
+// lineage ("stats vbucket N": vb_N:uuid 0) is a source started again
+// while the failed node was its target (two faults together): it holds
+// nothing and stays dead (issue 43; the vbcache_unsafe_reactivatehistory
+// build tag turns that check off). With the vbcache_unsafe_takeoverwatch
+// build tag it does nothing, as before.
 func (m *Manager) reactivate(ctx context.Context, addr string, ns *State, vbs []int) int {
 	if !takeoverWatch {
 		return 0
@@ -511,6 +515,23 @@ func (m *Manager) reactivate(ctx context.Context, addr string, ns *State, vbs []
 			st, err := c.GetVBucket(vb)
 			if err != nil || (st != vbucket.Dead && st != vbucket.Pending && st != vbucket.Active) {
 				return err
+			}
+			if st != vbucket.Active && reactivateHistory {
+				// A dead or pending copy with no lineage is not the
+				// process that began the handover (its takeover
+				// stream gave it one, kept until the move deletes the
+				// copy): it was started again, and holds nothing.
+				// Active, it would serve the vbucket empty while the
+				// row's replicas hold it; the restart rule fails the
+				// node over and promotes the best of them.
+				v, err := askCopy(c, vb)
+				if err != nil {
+					return err
+				}
+				if v.uuid == 0 {
+					m.cfg.Logf("manager: failover of %s: vbucket %d, moving into it, is not made active again on %s: that copy has no history (a restarted process); its replicas are promoted when %s is failed over", addr, vb, a, a)
+					return nil
+				}
 			}
 			if st != vbucket.Active {
 				n++

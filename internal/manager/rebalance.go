@@ -706,24 +706,32 @@ type vbCopy struct {
 func (m *Manager) readCopy(ctx context.Context, addr string, vb int) (vbCopy, error) {
 	var v vbCopy
 	err := m.connUnlessFailing(ctx, addr, func(c *admin.Conn) error {
-		st, err := c.Stats("vbucket " + strconv.Itoa(vb))
-		if err != nil {
-			return err
-		}
-		p := "vb_" + strconv.Itoa(vb)
-		for _, kv := range st {
-			switch kv[0] {
-			case p:
-				v.state = kv[1]
-			case p + ":uuid":
-				v.uuid, _ = strconv.ParseUint(kv[1], 10, 64)
-			case p + ":high_seqno":
-				v.high, _ = strconv.ParseUint(kv[1], 10, 64)
-			}
-		}
-		return nil
+		var err error
+		v, err = askCopy(c, vb)
+		return err
 	})
 	return v, err
+}
+
+// askCopy asks c's node for its copy of vb ("stats vbucket N").
+func askCopy(c *admin.Conn, vb int) (vbCopy, error) {
+	var v vbCopy
+	st, err := c.Stats("vbucket " + strconv.Itoa(vb))
+	if err != nil {
+		return v, err
+	}
+	p := "vb_" + strconv.Itoa(vb)
+	for _, kv := range st {
+		switch kv[0] {
+		case p:
+			v.state = kv[1]
+		case p + ":uuid":
+			v.uuid, _ = strconv.ParseUint(kv[1], 10, 64)
+		case p + ":high_seqno":
+			v.high, _ = strconv.ParseUint(kv[1], 10, 64)
+		}
+	}
+	return v, nil
 }
 
 // sameHistory reports whether replica r's copy of vb is on the history of
