@@ -15,7 +15,7 @@ import (
 
 // TestReplicaCatchesUpOnlyWithTheSourcesHistory: a replica counts as
 // caught up (waitCaughtUp, before a move drops the copy it replaces)
-// only once it follows the source's history to where the source was. A
+// only with a source that holds the vbucket's history. A
 // source killed and started again holds no copy: its high seqno reads 0,
 // and the new replica's stream position, 0 too, counted as caught up.
 // The async fault schedule (seed 1796689867723274303, restart-node-mid-rb)

@@ -3,6 +3,6 @@
 package manager
 
 // catchupLineage is false: a replica counts as caught up once its stream
-// position reaches the source's high seqno, whatever history either holds
+// position reaches the source's high seqno, whatever the source holds
 // (see catchup_safe.go). Never shipped.
 const catchupLineage = false

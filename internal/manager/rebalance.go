@@ -734,23 +734,15 @@ func askCopy(c *admin.Conn, vb int) (vbCopy, error) {
 	return v, nil
 }
 
-// sameHistory reports whether replica r's copy of vb is on the history of
-// src's: src holds the vbucket (active, or a replica feeding a chain)
-// with a lineage, and r's copy has that lineage (a consumer takes its
-// producer's failover log when its stream opens).
-func (m *Manager) sameHistory(ctx context.Context, vb int, src, r string) (bool, error) {
+// hasHistory reports whether src holds vb with a history a replica can
+// follow: active (or a replica feeding a chain) with a lineage. A process
+// started again holds none: its copy reads dead, lineage 0, high seqno 0.
+func (m *Manager) hasHistory(ctx context.Context, vb int, src string) (vbCopy, bool, error) {
 	s, err := m.readCopy(ctx, src, vb)
 	if err != nil {
-		return false, err
+		return s, false, err
 	}
-	if s.uuid == 0 || (s.state != "active" && s.state != "replica") {
-		return false, nil
-	}
-	c, err := m.readCopy(ctx, r, vb)
-	if err != nil {
-		return false, err
-	}
-	return c.uuid == s.uuid, nil
+	return s, s.uuid != 0 && (s.state == "active" || s.state == "replica"), nil
 }
 
 // vbStat reads one field of vb's line in addr's "stats vbucket N" (0 when
@@ -788,20 +780,24 @@ var errRebalanceStopping = errors.New("the rebalance is stopping")
 // or the rebalance is stopping: a failover of r (or of the active) stops
 // the rebalance and waits for it, and must not wait out this deadline.
 //
-// Caught up means on the active's history, too: the active holds the
-// vbucket (active, or a replica for a chain) with a lineage, and r's copy
-// has that lineage. A source killed and started again holds no copy, its
-// high seqno reads 0, and so did the new replica's position: a rebalance
-// then dropped the replica that held every item for one that held none,
-// and a failover promoted it (issue 43; the vbcache_unsafe_catchup build
-// tag turns the lineage check off).
+// Caught up also means the active has a history to be caught up with: it
+// holds the vbucket (active, or a replica for a chain) with a lineage
+// (hasHistory). A source killed and started again holds no copy, its high
+// seqno reads 0, and so did the new replica's position: a rebalance then
+// dropped the replica that held every item for one that held none, and a
+// failover promoted it (issue 43; the vbcache_unsafe_catchup build tag
+// turns the check off). A wait longer than 10 s is logged once, with what
+// each end shows.
 func (m *Manager) waitCaughtUp(ctx context.Context, vb int, active, r string) error {
 	high, err := m.vbStat(ctx, active, vb, "high_seqno")
 	if err != nil {
 		return err
 	}
-	deadline := time.Now().Add(2 * time.Minute)
+	start := time.Now()
+	deadline := start.Add(2 * time.Minute)
 	suffix := ":vb_" + strconv.Itoa(vb) + ":seqno"
+	var src vbCopy // the active's copy, once read
+	told := false
 	for {
 		var got uint64
 		found := false
@@ -822,10 +818,15 @@ func (m *Manager) waitCaughtUp(ctx context.Context, vb int, active, r string) er
 			if !catchupLineage {
 				return nil
 			}
-			var on bool
-			if on, err = m.sameHistory(ctx, vb, active, r); err == nil && on {
+			var ok bool
+			if src, ok, err = m.hasHistory(ctx, vb, active); err == nil && ok {
 				return nil
 			}
+		}
+		if !told && time.Since(start) > 10*time.Second {
+			told = true
+			m.cfg.Logf("manager: replica %s of vbucket %d not caught up after %v: its stream from %s at %d of %d (found %v); %s holds it %s, lineage %016x, seqno %d; %v",
+				r, vb, time.Since(start).Round(time.Second), active, got, high, found, active, src.state, src.uuid, src.high, err)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("replica %s of vbucket %d did not catch up (at %d of %d)", r, vb, got, high)
