@@ -42,9 +42,10 @@
 // broke, or it timed out), Move looks at both nodes, every Settle/50 for up
 // to Options.Settle (default 5 s), and applies the first rule that fits.
 // "Settled" means the target is not pending and neither node still has a
-// stream of the vbucket between them open: the takeover is over on both
-// sides, so no state can change behind our back. "Lost" means connection
-// refused (on one machine: the process is gone) or a different process id
+// takeover stream of the vbucket between them open (replication cannot
+// turn the target active, so it is not waited for): the takeover is over
+// on both sides, so no state can change behind our back. "Lost" means
+// connection refused (on one machine: the process is gone) or a different process id
 // than at preflight (the node restarted and every vbucket it held is
 // gone), or, for Promote only, fenced: the caller has proof the source
 // serves nothing, and it is not asked.
@@ -60,8 +61,8 @@
 //     source is reachable and active too, that is two actives, which the
 //     stream protocol must never produce: nothing is touched and the move
 //     is unresolved.
-//   - R2 the target is pending, or a stream of the vbucket is still open on
-//     either node → the handover is in flight: wait.
+//   - R2 the target is pending, or a takeover stream of the vbucket is
+//     still open on either node → the handover is in flight: wait.
 //   - R3 the source is active → aborted cleanly: the source never told the
 //     target to go active (or the target refused), so the target cannot be
 //     active. The target's partial copy (replica) is dropped with

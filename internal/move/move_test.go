@@ -510,6 +510,8 @@ func TestPromote(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitStat(t, b, vb, "consumer:"+na.Addr+":vb_"+strconv.Itoa(vb)+":items_received", strconv.Itoa(len(keys)))
+	// Replication, which R2 does not wait for: it cannot turn b active.
+	waitStat(t, b, vb, "consumer:"+na.Addr+":vb_"+strconv.Itoa(vb)+":type", "replication")
 	if err := na.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -666,6 +668,15 @@ func TestMoveAbortedKeepsReplica(t *testing.T) {
 		done <- out{res, err}
 	}()
 	waitStat(t, a, vb, "producer:"+nb.Addr+":vb_"+strconv.Itoa(vb)+":phase", "handover")
+	// The target has two consumers of vb fed from a: replication and the
+	// takeover's. R2 waits for the takeover's alone.
+	lines, err := b.Stats("streams " + strconv.Itoa(vb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !streamOpen(lines, vb, na.Addr) || !fedFrom(lines, vb, na.Addr) {
+		t.Fatalf("the target's takeover stream is not seen: %q", lines)
+	}
 	if err := b.SetVBucket(vb, vbucket.Replica); err != nil {
 		t.Fatal(err)
 	}

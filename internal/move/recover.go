@@ -28,7 +28,8 @@ type view struct {
 	state     vbucket.State // the vbucket's state there
 	pid       string        // the process id ("stats" pid)
 	restarted bool          // pid differs from the preflight's: its copies are gone
-	streaming bool          // a stream of the vbucket between the two ends is open here
+	streaming bool          // a takeover stream of the vbucket between the two ends is open here
+	fed       bool          // a stream of the vbucket fed from the other end, replication too, is open here
 	items     uint64        // the vbucket's items there ("stats vbucket N")
 	high      uint64        // its high seqno there (0: none)
 	uuid      uint64        // its lineage there (0: none: no stream ever fed or opened it in this process, or it was deleted since)
@@ -71,8 +72,8 @@ func (v view) String() string {
 }
 
 // observe asks the node at addr for the vbucket's state, its pid (compared
-// with pid0 when set) and whether a stream of the vbucket is open there:
-// a consumer fed from peer (on the target), or a takeover producer (on
+// with pid0 when set) and whether a takeover stream of the vbucket is open
+// there: a takeover's consumer fed from peer (on the target), or a takeover producer (on
 // the source; the producer names the consumer by the target's own name,
 // which need not be the address Move uses, so any takeover stream of the
 // vbucket counts).
@@ -91,6 +92,7 @@ func (m *mover) observe(ctx context.Context, addr, pid0, peer string) view {
 			return err
 		}
 		v.streaming = streamOpen(streams, m.vb, peer)
+		v.fed = peer != "" && fedFrom(streams, m.vb, peer)
 		vbs, err := c.Stats("vbucket " + strconv.Itoa(m.vb))
 		if err != nil {
 			return err
@@ -134,19 +136,34 @@ func (m *mover) observe(ctx context.Context, addr, pid0, peer string) view {
 	return v
 }
 
-// streamOpen reports whether "stats streams" lines show a stream of vb:
-// a consumer of it fed from peer (peer != ""), or a takeover producer of
-// it. The lines are "consumer:<src>:vb_<n>:<field>" and
-// "producer:<name>:vb_<n>:type" = "takeover"; names hold colons, so the
-// vbucket is found from the end.
+// streamOpen reports whether "stats streams" lines show a takeover
+// stream of vb: a takeover's consumer of it fed from peer (peer != ""),
+// or a takeover producer of it. The lines are
+// "consumer:<src>:vb_<n>:type" and "producer:<name>:vb_<n>:type", each
+// "takeover" or "replication"; names hold colons, so the vbucket is found
+// from the end. Replication cannot turn the target active: R2 waited on a
+// target that was the vbucket's replica, fed from the source, until
+// Settle ran out (issue 43: 9 s unserved in one schedule run).
 func streamOpen(lines [][2]string, vb int, peer string) bool {
 	vbPart := ":vb_" + strconv.Itoa(vb) + ":"
 	for _, kv := range lines {
 		k := kv[0]
-		if peer != "" && strings.HasPrefix(k, "consumer:"+peer+vbPart) {
+		if peer != "" && k == "consumer:"+peer+vbPart+"type" && kv[1] == "takeover" {
 			return true
 		}
 		if strings.HasPrefix(k, "producer:") && strings.HasSuffix(k, vbPart+"type") && kv[1] == "takeover" {
+			return true
+		}
+	}
+	return false
+}
+
+// fedFrom reports whether "stats streams" lines show a consumer of vb fed
+// from peer, of either type.
+func fedFrom(lines [][2]string, vb int, peer string) bool {
+	p := "consumer:" + peer + ":vb_" + strconv.Itoa(vb) + ":"
+	for _, kv := range lines {
+		if strings.HasPrefix(kv[0], p) {
 			return true
 		}
 	}
@@ -397,9 +414,10 @@ func (m *mover) recover(res *Result) error {
 // target answered, is settled and holds one (a replica; a pending target
 // is never settled). A target that was the vbucket's replica at
 // preflight is the vbucket's replica again instead, fed from the source,
-// which is active.
+// which is active. A target replicating from the source is that replica
+// (Recover knows no preflight): its copy is kept.
 func (m *mover) dropTarget(ctx context.Context, res *Result, t view) {
-	if t.reach != reachOK || t.state != vbucket.Replica || t.streaming {
+	if t.reach != reachOK || t.state != vbucket.Replica || t.streaming || t.fed {
 		return
 	}
 	if m.toWasReplica {

@@ -100,7 +100,10 @@ func TestStreamOpen(t *testing.T) {
 		{"log_ring_bytes", "0"},
 		{"producer:127.0.0.1:5000:vb_12:type", "replication"},
 		{"producer:127.0.0.1:5000:vb_3:type", "takeover"},
+		{"consumer:127.0.0.1:4000:vb_5:type", "takeover"},
 		{"consumer:127.0.0.1:4000:vb_5:seqno", "7"},
+		{"consumer:127.0.0.1:4000:vb_6:type", "replication"},
+		{"consumer:127.0.0.1:4000:vb_6:seqno", "9"},
 	}
 	for _, tc := range []struct {
 		vb   int
@@ -110,7 +113,8 @@ func TestStreamOpen(t *testing.T) {
 		{3, "", true},                // a takeover producer
 		{12, "", false},              // replication is not a move
 		{1, "", false},               // vb_1 is not vb_12's prefix
-		{5, "127.0.0.1:4000", true},  // a consumer fed from the source
+		{5, "127.0.0.1:4000", true},  // a takeover's consumer fed from the source
+		{6, "127.0.0.1:4000", false}, // replication from the source cannot turn the target active
 		{5, "127.0.0.1:400", false},  // another source
 		{5, "", false},               // consumers count only with a peer
 		{2, "127.0.0.1:4000", false}, // another vbucket

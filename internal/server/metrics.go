@@ -55,7 +55,7 @@ func (s *Server) Metrics() prometheus.Collector {
 	m.set.Add("vbcache", ownMetrics)
 	m.vbuckets = prometheus.NewDesc("vbcache_vbuckets", "vbuckets on this node by state (cluster mode).", []string{"state"}, nil)
 	m.notMyVBucket = prometheus.NewDesc("vbcache_not_my_vbucket_total", "Requests answered NOT_MY_VBUCKET: for a vbucket this node does not serve (cluster mode).", nil, nil)
-	m.streams = prometheus.NewDesc("vbcache_streams", "Open vbucket streams: as producer to a peer (replication or takeover), or as consumer from a source.", []string{"role", "peer", "type"}, nil)
+	m.streams = prometheus.NewDesc("vbcache_streams", "Open vbucket streams: as producer to a peer, or as consumer from a source; each replication or takeover.", []string{"role", "peer", "type"}, nil)
 	m.seqnosBehind = prometheus.NewDesc("vbcache_stream_seqnos_behind", "Replication lag of this node's producer streams to a peer: the sum over its vbuckets of the high seqno minus the one the peer acknowledged.", []string{"peer"}, nil)
 	m.bytesBehind = prometheus.NewDesc("vbcache_stream_bytes_behind", "Bytes of mutations this node's producer streams to a peer have not had acknowledged (a lower bound where the mutation log no longer holds them all).", []string{"peer"}, nil)
 	m.unacked = prometheus.NewDesc("vbcache_stream_unacked_bytes", "Bytes sent to a peer's consumer and not yet acknowledged (flow control).", []string{"peer"}, nil)
@@ -158,8 +158,8 @@ func (m *nodeMetrics) collectStreams(ch chan<- prometheus.Metric, cl *cluster) {
 			behind[peer] += v
 		case role == "producer" && stat == "bytes_behind":
 			bytes[peer] += v
-		case role == "consumer" && stat == "seqno":
-			count[key{"consumer", peer, "replication"}]++
+		case role == "consumer" && stat == "type":
+			count[key{"consumer", peer, value}]++
 		case role == "consumer" && stat == "seqno_behind":
 			consumer[peer] += v
 		}

@@ -69,6 +69,7 @@ type cstream struct {
 	producerHigh        atomic.Uint64
 	completeSeen        atomic.Uint64
 	items               atomic.Uint64
+	takeover            bool // a takeover's stream, not replication ("stats streams" type)
 }
 
 // streamDown notes that a replication stream was refused or ended. The
@@ -208,7 +209,7 @@ func (c *consumer) requestLocked(out []byte, vb uint16) []byte {
 	// resumes at the producer's last number gets no snapshot at all,
 	// and must still report that position (a manager waits for it).
 	c.nextOpaque++
-	s := &cstream{vb: vb, opaque: c.nextOpaque, uuid: uuid, complete: seq, ackedSent: seq}
+	s := &cstream{vb: vb, opaque: c.nextOpaque, uuid: uuid, complete: seq, ackedSent: seq, takeover: c.takeover}
 	s.completeSeen.Store(seq)
 	s.producerHigh.Store(seq)
 	c.streams[vb] = s

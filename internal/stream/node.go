@@ -647,6 +647,11 @@ func (n *Node) Stats(only int, add func(name, value string)) {
 		q := fmt.Sprintf("consumer:%s:vb_%d:", c.src, c.s.vb)
 		done := c.s.completeSeen.Load()
 		high := c.s.producerHigh.Load()
+		kind := "replication"
+		if c.s.takeover {
+			kind = "takeover"
+		}
+		add(q+"type", kind)
 		add(q+"seqno", fmt.Sprint(done))
 		add(q+"producer_seqno", fmt.Sprint(high))
 		add(q+"seqno_behind", fmt.Sprint(high-min(high, done)))
