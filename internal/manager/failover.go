@@ -528,7 +528,7 @@ func (m *Manager) reactivate(ctx context.Context, addr string, ns *State, vbs []
 				if err != nil {
 					return err
 				}
-				if v.uuid == 0 {
+				if v.UUID == 0 {
 					m.cfg.Logf("manager: failover of %s: vbucket %d, moving into it, is not made active again on %s: that copy has no history (a restarted process); its replicas are promoted when %s is failed over", addr, vb, a, a)
 					return nil
 				}

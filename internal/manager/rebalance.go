@@ -695,16 +695,9 @@ func (m *Manager) runHook(step string, vb int) {
 	}
 }
 
-// vbCopy is what "stats vbucket N" says of one node's copy of a vbucket.
-type vbCopy struct {
-	state string // "active", "replica", "pending", "dead"
-	uuid  uint64 // its lineage (0: no history here)
-	high  uint64 // its last sequence number
-}
-
 // readCopy reads addr's copy of vb.
-func (m *Manager) readCopy(ctx context.Context, addr string, vb int) (vbCopy, error) {
-	var v vbCopy
+func (m *Manager) readCopy(ctx context.Context, addr string, vb int) (copyPos, error) {
+	var v copyPos
 	err := m.connUnlessFailing(ctx, addr, func(c *admin.Conn) error {
 		var err error
 		v, err = askCopy(c, vb)
@@ -714,35 +707,23 @@ func (m *Manager) readCopy(ctx context.Context, addr string, vb int) (vbCopy, er
 }
 
 // askCopy asks c's node for its copy of vb ("stats vbucket N").
-func askCopy(c *admin.Conn, vb int) (vbCopy, error) {
-	var v vbCopy
-	st, err := c.Stats("vbucket " + strconv.Itoa(vb))
+func askCopy(c *admin.Conn, vb int) (copyPos, error) {
+	lines, err := c.Stats("vbucket " + strconv.Itoa(vb))
 	if err != nil {
-		return v, err
+		return copyPos{}, err
 	}
-	p := "vb_" + strconv.Itoa(vb)
-	for _, kv := range st {
-		switch kv[0] {
-		case p:
-			v.state = kv[1]
-		case p + ":uuid":
-			v.uuid, _ = strconv.ParseUint(kv[1], 10, 64)
-		case p + ":high_seqno":
-			v.high, _ = strconv.ParseUint(kv[1], 10, 64)
-		}
-	}
-	return v, nil
+	return parsePositions(lines)[vb], nil
 }
 
 // hasHistory reports whether src holds vb with a history a replica can
 // follow: active (or a replica feeding a chain) with a lineage. A process
 // started again holds none: its copy reads dead, lineage 0, high seqno 0.
-func (m *Manager) hasHistory(ctx context.Context, vb int, src string) (vbCopy, bool, error) {
+func (m *Manager) hasHistory(ctx context.Context, vb int, src string) (copyPos, bool, error) {
 	s, err := m.readCopy(ctx, src, vb)
 	if err != nil {
 		return s, false, err
 	}
-	return s, s.uuid != 0 && (s.state == "active" || s.state == "replica"), nil
+	return s, s.UUID != 0 && (s.State == "active" || s.State == "replica"), nil
 }
 
 // vbStat reads one field of vb's line in addr's "stats vbucket N" (0 when
@@ -796,7 +777,7 @@ func (m *Manager) waitCaughtUp(ctx context.Context, vb int, active, r string) er
 	start := time.Now()
 	deadline := start.Add(2 * time.Minute)
 	suffix := ":vb_" + strconv.Itoa(vb) + ":seqno"
-	var src vbCopy // the active's copy, once read
+	var src copyPos // the active's copy, once read
 	told := false
 	for {
 		var got uint64
@@ -826,7 +807,7 @@ func (m *Manager) waitCaughtUp(ctx context.Context, vb int, active, r string) er
 		if !told && time.Since(start) > 10*time.Second {
 			told = true
 			m.cfg.Logf("manager: replica %s of vbucket %d not caught up after %v: its stream from %s at %d of %d (found %v); %s holds it %s, lineage %016x, seqno %d; %v",
-				r, vb, time.Since(start).Round(time.Second), active, got, high, found, active, src.state, src.uuid, src.high, err)
+				r, vb, time.Since(start).Round(time.Second), active, got, high, found, active, src.State, src.UUID, src.Seqno, err)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("replica %s of vbucket %d did not catch up (at %d of %d)", r, vb, got, high)
