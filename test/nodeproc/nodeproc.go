@@ -16,6 +16,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -190,7 +191,38 @@ func (o *Output) String() string {
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// It is drawn below the kernel's ephemeral range
+// (/proc/sys/net/ipv4/ip_local_port_range): a port the kernel hands out
+// for ":0" is one it also gives to outgoing connections, and a CI run
+// lost one that way between this check and the manager's bind ("bind:
+// address already in use").
 func FreePort() (int, error) {
+	lo := 32768 // Linux's default start of the ephemeral range
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				lo = n
+			}
+		}
+	}
+	const base = 10000
+	if lo <= base+1000 {
+		return ephemeralPort()
+	}
+	for range 100 {
+		port := base + rand.IntN(lo-base)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue // in use: draw again
+		}
+		l.Close()
+		return port, nil
+	}
+	return ephemeralPort()
+}
+
+// ephemeralPort is a port the kernel picks for ":0".
+func ephemeralPort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
